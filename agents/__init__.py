@@ -1,0 +1,1 @@
+"""The agents under optimization, written against `optimizer`'s public API only."""

@@ -1,0 +1,7 @@
+"""Card Agent: turns one raw note into a timeline card file."""
+
+from agents.card import agent as _agent
+from agents.card.sim import PROFILE
+from optimizer import agent
+
+run = agent("card_agent", prompt_file="agents/prompts/card_agent.md", sim_profile=PROFILE)(_agent.run)

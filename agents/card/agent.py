@@ -1,0 +1,106 @@
+"""Card Agent: one raw input in, one timeline card file out (through the save tool)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agents.card.tool import FACT_ID, CardSaver, card_path, load_card
+from agents.loop import LoopLimits, ToolLoop
+from optimizer import AgentContext, AgentRun, Outcome, Task
+
+PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
+LIMITS = LoopLimits(max_turns=8, max_reminders=3)
+
+
+def _template(name: str) -> str:
+    return (PROMPTS / name).read_text(encoding="utf-8")
+
+
+def user_message(task: Task) -> str:
+    """The fixed layout of the user turn: content, fact_id, publish time, then any notes."""
+    notes = []
+    if task.input.assets:
+        notes.append(_template("card_agent.assets.md").format(assets="; ".join(task.input.assets)).strip())
+    if task.input.location:
+        notes.append(_template("card_agent.location.md").format(location=task.input.location).strip())
+    return _template("card_agent.user.md").format(
+        content=task.input.content,
+        fact_id=task.input.resolved_fact_id(),
+        published_at=task.input.resolved_published_at().isoformat(),
+        notes="\n".join(notes),
+    ).strip() + "\n"
+
+
+def ensure_fact_file(workspace: Path, task: Task) -> None:
+    """Write the day's fact file when the fixture does not provide it."""
+    fact_id = task.input.resolved_fact_id()
+    year, month, day, ts = FACT_ID.match(fact_id).groups()
+    path = workspace / "Facts" / year / month / f"{day}.md"
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = task.input.resolved_published_at().strftime("%H:%M")
+    path.write_text(f"## ts_{ts} {stamp}\n{task.input.content}\n", encoding="utf-8")
+
+
+def run(context: AgentContext) -> AgentRun:
+    task = context.task
+    ensure_fact_file(context.workspace, task)
+    fact_id = task.input.resolved_fact_id()
+    saver = CardSaver(context.workspace, fact_id, task.input.resolved_published_at())
+    loop = ToolLoop(context, [saver.tool()], LIMITS,
+                    completion_check=lambda: missing_parts(context.workspace, fact_id),
+                    reminder=lambda missing: _template("card_agent.reminder.md").format(
+                        problems="\n".join(f"- {item}" for item in missing)).strip())
+    messages = [{"role": "system", "content": context.system_prompt},
+                {"role": "user", "content": user_message(task)}]
+    transcript = loop.run(messages)
+    return AgentRun(transcript=transcript, outcome=Outcome(environment_state=card_state(
+        context.workspace, fact_id, saver.errors)))
+
+
+def read_card(workspace: Path, fact_id: str) -> tuple[str, dict[str, Any]]:
+    """The saved card as raw YAML and parsed ('' and {} when there is none)."""
+    path = workspace / card_path(fact_id)
+    raw = path.read_text(encoding="utf-8") if path.exists() else ""
+    return raw, load_card(raw)
+
+
+def missing_parts(workspace: Path, fact_id: str) -> list[str]:
+    """What the completion check still wants: the card file, completed, titled, with a ui_config."""
+    raw, card = read_card(workspace, fact_id)
+    return _missing(raw, card, fact_id)
+
+
+def _missing(raw: str, card: dict[str, Any], fact_id: str) -> list[str]:
+    if not raw:
+        return ["no card was saved: call save_timeline_card"]
+    missing = []
+    if card.get("status") != "completed":
+        missing.append("the card status is not completed")
+    if not card.get("title"):
+        missing.append("the card has no title")
+    if not card.get("ui_configs"):
+        missing.append("the card has no ui_configs")
+    if card.get("fact_id") != fact_id:
+        missing.append(f"the card fact_id is not {fact_id}")
+    return missing
+
+
+def card_state(workspace: Path, fact_id: str, save_errors: list[list[str]]) -> dict[str, Any]:
+    raw, card = read_card(workspace, fact_id)
+    return {
+        "saved": bool(raw),
+        "card_path": card_path(fact_id).as_posix() if raw else None,
+        "is_complete": bool(raw) and not _missing(raw, card, fact_id),
+        "status": card.get("status", "failed" if not raw else None),
+        "title": card.get("title"),
+        "fact_id": card.get("fact_id"),
+        "expected_fact_id": fact_id,
+        "template_ids": [c.get("template_id") for c in card.get("ui_configs") or []],
+        "card_tags": card.get("tags") or [],
+        "card": card,
+        "raw_yaml": raw,
+        "save_errors": save_errors,
+    }

@@ -1,0 +1,56 @@
+"""Harness overhead: 1,000 trials on a mock model with a fixed 50 ms latency at concurrency 32.
+
+Prints the wall time against the ideal (model calls x latency / concurrency). Target: at most
+1.15x the ideal. Runs the real path: suite loading, the runner's thread pool, per-trial
+workspaces, the Card Agent's tool loop, litellm, graders, the store and the response cache.
+
+    python benchmarks/harness_overhead.py [--trials 1000] [--concurrency 32] [--latency-ms 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from optimizer.config import Settings  # noqa: E402
+from optimizer.evaluate import execute, prepare  # noqa: E402
+from optimizer.store import Store, default_url  # noqa: E402
+from tests.helpers import event_task, write_suite  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--latency-ms", type=int, default=50)
+    parser.add_argument("--no-cache", action="store_true", help="switch the response cache off")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="optimizer-bench-") as scratch:
+        scratch = Path(scratch)
+        suite = write_suite(scratch / "suite", [event_task("bench_event")], name="bench")
+        settings = Settings(agent_model=f"mock/oracle@{args.latency_ms}ms", trials=args.trials,
+                            concurrency=args.concurrency, cache=not args.no_cache)
+        plan = prepare(settings, ROOT, [str(suite)])
+        store = Store(default_url(scratch / "state"))
+        started = time.perf_counter()
+        run, summary = execute(plan, store)
+        wall = time.perf_counter() - started
+    calls = summary["totals"]["model_calls"]
+    ideal = calls * args.latency_ms / 1000 / args.concurrency
+    result = {"trials": len(run.trials), "passed": summary["totals"]["passed"], "model_calls": calls,
+              "concurrency": args.concurrency, "latency_ms": args.latency_ms, "wall_s": round(wall, 3),
+              "ideal_s": round(ideal, 3), "ratio": round(wall / ideal, 3) if ideal else None,
+              "target_ratio": 1.15}
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Code graders and LLM judges, registered with `optimizer.grader`."""

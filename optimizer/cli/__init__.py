@@ -1,0 +1,42 @@
+"""The `optimizer` command: a thin layer over library calls, one module per command group.
+
+Errors are mapped to exit codes here and nowhere else: 0 ok, 1 completed but failed when asked
+to fail, 2 bad input or configuration, 3 harness error.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from optimizer.cli import eval as eval_cmd
+from optimizer.cli import suites as suites_cmd
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Closed-loop prompt optimizer: evaluate agents, propose prompt patches, gate them.")
+app.command("eval")(eval_cmd.eval_command)
+app.add_typer(suites_cmd.app, name="suites")
+
+
+def main() -> None:
+    from optimizer.errors import EXIT_HARNESS, OptimizerError
+
+    try:
+        app(standalone_mode=False)
+    except OptimizerError as exc:
+        typer.secho(f"error: {exc.render()}", fg="red", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.secho("aborted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors carry their own exit code (2)
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+    sys.exit(0)

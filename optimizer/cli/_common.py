@@ -1,0 +1,99 @@
+"""Pieces shared by the commands: settings from flags, progress, tables."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+console = Console(stderr=False, width=None if sys.stdout.isatty() else 150)
+err_console = Console(stderr=True)
+
+
+def interactive() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+class TrialProgress:
+    """done/total, pass rate, tokens, cost and ETA while trials finish."""
+
+    def __init__(self, total: int, label: str = "trials"):
+        self.total = total
+        self.done = self.passed = self.scored = self.errored = self.tokens = 0
+        self.cost = 0.0
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("eta"),
+                                 TimeRemainingColumn(), console=err_console, disable=not interactive())
+        self.task_id = self.progress.add_task(label, total=total, stats="")
+
+    def __enter__(self) -> "TrialProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def update(self, trial) -> None:
+        self.done += 1
+        usage = trial.transcript.usage
+        self.tokens += usage.total_tokens
+        self.cost += usage.cost_usd
+        if trial.status == "errored":
+            self.errored += 1
+        else:
+            self.scored += 1
+            self.passed += trial.status == "passed"
+        rate = f"{self.passed / self.scored:.0%}" if self.scored else "-"
+        stats = f"pass {rate}  errored {self.errored}  tokens {self.tokens:,}  ${self.cost:.4f}"
+        self.progress.update(self.task_id, advance=1, stats=stats)
+        if not interactive() and (self.done % max(1, self.total // 10) == 0 or self.done == self.total):
+            err_console.print(f"{self.done}/{self.total} trials  {stats}", highlight=False)
+
+
+def fmt(value: Any, kind: str = "ratio") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if kind == "ratio":
+        return f"{value:.2f}"
+    if kind == "usd":
+        return f"${value:.4f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def results_table(title: str, rows: list[dict[str, Any]], key: str | None) -> Table:
+    table = Table(title=title, title_justify="left")
+    if key:
+        table.add_column(key)
+    for name in ("tasks", "trials", "pass@k", "pass^k", "mean score", "95% CI", "errored", "tokens", "cost"):
+        table.add_column(name, justify="right")
+    for row in rows:
+        interval = f"[{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]" if row.get("ci_low") is not None else "–"
+        cells = [str(row["tasks"]), str(row["trials"]), fmt(row["pass_at_k"]), fmt(row["pass_pow_k"]),
+                 fmt(row["mean_score"]), interval, str(row["errored"]), fmt(row["tokens"], "int"),
+                 fmt(row["cost_usd"], "usd")]
+        table.add_row(*([str(row[key])] if key else []), *cells)
+    return table
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    for suite in summary["suites"]:
+        name = suite["suite"]
+        console.print(results_table(f"suite {name}", [suite], None))
+        buckets = [row for row in summary["buckets"] if row["suite"] == name]
+        console.print(results_table(f"{name} by bucket", buckets, "bucket"))
+        splits = [row for row in summary["splits"] if row["suite"] == name]
+        if len(splits) > 1:
+            console.print(results_table(f"{name} by split", splits, "split"))
+    totals = summary["totals"]
+    console.print(f"run {summary['run_id']}: {totals['trials']} trials, {totals['passed']} passed, "
+                  f"{totals['errored']} errored; model calls {totals['model_calls']}, "
+                  f"cache hits {totals['cache_hits']}, tokens {totals['prompt_tokens'] + totals['completion_tokens']:,}, "
+                  f"cost ${totals['cost_usd']:.4f}", highlight=False)
+    for error in summary["errors"][:10]:
+        console.print(f"  errored: {error['suite']}/{error['task_id']} #{error['trial']}: {error['error']}",
+                      highlight=False, markup=False)

@@ -1,0 +1,48 @@
+"""`optimizer eval`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def eval_command(
+    suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
+    agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents [env OPTIMIZER_AGENT_MODEL]."),
+    judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders [env OPTIMIZER_JUDGE_MODEL]."),
+    trials: Optional[int] = typer.Option(None, help="Trials per task (overrides task and suite defaults)."),
+    task: Optional[str] = typer.Option(None, "--task", help="Only tasks whose id matches this glob."),
+    concurrency: Optional[int] = typer.Option(None, help="Trials run at once (default 8)."),
+    seed: Optional[int] = typer.Option(None, help="Seed passed to the models."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Call the model even for identical requests."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
+    fail_under: Optional[float] = typer.Option(None, help="Exit 1 when the mean score is below this."),
+) -> None:
+    """Run suites and print pass@k, pass^k and mean score per suite and per bucket."""
+    from optimizer import evaluate
+    from optimizer.cli._common import TrialProgress, print_summary
+    from optimizer.config import find_project_root, load_settings
+    from optimizer.errors import EXIT_FAILED, EXIT_HARNESS
+
+    root = find_project_root()
+    settings = load_settings(root, {"agent_model": agent_model, "judge_model": judge_model, "trials": trials,
+                                    "concurrency": concurrency, "seed": seed,
+                                    "cache": False if no_cache else None})
+    eval_plan = evaluate.prepare(settings, root, suite or None, task)
+    store = evaluate.open_store(settings, root)
+    with TrialProgress(len(eval_plan.trials)) as progress:
+        run, summary = evaluate.execute(eval_plan, store, on_trial=progress.update)
+    print_summary(summary)
+    if json_path:
+        evaluate.write_json(json_path, summary)
+    totals = summary["totals"]
+    if totals["trials"] and totals["errored"] == totals["trials"]:
+        typer.secho("every trial errored: this points at the setup (model, key, network), not the agent",
+                    fg="red", err=True)
+        raise typer.Exit(EXIT_HARNESS)
+    if fail_under is not None:
+        scores = [s["mean_score"] for s in summary["suites"] if s["mean_score"] is not None]
+        if not scores or min(scores) < fail_under:
+            raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,110 @@
+"""Settings: `[tool.optimizer]` in pyproject.toml (or optimizer.toml), then `OPTIMIZER_*`
+environment variables, then command-line flags, each overriding the one before."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from optimizer.errors import ConfigError
+
+DEFAULT_MODEL = "mock/sim"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent_model: str = DEFAULT_MODEL
+    """Model that runs the agents."""
+    judge_model: str = DEFAULT_MODEL
+    """Model behind the LLM graders."""
+    patcher_model: str = DEFAULT_MODEL
+    """Model that proposes prompt patches."""
+    suites: list[str] = Field(default_factory=lambda: ["card_agent"])
+    """Suites evaluated when no --suite is given (names under suites/ or paths)."""
+    concurrency: int = Field(default=8, ge=1, le=256)
+    """Trials run at once."""
+    trials: int | None = Field(default=None, ge=1)
+    """Trials per task, overriding the task and suite defaults."""
+    seed: int = 0
+    """Seed passed to models that accept one (and to mock/sim)."""
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """Sampling temperature of the agent model; the provider default when unset."""
+    state_dir: str = ".optimizer"
+    """Where the store, the response cache and run artifacts live (relative to the project root)."""
+    database_url: str | None = None
+    """SQLAlchemy URL of the store; default sqlite:///<state_dir>/optimizer.db."""
+    retry_attempts: int = Field(default=4, ge=1, le=20)
+    retry_base_delay: float = Field(default=1.0, ge=0.0)
+    cache: bool = True
+    """Serve identical requests from the response cache."""
+
+
+def find_project_root(start: Path | None = None) -> Path:
+    """The nearest folder holding optimizer.toml or a pyproject.toml with [tool.optimizer]."""
+    if os.environ.get("OPTIMIZER_ROOT"):
+        return Path(os.environ["OPTIMIZER_ROOT"]).resolve()
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "optimizer.toml").is_file():
+            return folder
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and "[tool.optimizer" in pyproject.read_text(encoding="utf-8", errors="replace"):
+            return folder
+    return here
+
+
+def _file_settings(root: Path) -> tuple[dict[str, Any], Path | None]:
+    for name, section in (("optimizer.toml", None), ("pyproject.toml", ("tool", "optimizer"))):
+        path = root / name
+        if not path.is_file():
+            continue
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"not valid TOML: {exc}", path=path, fix="fix the TOML syntax") from None
+        for key in section or ():
+            data = data.get(key, {})
+        if data:
+            return dict(data), path
+    return {}, None
+
+
+def _env_settings() -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in Settings.model_fields:
+        raw = os.environ.get(f"OPTIMIZER_{name.upper()}")
+        if raw is None or raw == "":
+            continue
+        values[name] = [part.strip() for part in raw.split(",") if part.strip()] if name == "suites" else raw
+    return values
+
+
+def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settings:
+    """Merge file, environment and flag settings; errors name the source and the field."""
+    file_values, file_path = _file_settings(root)
+    layers = [(file_values, str(file_path) if file_path else "settings file"),
+              (_env_settings(), "environment (OPTIMIZER_*)"),
+              ({k: v for k, v in (overrides or {}).items() if v is not None}, "command line")]
+    merged: dict[str, Any] = {}
+    for values, source in layers:
+        for key, value in values.items():
+            if key not in Settings.model_fields:
+                raise ConfigError(f"unknown setting {key!r}", path=source, field=key,
+                                  fix=f"known settings: {', '.join(Settings.model_fields)}")
+        candidate = {**merged, **values}
+        try:
+            Settings.model_validate(candidate)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(p) for p in error["loc"])
+            if source == "command line":
+                field = "--" + field.split(".")[0].replace("_", "-")
+            raise ConfigError(error["msg"], path=source, field=field,
+                              fix="correct the value (see `optimizer --help`)") from None
+        merged = candidate
+    return Settings.model_validate(merged)

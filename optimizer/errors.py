@@ -1,0 +1,71 @@
+"""Typed errors. Each carries the file and field it is about; the CLI maps them to exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_HARNESS = 3
+
+
+class OptimizerError(Exception):
+    """Base class of every error the harness raises on purpose."""
+
+    exit_code = EXIT_HARNESS
+
+    def __init__(self, message: str, *, path: Path | str | None = None, field: str | None = None,
+                 fix: str | None = None):
+        self.path = str(path) if path is not None else None
+        self.field = field
+        self.fix = fix
+        self.message = message
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = self.path or ""
+        if self.field:
+            where = f"{where}: field '{self.field}'" if where else f"field '{self.field}'"
+        text = f"{where}: {self.message}" if where else self.message
+        if self.fix:
+            text += f"\n  fix: {self.fix}"
+        return text
+
+
+class InputError(OptimizerError):
+    """Bad input or configuration: exit code 2, nothing written."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class TaskFileError(InputError):
+    """A task file is malformed or inconsistent."""
+
+
+class SuiteError(InputError):
+    """A suite folder or suite.json is malformed, or a suite cannot be found."""
+
+
+class GraderConfigError(InputError):
+    """Unknown grader name or a grader config of the wrong shape."""
+
+
+class ModelConfigError(InputError):
+    """Unknown model string, missing key, or a bad role setting."""
+
+
+class ConfigError(InputError):
+    """Bad settings in pyproject.toml / optimizer.toml / environment / flags."""
+
+
+class HarnessError(OptimizerError):
+    """The harness itself failed (exit code 3)."""
+
+
+class ModelCallError(OptimizerError):
+    """A model call failed after all retries; the trial that made it is errored."""
+
+
+class TrialTimeout(OptimizerError):
+    """A trial ran past its wall-clock limit."""

@@ -1,0 +1,67 @@
+"""`optimizer eval` as a library call: validate everything, then run and record."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from optimizer.config import Settings
+from optimizer.models import validate_model
+from optimizer.report import summarize
+from optimizer.registry import get_agent
+from optimizer.runner import PlannedTrial, Runner, plan, read_prompt
+from optimizer.store import Store, default_url
+from optimizer.suites import load_suite
+from optimizer.types import RunResult, Suite, Trial
+
+
+@dataclass
+class EvalPlan:
+    settings: Settings
+    project_root: Path
+    suites: list[Suite]
+    trials: list[PlannedTrial]
+
+
+def prepare(settings: Settings, project_root: Path, suite_names: list[str] | None = None,
+            task_glob: str | None = None) -> EvalPlan:
+    """Load and check suites, tasks, graders and models. Writes nothing."""
+    suites = [load_suite(name, project_root) for name in (suite_names or settings.suites)]
+    planned = plan(suites, trials=settings.trials, task_glob=task_glob)
+    for suite in suites:
+        read_prompt(get_agent(suite.spec.agent_name), project_root)
+    validate_model(settings.agent_model, field="agent_model")
+    return EvalPlan(settings=settings, project_root=project_root, suites=suites, trials=planned)
+
+
+def open_store(settings: Settings, project_root: Path) -> Store:
+    state_dir = project_root / settings.state_dir
+    return Store(settings.database_url or default_url(state_dir))
+
+
+def execute(eval_plan: EvalPlan, store: Store, *, prompt_root: Path | None = None,
+            on_trial: Callable[[Trial], None] | None = None) -> tuple[RunResult, dict[str, Any]]:
+    runner = Runner(eval_plan.settings, store, project_root=eval_plan.project_root, prompt_root=prompt_root,
+                    on_trial=on_trial)
+    run = runner.run(eval_plan.suites, eval_plan.trials)
+    summary = summarize(run)
+    status = "errored" if run.trials and summary["totals"]["errored"] == len(run.trials) else "completed"
+    store.finish_run(run.run_id, status, summary)
+    return run, summary
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2, ensure_ascii=False, default=str)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

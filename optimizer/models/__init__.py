@@ -1,0 +1,43 @@
+"""The model layer: every model call goes through litellm.
+
+Built-in providers: `mock/oracle` and `mock/sim` (see `optimizer.models.mock`). Any other
+litellm model string works (`openai/...`, `anthropic/...`, `ollama/...`).
+"""
+
+from __future__ import annotations
+
+from optimizer.errors import ModelConfigError
+from optimizer.models import mock
+from optimizer.models._context import TrialContext, register_trial, unregister_trial
+from optimizer.models._litellm import litellm_module, price_as_free, register_provider, registered_prefixes
+from optimizer.models.client import (Completion, MalformedResponse, ModelClient, ResponseCache, RetryPolicy,
+                                     ToolCallRequest)
+
+__all__ = ["Completion", "MalformedResponse", "ModelClient", "ResponseCache", "RetryPolicy", "ToolCallRequest",
+           "TrialContext", "register_provider", "register_trial", "unregister_trial", "validate_model"]
+
+
+def validate_model(model: str, *, field: str = "model") -> None:
+    """Fail with a clear message when `model` cannot be called from here."""
+    if not model or "/" not in model:
+        raise ModelConfigError(f"{model!r} is not a model string", field=field,
+                               fix="use provider/name, e.g. mock/sim, openai/gpt-4o-mini")
+    prefix, name = model.split("/", 1)
+    if prefix == "mock":
+        if mock.parse_mock_model(name) is None:
+            raise ModelConfigError(f"unknown mock model {model!r}", field=field,
+                                   fix=f"use one of: {', '.join('mock/' + n for n in mock.MOCK_NAMES)}")
+        price_as_free("mock", model)
+        return
+    if prefix in registered_prefixes():
+        return
+    litellm = litellm_module()
+    try:
+        litellm.get_llm_provider(model)
+    except Exception:
+        raise ModelConfigError(f"litellm does not know the provider of {model!r}", field=field,
+                               fix="use a litellm model string such as openai/gpt-4o-mini or ollama/llama3") from None
+    missing = litellm.validate_environment(model).get("missing_keys") or []
+    if missing:
+        raise ModelConfigError(f"{model!r} needs {', '.join(missing)} in the environment", field=field,
+                               fix=f"export {missing[0]}=... or choose another model")

@@ -1,0 +1,43 @@
+"""Which trial a model call belongs to, for in-process providers that need the task.
+
+The runner registers each trial under a key and the model client passes that key with every
+call (litellm `metadata`); `mock/oracle` and `mock/sim` use it to find the task they play.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from optimizer.types import Task
+
+METADATA_KEY = "optimizer_trial"
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    task: "Task"
+    agent_name: str
+    trial_index: int
+    seed: int
+
+
+_lock = threading.Lock()
+_trials: dict[str, TrialContext] = {}
+
+
+def register_trial(key: str, context: TrialContext) -> None:
+    with _lock:
+        _trials[key] = context
+
+
+def unregister_trial(key: str) -> None:
+    with _lock:
+        _trials.pop(key, None)
+
+
+def trial_context(key: str | None) -> TrialContext | None:
+    with _lock:
+        return _trials.get(key) if key else None

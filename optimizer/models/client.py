@@ -1,0 +1,236 @@
+"""The one way the harness, the agents and the judges call a model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from optimizer.errors import ModelCallError, TrialTimeout
+from optimizer.models._context import METADATA_KEY
+from optimizer.models._litellm import litellm_module
+from optimizer.types import Usage
+
+RETRYABLE_STATUS = {408, 409, 425, 429}
+
+
+class ResponseCache(Protocol):
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+    def put(self, key: str, model: str, value: dict[str, Any]) -> None: ...
+
+
+class MalformedResponse(Exception):
+    """The model answered, but not in a shape we can use (e.g. tool arguments that are not JSON)."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff for transient faults: timeouts, 429 (honouring retry-after), 5xx, malformed replies."""
+
+    max_attempts: int = 4
+    base_delay_s: float = 1.0
+    max_delay_s: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        backoff = min(self.max_delay_s, self.base_delay_s * (2 ** attempt))
+        backoff *= 0.75 + 0.5 * random.random()
+        if retry_after is not None:
+            backoff = max(backoff, min(retry_after, self.max_delay_s))
+        return backoff
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class Completion:
+    """A parsed model reply."""
+
+    content: str | None
+    tool_calls: list[ToolCallRequest]
+    usage: Usage
+    cached: bool = False
+    latency_s: float = 0.0
+
+    @property
+    def message(self) -> dict[str, Any]:
+        """The reply as an OpenAI-format assistant message, for the conversation history."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": call.id, "type": "function",
+                 "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+                for call in self.tool_calls
+            ]
+        return message
+
+    def to_cache(self) -> dict[str, Any]:
+        return {"content": self.content,
+                "tool_calls": [call.__dict__ for call in self.tool_calls],
+                "usage": self.usage.model_dump()}
+
+    @classmethod
+    def from_cache(cls, value: dict[str, Any]) -> "Completion":
+        return cls(content=value["content"],
+                   tool_calls=[ToolCallRequest(**call) for call in value["tool_calls"]],
+                   usage=Usage(cache_hits=1), cached=True)
+
+
+def cache_key(model: str, messages: list[dict], tools: list[dict] | None, params: dict,
+              trial_index: int) -> str:
+    """Hash of the sorted request; the trial index makes repeated trials separate samples."""
+    blob = json.dumps({"model": model, "messages": messages, "tools": tools or [],
+                       "params": params, "trial": trial_index},
+                      sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass
+class ModelClient:
+    """A model string with its role, cache, retry policy and, once bound, its trial.
+
+    Every call made through a client adds to `usage`; the runner binds one client per trial
+    (`bind`) so a trial's transcript carries exactly its own tokens and cost.
+    """
+
+    model: str
+    role: str = "agent"
+    cache: ResponseCache | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    temperature: float | None = None
+    seed: int | None = None
+    trial_key: str | None = None
+    trial_index: int = 0
+    deadline: float | None = None
+    usage: Usage = field(default_factory=Usage)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def bind(self, *, trial_key: str, trial_index: int, deadline: float | None) -> "ModelClient":
+        return replace(self, trial_key=trial_key, trial_index=trial_index, deadline=deadline,
+                       usage=Usage(), _lock=threading.Lock())
+
+    def remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TrialTimeout("the trial ran past its timeout_seconds",
+                               fix="raise timeout_seconds in the task file or use a faster model")
+        return left
+
+    def complete(self, messages: list[dict], tools: list[dict] | None = None, *,
+                 max_tokens: int | None = None, temperature: float | None = None) -> Completion:
+        params = {k: v for k, v in {"temperature": self.temperature if temperature is None else temperature,
+                                    "seed": self.seed, "max_tokens": max_tokens}.items() if v is not None}
+        key = cache_key(self.model, messages, tools, params, self.trial_index)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                completion = Completion.from_cache(hit)
+                self._account(completion.usage)
+                return completion
+        completion = self._call_with_retries(messages, tools, params)
+        if self.cache is not None:
+            self.cache.put(key, self.model, completion.to_cache())
+        return completion
+
+    def _call_with_retries(self, messages, tools, params) -> Completion:
+        litellm = litellm_module()
+        last_error: Exception | None = None
+        for attempt in range(self.retry.max_attempts):
+            remaining = self.remaining()
+            started = time.monotonic()
+            try:
+                response = litellm.completion(
+                    model=self.model, messages=messages, tools=tools or None, timeout=remaining,
+                    num_retries=0, metadata={METADATA_KEY: self.trial_key}, **params)
+                completion = _parse(response, tools)
+            except Exception as exc:  # classified below; anything else is not retried
+                if not _is_retryable(exc):
+                    raise ModelCallError(f"{self.model}: {type(exc).__name__}: {_short(exc)}") from exc
+                last_error = exc
+                if attempt + 1 < self.retry.max_attempts:
+                    self._sleep(self.retry.delay(attempt, _retry_after(exc)))
+                continue
+            completion.latency_s = time.monotonic() - started
+            self._account(completion.usage)
+            return completion
+        raise ModelCallError(
+            f"{self.model}: gave up after {self.retry.max_attempts} attempts; "
+            f"last error {type(last_error).__name__}: {_short(last_error)}")
+
+    def _sleep(self, seconds: float) -> None:
+        remaining = self.remaining()
+        if remaining is not None and seconds >= remaining:
+            raise TrialTimeout("the trial ran out of time while waiting to retry a model call")
+        time.sleep(seconds)
+
+    def _account(self, usage: Usage) -> None:
+        with self._lock:
+            self.usage.add(usage)
+
+
+def _parse(response: Any, tools: list[dict] | None) -> Completion:
+    choice = response.choices[0]
+    message = choice.message
+    allowed = {tool["function"]["name"] for tool in tools or []}
+    calls = []
+    for raw in getattr(message, "tool_calls", None) or []:
+        name = raw.function.name
+        if name not in allowed:
+            raise MalformedResponse(f"call to unknown tool {name!r}")
+        try:
+            arguments = json.loads(raw.function.arguments or "{}")
+        except (TypeError, json.JSONDecodeError) as exc:
+            raise MalformedResponse(f"arguments of {name!r} are not valid JSON: {exc}") from exc
+        if not isinstance(arguments, dict):
+            raise MalformedResponse(f"arguments of {name!r} are not a JSON object")
+        calls.append(ToolCallRequest(id=raw.id or f"call_{len(calls)}", name=name, arguments=arguments))
+    usage_obj = getattr(response, "usage", None)
+    details = getattr(usage_obj, "prompt_tokens_details", None)
+    hidden = getattr(response, "_hidden_params", {}) or {}
+    usage = Usage(
+        prompt_tokens=getattr(usage_obj, "prompt_tokens", 0) or 0,
+        completion_tokens=getattr(usage_obj, "completion_tokens", 0) or 0,
+        cached_prompt_tokens=getattr(details, "cached_tokens", 0) or 0,
+        cost_usd=float(hidden.get("response_cost") or 0.0),
+        calls=1,
+    )
+    return Completion(content=message.content, tool_calls=calls, usage=usage)
+
+
+def _is_retryable(exc: Exception) -> bool:
+    if isinstance(exc, MalformedResponse):
+        return True
+    name = type(exc).__name__
+    if name in {"Timeout", "APITimeoutError", "APIConnectionError", "RateLimitError",
+                "InternalServerError", "ServiceUnavailableError", "BadGatewayError"}:
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status in RETRYABLE_STATUS or status >= 500)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _short(exc: Exception | None) -> str:
+    text = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else ""
+    return text[:300]

@@ -1,0 +1,148 @@
+"""Registration of agents and graders.
+
+Agents and graders register themselves with the `@agent` and `@grader` decorators; the harness
+finds the modules that hold them through entry points (groups `optimizer.agents` and
+`optimizer.graders` in a package's `pyproject.toml`) and never imports them by name. Each entry
+records its name, version and where it came from, so a run record can say exactly what ran.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from optimizer.errors import GraderConfigError, HarnessError, SuiteError
+
+if TYPE_CHECKING:
+    from optimizer.agent import AgentContext, AgentRun
+    from optimizer.sim import SimProfile
+    from optimizer.types import GraderResult, Task, Trial
+
+AGENT_GROUP = "optimizer.agents"
+GRADER_GROUP = "optimizer.graders"
+
+
+class NoConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+@dataclass(frozen=True)
+class AgentEntry:
+    name: str
+    run: Callable[["AgentContext"], "AgentRun"]
+    prompt_file: str
+    """Path of the system prompt, relative to the project root: the file the optimizer edits."""
+    sim_profile: "SimProfile | None" = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class GraderEntry:
+    name: str
+    func: Callable[["Task", "Trial", Any], "GraderResult"]
+    config_model: type[BaseModel]
+    version: str
+    source: str = ""
+    fingerprint: str = field(default="")
+
+    def parse_config(self, config: dict[str, Any], *, path: Path | None, where: str) -> BaseModel:
+        try:
+            return self.config_model.model_validate(config)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            loc = ".".join(str(part) for part in error["loc"])
+            field_name = f"{where}.config" + (f".{loc}" if loc else "")
+            raise GraderConfigError(f"{error['msg']} (grader {self.name!r})", path=path,
+                                    field=field_name,
+                                    fix=f"see the config keys of {self.name!r} in the graders docs") from None
+
+
+_agents: dict[str, AgentEntry] = {}
+_graders: dict[str, GraderEntry] = {}
+_loaded = False
+_load_lock = threading.Lock()
+
+
+def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = None):
+    """Register an agent: a function `(AgentContext) -> AgentRun`."""
+
+    def register(func):
+        _agents[name] = AgentEntry(name=name, run=func, prompt_file=prompt_file,
+                                   sim_profile=sim_profile, source=_source(func))
+        return func
+
+    return register
+
+
+def grader(name: str, *, config: type[BaseModel] | None = None, version: str = "1"):
+    """Register a grader: a function `(task, trial, config) -> GraderResult`.
+
+    `config` is a pydantic model (extra keys forbidden) validated when a suite loads, so a bad
+    config fails before any trial runs.
+    """
+
+    def register(func):
+        source = _source(func)
+        digest = hashlib.sha256(f"{name}:{version}:{inspect.getsource(func)}".encode()).hexdigest()[:12]
+        _graders[name] = GraderEntry(name=name, func=func, config_model=config or NoConfig,
+                                     version=version, source=source, fingerprint=digest)
+        return func
+
+    return register
+
+
+def load_plugins() -> None:
+    """Import every module declared under our entry-point groups (once per process)."""
+    global _loaded
+    if _loaded:
+        return
+    with _load_lock:
+        if _loaded:
+            return
+        for group in (AGENT_GROUP, GRADER_GROUP):
+            for point in entry_points(group=group):
+                try:
+                    point.load()
+                except Exception as exc:
+                    raise HarnessError(f"entry point {point.name!r} ({point.value}) failed to load: {exc}",
+                                       fix="reinstall the project with `pip install -e .`") from exc
+        _loaded = True
+
+
+def get_agent(name: str, *, path: Path | None = None) -> AgentEntry:
+    load_plugins()
+    if name not in _agents:
+        known = ", ".join(sorted(_agents)) or "none"
+        raise SuiteError(f"unknown agent {name!r} (registered: {known})", path=path, field="agent_name",
+                         fix="use a registered agent name or register yours with @agent")
+    return _agents[name]
+
+
+def get_grader(name: str, *, path: Path | None = None, where: str = "graders") -> GraderEntry:
+    load_plugins()
+    if name not in _graders:
+        known = ", ".join(sorted(_graders))
+        raise GraderConfigError(f"unknown grader {name!r} (known: {known})", path=path, field=f"{where}.name",
+                                fix="fix the name or register the grader with @grader")
+    return _graders[name]
+
+
+def agents() -> dict[str, AgentEntry]:
+    load_plugins()
+    return dict(_agents)
+
+
+def graders() -> dict[str, GraderEntry]:
+    load_plugins()
+    return dict(_graders)
+
+
+def _source(func: Callable) -> str:
+    return f"{func.__module__}.{func.__qualname__}"

@@ -1,0 +1,194 @@
+"""Running trials: each in its own temporary workspace, concurrently, recorded as it finishes.
+
+Data flows one way: suites -> runner -> store. The runner knows agents and graders only through
+the registry.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from optimizer.agent import AgentContext
+from optimizer.config import Settings
+from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialTimeout
+from optimizer.models import ModelClient, RetryPolicy, TrialContext, register_trial, unregister_trial
+from optimizer.registry import AgentEntry, get_agent, get_grader
+from optimizer.scoring import trial_verdict
+from optimizer.store import Store
+from optimizer.suites import fixture_paths, task_fingerprint
+from optimizer.types import GraderResult, Outcome, RunResult, Suite, Task, Transcript, Trial
+
+GRACE_S = 5.0
+"""How long past its deadline a stuck trial may run before the runner stops waiting for it."""
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    suite: Suite
+    task: Task
+    index: int
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | None = None) -> list[PlannedTrial]:
+    planned = []
+    for suite in suites:
+        for task in suite.tasks:
+            if task_glob and not fnmatch.fnmatch(task.id, task_glob):
+                continue
+            for index in range(trials or suite.trials_for(task)):
+                planned.append(PlannedTrial(suite, task, index))
+    if not planned:
+        raise InputError(f"no task matches --task {task_glob!r}", field="--task",
+                         fix="use a glob that matches some task id, e.g. 'card_event_*'")
+    return planned
+
+
+def read_prompt(entry: AgentEntry, prompt_root: Path) -> str:
+    path = prompt_root / entry.prompt_file
+    if not path.is_file():
+        raise InputError(f"prompt file of agent {entry.name!r} not found", path=path,
+                         fix="restore the file or run from the project root")
+    return path.read_text(encoding="utf-8")
+
+
+def fingerprints(suites: list[Suite], settings: Settings, prompt_root: Path) -> dict:
+    """What a later run must match to reuse this one's results."""
+    prompts, tasks, graders = {}, {}, {}
+    for suite in suites:
+        entry = get_agent(suite.spec.agent_name)
+        prompts[entry.prompt_file] = hashlib.sha256(read_prompt(entry, prompt_root).encode()).hexdigest()[:16]
+        for task in suite.tasks:
+            tasks[f"{suite.name}/{task.id}"] = task_fingerprint(task)
+            for spec in task.graders:
+                graders[spec.name] = get_grader(spec.name).fingerprint
+    return {"prompts": prompts, "tasks": tasks, "graders": graders,
+            "models": {"agent": settings.agent_model, "judge": settings.judge_model}}
+
+
+class Runner:
+    """Runs planned trials and records each one in the store as soon as it finishes."""
+
+    def __init__(self, settings: Settings, store: Store, *, project_root: Path, prompt_root: Path | None = None,
+                 on_trial: Callable[[Trial], None] | None = None):
+        self.settings = settings
+        self.store = store
+        self.project_root = project_root
+        self.prompt_root = prompt_root or project_root
+        self.on_trial = on_trial
+        retry = RetryPolicy(max_attempts=settings.retry_attempts, base_delay_s=settings.retry_base_delay)
+        self.agent_model = ModelClient(settings.agent_model, role="agent", cache=store if settings.cache else None,
+                                       retry=retry, seed=settings.seed, temperature=settings.temperature)
+
+    def run(self, suites: list[Suite], planned: list[PlannedTrial], *, run_id: str | None = None) -> RunResult:
+        prompts = {suite.name: read_prompt(get_agent(suite.spec.agent_name), self.prompt_root) for suite in suites}
+        run = RunResult(run_id=run_id or new_run_id(), started_at=datetime.now(timezone.utc),
+                        settings=self.settings.model_dump(),
+                        fingerprints=fingerprints(suites, self.settings, self.prompt_root))
+        self.store.start_run(run)
+        started: dict[int, float] = {}
+        lock = threading.Lock()
+
+        def execute(number: int, item: PlannedTrial) -> Trial:
+            with lock:
+                started[number] = time.monotonic()
+            return self._execute(run.run_id, item, prompts[item.suite.name])
+
+        pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="trial")
+        try:
+            futures: dict[Future, tuple[int, PlannedTrial]] = {
+                pool.submit(execute, number, item): (number, item) for number, item in enumerate(planned)}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                finished = [(future, future.result()) for future in done]
+                now = time.monotonic()
+                for future in list(pending):
+                    number, item = futures[future]
+                    begun = started.get(number)
+                    if begun is not None and now - begun > item.task.timeout_seconds + GRACE_S:
+                        pending.discard(future)
+                        finished.append((future, _errored(item, "TrialTimeout: the trial did not stop "
+                                                                "after its timeout_seconds", now - begun)))
+                for _, trial in finished:
+                    self.store.record_trial(run.run_id, trial)
+                    run.trials.append(trial)
+                    if self.on_trial:
+                        self.on_trial(trial)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        run.finished_at = datetime.now(timezone.utc)
+        return run
+
+    def _execute(self, run_id: str, item: PlannedTrial, system_prompt: str) -> Trial:
+        task, suite = item.task, item.suite
+        key = f"{run_id}:{suite.name}:{task.id}:{item.index}"
+        entry = get_agent(suite.spec.agent_name)
+        register_trial(key, TrialContext(task=task, agent_name=entry.name, trial_index=item.index,
+                                         seed=self.settings.seed))
+        workspace = Path(tempfile.mkdtemp(prefix="optimizer-trial-"))
+        begun = time.monotonic()
+        deadline = begun + task.timeout_seconds
+        client = self.agent_model.bind(trial_key=key, trial_index=item.index, deadline=deadline)
+        try:
+            for source in fixture_paths(task, self.project_root):
+                shutil.copytree(source, workspace, dirs_exist_ok=True)
+            context = AgentContext(task=task, workspace=workspace, system_prompt=system_prompt, model=client,
+                                   trial_index=item.index, deadline=deadline)
+            try:
+                result = entry.run(context)
+            except (ModelCallError, TrialTimeout) as exc:
+                return _errored(item, f"{type(exc).__name__}: {exc}", time.monotonic() - begun, client)
+            except Exception as exc:
+                detail = "".join(traceback.format_exception_only(exc)).strip()
+                return _errored(item, f"agent crashed: {detail}", time.monotonic() - begun, client)
+            result.transcript.usage = client.usage
+            result.transcript.model = client.model
+            trial = Trial(suite=suite.name, task_id=task.id, bucket=task.bucket, split=task.split,
+                          index=item.index, status="failed", transcript=result.transcript,
+                          outcome=result.outcome)
+            trial.grader_results = [self._grade(task, trial, index) for index in range(len(task.graders))]
+            trial.status, trial.score = trial_verdict(trial.grader_results)
+            if trial.status == "errored":
+                trial.error = "; ".join(f"{r.grader}: {r.rationale}" for r in trial.grader_results if r.errored)
+            trial.duration_s = time.monotonic() - begun
+            return trial
+        finally:
+            unregister_trial(key)
+            shutil.rmtree(workspace, ignore_errors=True)
+
+    def _grade(self, task: Task, trial: Trial, index: int) -> GraderResult:
+        spec = task.graders[index]
+        entry = get_grader(spec.name)
+        try:
+            config = entry.parse_config(spec.config, path=task.path, where=f"graders[{index}]")
+            result = entry.func(task, trial, config)
+        except OptimizerError as exc:
+            return GraderResult(grader=spec.name, errored=True, rationale=str(exc))
+        except Exception as exc:
+            detail = "".join(traceback.format_exception_only(exc)).strip()
+            return GraderResult(grader=spec.name, errored=True, rationale=f"grader crashed: {detail}")
+        result.details.setdefault("grader_version", entry.version)
+        return result
+
+
+def _errored(item: PlannedTrial, error: str, duration: float, client: ModelClient | None = None) -> Trial:
+    transcript = Transcript(usage=client.usage, model=client.model) if client else Transcript()
+    return Trial(suite=item.suite.name, task_id=item.task.id, bucket=item.task.bucket, split=item.task.split,
+                 index=item.index, status="errored", error=error, duration_s=duration,
+                 transcript=transcript, outcome=Outcome())

@@ -1,0 +1,88 @@
+"""From grader results to trial verdicts, and from trials to task, bucket and suite figures.
+
+Trial score = mean of its applicable graders' scores; the trial passes iff every applicable
+grader passed; a trial with an errored grader is errored. Task score = mean score of its scored
+(non-errored) trials; pass@k = some trial passed; pass^k = every scored trial passed. Bucket and
+suite figures are means over tasks, with a 95% t-interval over task scores. Errored trials are
+counted, never scored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import pandas as pd
+
+from optimizer.types import GraderResult, Trial, TrialStatus
+
+
+def trial_verdict(results: list[GraderResult]) -> tuple[TrialStatus, float | None]:
+    if any(result.errored for result in results):
+        return "errored", None
+    applicable = [result for result in results if result.score is not None]
+    if not applicable:
+        return "passed", None
+    score = sum(result.score for result in applicable) / len(applicable)
+    return ("passed" if all(result.passed for result in applicable) else "failed"), score
+
+
+def trials_frame(trials: Iterable[Trial]) -> pd.DataFrame:
+    rows = [{"suite": t.suite, "task_id": t.task_id, "bucket": t.bucket, "split": t.split,
+             "trial_index": t.index, "status": t.status, "score": t.score,
+             "tokens": t.transcript.usage.total_tokens, "cost_usd": t.transcript.usage.cost_usd,
+             "model_calls": t.transcript.usage.calls, "cache_hits": t.transcript.usage.cache_hits}
+            for t in trials]
+    columns = ["suite", "task_id", "bucket", "split", "trial_index", "status", "score", "tokens", "cost_usd",
+               "model_calls", "cache_hits"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def task_table(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per (suite, task)."""
+    frame = trials.assign(
+        errored=trials["status"].eq("errored"),
+        passed=trials["status"].eq("passed"),
+        scored=trials["status"].ne("errored"),
+    )
+    grouped = frame.groupby(["suite", "task_id"], sort=False)
+    table = grouped.agg(bucket=("bucket", "first"), split=("split", "first"), trials=("status", "size"),
+                        errored=("errored", "sum"), scored=("scored", "sum"), passes=("passed", "sum"),
+                        score=("score", "mean"), tokens=("tokens", "sum"), cost_usd=("cost_usd", "sum")).reset_index()
+    has_scores = table["scored"] > 0
+    table["pass_at_k"] = (table["passes"] > 0).where(has_scores).astype("float")
+    table["pass_pow_k"] = (table["passes"] == table["scored"]).where(has_scores).astype("float")
+    return table
+
+
+def group_table(tasks: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Figures per group of tasks (e.g. by suite, or by suite and bucket)."""
+    rows = []
+    for key, group in tasks.groupby(by, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        low, mean, high = mean_interval(group["score"].dropna().tolist())
+        rows.append({**dict(zip(by, key)), "tasks": len(group), "trials": int(group["trials"].sum()),
+                     "pass_at_k": _mean(group["pass_at_k"]), "pass_pow_k": _mean(group["pass_pow_k"]),
+                     "mean_score": mean, "ci_low": low, "ci_high": high,
+                     "errored": int(group["errored"].sum()), "tokens": int(group["tokens"].sum()),
+                     "cost_usd": float(group["cost_usd"].sum())})
+    return pd.DataFrame(rows)
+
+
+def mean_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean with a t-interval, clipped to [0, 1]; NaN bounds when fewer than two values."""
+    if not values:
+        return math.nan, math.nan, math.nan
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return math.nan, mean, math.nan
+    from scipy.stats import t
+
+    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    half = t.ppf(0.5 + confidence / 2, len(values) - 1) * math.sqrt(variance / len(values))
+    return max(0.0, mean - half), mean, min(1.0, mean + half)
+
+
+def _mean(series: pd.Series) -> float:
+    values = series.dropna()
+    return float(values.mean()) if len(values) else math.nan

@@ -1,0 +1,49 @@
+"""Named, recorded schema migrations, applied in order. Never edit one that has shipped: add one."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Callable
+
+from sqlalchemy import Connection, insert, inspect, select, update
+
+from optimizer.errors import ConfigError
+from optimizer.store import schema
+
+
+def _initial(conn: Connection) -> None:
+    schema.metadata.create_all(conn, tables=[schema.runs, schema.trials, schema.grader_results,
+                                             schema.response_cache])
+
+
+MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
+    ("0001_initial", _initial),
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: Connection) -> list[str]:
+    """Apply the migrations this database has not seen; return their names."""
+    schema.metadata.create_all(conn, tables=[schema.schema_migrations, schema.schema_version])
+    stored = conn.execute(select(schema.schema_version.c.version)).scalar()
+    if stored is not None and stored > SCHEMA_VERSION:
+        raise ConfigError(f"the store has schema version {stored}, newer than this tool's {SCHEMA_VERSION}",
+                          fix="upgrade the optimizer package or point --state-dir elsewhere")
+    done = set(conn.execute(select(schema.schema_migrations.c.name)).scalars())
+    applied = []
+    for name, step in MIGRATIONS:
+        if name in done:
+            continue
+        step(conn)
+        conn.execute(insert(schema.schema_migrations).values(name=name, applied_at=datetime.now(timezone.utc)))
+        applied.append(name)
+    version = conn.execute(select(schema.schema_version.c.version)).scalar()
+    if version is None:
+        conn.execute(insert(schema.schema_version).values(id=1, version=SCHEMA_VERSION))
+    elif version != SCHEMA_VERSION:
+        conn.execute(update(schema.schema_version).values(version=SCHEMA_VERSION))
+    return applied
+
+
+def table_names(conn: Connection) -> set[str]:
+    return set(inspect(conn).get_table_names())

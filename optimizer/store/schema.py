@@ -1,0 +1,75 @@
+"""Table definitions of the store (SQLAlchemy Core). Changes go through named migrations."""
+
+from __future__ import annotations
+
+from sqlalchemy import (Boolean, Column, DateTime, Float, ForeignKey, Integer, MetaData, String, Table, Text,
+                        UniqueConstraint)
+
+metadata = MetaData()
+
+schema_migrations = Table(
+    "schema_migrations", metadata,
+    Column("name", String, primary_key=True),
+    Column("applied_at", DateTime(timezone=True), nullable=False),
+)
+
+schema_version = Table(
+    "schema_version", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("version", Integer, nullable=False),
+)
+
+runs = Table(
+    "runs", metadata,
+    Column("run_id", String, primary_key=True),
+    Column("kind", String, nullable=False),
+    Column("status", String, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("settings_json", Text, nullable=False),
+    Column("fingerprints_json", Text, nullable=False),
+    Column("summary_json", Text),
+)
+
+trials = Table(
+    "trials", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String, ForeignKey("runs.run_id"), nullable=False, index=True),
+    Column("suite", String, nullable=False),
+    Column("task_id", String, nullable=False),
+    Column("bucket", String, nullable=False),
+    Column("split", String, nullable=False),
+    Column("trial_index", Integer, nullable=False),
+    Column("status", String, nullable=False),
+    Column("score", Float),
+    Column("error", Text),
+    Column("duration_s", Float, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("model_calls", Integer, nullable=False),
+    Column("cache_hits", Integer, nullable=False),
+    Column("transcript_json", Text, nullable=False),
+    Column("outcome_json", Text, nullable=False),
+    UniqueConstraint("run_id", "suite", "task_id", "trial_index"),
+)
+
+grader_results = Table(
+    "grader_results", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("trial_id", Integer, ForeignKey("trials.id"), nullable=False, index=True),
+    Column("grader", String, nullable=False),
+    Column("score", Float),
+    Column("passed", Boolean, nullable=False),
+    Column("errored", Boolean, nullable=False),
+    Column("rationale", Text, nullable=False),
+    Column("details_json", Text, nullable=False),
+)
+
+response_cache = Table(
+    "response_cache", metadata,
+    Column("key", String, primary_key=True),
+    Column("model", String, nullable=False),
+    Column("value_json", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)

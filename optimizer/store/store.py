@@ -1,0 +1,112 @@
+"""Reading and writing run records. SQLite by default; any SQLAlchemy URL works."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import Engine, create_engine, event, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from optimizer.store import schema
+from optimizer.store.migrations import migrate
+from optimizer.types import RunResult, Trial
+
+
+def default_url(state_dir: Path) -> str:
+    return f"sqlite:///{state_dir / 'optimizer.db'}"
+
+
+class Store:
+    """One database, opened once per process; writes are serialised (SQLite has one writer)."""
+
+    def __init__(self, url: str):
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.url = url
+        self.engine: Engine = create_engine(url, connect_args={"check_same_thread": False}
+                                            if url.startswith("sqlite") else {})
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._lock = threading.Lock()
+        with self.engine.begin() as conn:
+            migrate(conn)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ runs
+    def start_run(self, run: RunResult, kind: str = "eval") -> None:
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(insert(schema.runs).values(
+                run_id=run.run_id, kind=kind, status="running", started_at=run.started_at,
+                settings_json=json.dumps(run.settings, default=str),
+                fingerprints_json=json.dumps(run.fingerprints, default=str)))
+
+    def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        with self._lock, self.engine.begin() as conn:
+            conn.execute(update(schema.runs).where(schema.runs.c.run_id == run_id).values(
+                status=status, finished_at=datetime.now(timezone.utc),
+                summary_json=json.dumps(summary, default=str)))
+
+    def record_trial(self, run_id: str, trial: Trial) -> None:
+        usage = trial.transcript.usage
+        with self._lock, self.engine.begin() as conn:
+            trial_id = conn.execute(insert(schema.trials).values(
+                run_id=run_id, suite=trial.suite, task_id=trial.task_id, bucket=trial.bucket,
+                split=trial.split, trial_index=trial.index, status=trial.status, score=trial.score,
+                error=trial.error, duration_s=trial.duration_s, prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd,
+                model_calls=usage.calls, cache_hits=usage.cache_hits,
+                transcript_json=trial.transcript.model_dump_json(),
+                outcome_json=trial.outcome.model_dump_json())).inserted_primary_key[0]
+            if trial.grader_results:
+                conn.execute(insert(schema.grader_results), [
+                    {"trial_id": trial_id, "grader": result.grader, "score": result.score,
+                     "passed": result.passed, "errored": result.errored, "rationale": result.rationale,
+                     "details_json": json.dumps(result.details, default=str)}
+                    for result in trial.grader_results])
+
+    def runs_frame(self) -> pd.DataFrame:
+        with self.engine.connect() as conn:
+            return pd.read_sql(select(schema.runs).order_by(schema.runs.c.started_at), conn)
+
+    def trials_frame(self, run_id: str) -> pd.DataFrame:
+        columns = [c for c in schema.trials.c if c.name not in ("transcript_json", "outcome_json")]
+        with self.engine.connect() as conn:
+            return pd.read_sql(select(*columns).where(schema.trials.c.run_id == run_id)
+                               .order_by(schema.trials.c.id), conn)
+
+    def count(self, table: str) -> int:
+        with self.engine.connect() as conn:
+            return len(conn.execute(select(schema.metadata.tables[table])).all())
+
+    # ----------------------------------------------------------- response cache
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(schema.response_cache.c.value_json)
+                               .where(schema.response_cache.c.key == key)).first()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, model: str, value: dict[str, Any]) -> None:
+        row = {"key": key, "model": model, "value_json": json.dumps(value, ensure_ascii=False),
+               "created_at": datetime.now(timezone.utc)}
+        with self._lock:
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(insert(schema.response_cache).values(**row))
+            except IntegrityError:
+                pass  # an identical request was cached meanwhile
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()

@@ -1,0 +1,41 @@
+"""`optimizer suites validate`: every suite loads, and every task scores 1.0 under mock/oracle."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from optimizer.config import Settings
+from optimizer.errors import SuiteError
+from optimizer.evaluate import execute, prepare
+from optimizer.store import Store, default_url
+
+
+def suite_names(project_root: Path) -> list[str]:
+    return sorted(path.parent.name for path in (project_root / "suites").glob("*/suite.json"))
+
+
+def validate_suites(project_root: Path, names: list[str] | None = None) -> list[tuple[str, int, list[str]]]:
+    """Per suite: (name, task count, failure lines). Loading errors raise before anything runs."""
+    names = names or suite_names(project_root)
+    if not names:
+        raise SuiteError("no suites found", path=project_root / "suites", fix="add suites/<name>/suite.json")
+    settings = Settings(agent_model="mock/oracle", judge_model="mock/oracle", trials=1, cache=False,
+                        concurrency=8, suites=names)
+    plan = prepare(settings, project_root, names)
+    report = []
+    with tempfile.TemporaryDirectory(prefix="optimizer-validate-") as scratch:
+        store = Store(default_url(Path(scratch)))
+        try:
+            run, _ = execute(plan, store)
+        finally:
+            store.close()
+    for suite in plan.suites:
+        failures = []
+        for trial in (t for t in run.trials if t.suite == suite.name):
+            if trial.status != "passed" or trial.score != 1.0:
+                reasons = trial.error or "; ".join(f"{r.grader}: {r.rationale}" for r in trial.grader_results
+                                                   if not r.passed or r.score != 1.0)
+                failures.append(f"{trial.task_id}: {trial.status}, score {trial.score}: {reasons}")
+        report.append((suite.name, len(suite.tasks), failures))
+    return report

@@ -1,0 +1,37 @@
+"""Builders shared by tests: small suites written to a temporary folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def event_task(task_id: str = "card_event_standup", **overrides: Any) -> dict[str, Any]:
+    task = {
+        "id": task_id,
+        "description": "A meeting with a time becomes an event card.",
+        "metadata": {"failure_bucket": "template_event", "split": "train"},
+        "input": {"fact_id": "2026/05/25.md#ts_1", "content": "Standup with the eval team Thursday 10:30am, Zoom."},
+        "reference_solution": {"source": "manual", "tool_calls": [{"name": "save_timeline_card", "arguments": {
+            "fact_id": "2026/05/25.md#ts_1", "title": "Eval team standup",
+            "ui_configs": [{"template_id": "event", "data": {"start_time": "Thursday 10:30", "medium": "Zoom"}}]}}]},
+        "graders": [{"name": "card_completion"},
+                    {"name": "card_template_choice", "config": {"expected_template_ids": ["event"]}},
+                    {"name": "card_must_contain", "config": {"substrings": ["10:30", "zoom"]}}],
+    }
+    task.update(overrides)
+    return task
+
+
+def write_suite(root: Path, tasks: list[dict[str, Any]] | dict[str, Any], name: str = "tmp_suite",
+                **suite_fields: Any) -> Path:
+    """Write suite.json and tasks (a list -> tasks/<id>.json; a dict maps relative paths to content)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "suite.json").write_text(json.dumps({"name": name, "agent_name": "card_agent", **suite_fields}))
+    files = tasks if isinstance(tasks, dict) else {f"tasks/{t['id']}.json": t for t in tasks}
+    for relative, content in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content if isinstance(content, str) else json.dumps(content, ensure_ascii=False))
+    return root

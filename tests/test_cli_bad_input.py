@@ -1,0 +1,94 @@
+"""Every bad input: one clear message naming the file/field, exit code 2, nothing in the store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import event_task, write_suite
+
+
+def assert_rejected(cli, state, args, *expected_fragments):
+    code, out, err = cli(*args)
+    assert code == 2, (code, out, err)
+    for fragment in expected_fragments:
+        assert fragment in err, f"{fragment!r} not in: {err}"
+    assert err.count("error:") == 1
+    assert not (state / "optimizer.db").exists(), "a rejected run must not create the store"
+
+
+def test_malformed_task_json(cli, isolated, tmp_path):
+    suite = write_suite(tmp_path / "s", {"tasks/broken.json": '{"id": "x", "graders": [}'})
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite), "--agent-model", "mock/oracle"],
+                    "broken.json", "not valid JSON", "line 1")
+
+
+def test_unknown_top_level_key(cli, isolated, tmp_path):
+    suite = write_suite(tmp_path / "s", [event_task(colour="blue")])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "card_event_standup.json", "'colour'",
+                    "unknown key")
+
+
+def test_wrong_type_names_the_field(cli, isolated, tmp_path):
+    suite = write_suite(tmp_path / "s", [event_task(timeout_seconds="fast")])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "field 'timeout_seconds'")
+
+
+def test_unknown_grader(cli, isolated, tmp_path):
+    suite = write_suite(tmp_path / "s", [event_task(graders=[{"name": "card_vibes"}])])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "graders[0].name", "unknown grader 'card_vibes'")
+
+
+def test_grader_config_of_the_wrong_type(cli, isolated, tmp_path):
+    graders = [{"name": "card_template_choice", "config": {"expected_template_ids": "event"}}]
+    suite = write_suite(tmp_path / "s", [event_task(graders=graders)])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)],
+                    "graders[0].config.expected_template_ids", "card_event_standup.json")
+
+
+def test_missing_fixture(cli, isolated, tmp_path):
+    task = event_task()
+    task["input"]["fixture_dir"] = "tasks/nowhere/workspace"
+    suite = write_suite(tmp_path / "s", [task])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "input.fixture_dir", "not found")
+
+
+def test_missing_base_fixture(cli, isolated, tmp_path):
+    task = event_task()
+    task["input"]["base_fixture"] = "_no_such_pkm"
+    suite = write_suite(tmp_path / "s", [task])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "input.base_fixture", "_no_such_pkm")
+
+
+def test_duplicate_task_id(cli, isolated, tmp_path):
+    suite = write_suite(tmp_path / "s", {"tasks/a.json": event_task("same"), "tasks/b.json": event_task("same")})
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "b.json", "duplicate task id 'same'", "a.json")
+
+
+@pytest.mark.parametrize("model", ["mock/nonsense", "gpt4", "nosuchprovider/model-x"])
+def test_unknown_model_string(cli, isolated, model):
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent", "--agent-model", model], "agent_model")
+
+
+def test_remote_model_without_key(cli, isolated):
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent", "--agent-model", "openai/gpt-4o-mini"],
+                    "OPENAI_API_KEY")
+
+
+def test_zero_trials(cli, isolated):
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent", "--trials", "0"], "--trials")
+
+
+def test_unknown_suite(cli, isolated):
+    assert_rejected(cli, isolated, ["eval", "--suite", "no_such_suite"], "--suite", "no_such_suite")
+
+
+def test_bad_metadata_split(cli, isolated, tmp_path):
+    suite = write_suite(tmp_path / "s", [event_task(metadata={"split": "dev"})])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "metadata", "holdout")
+
+
+def test_bad_setting_in_environment(cli, isolated, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_CONCURRENCY", "many")
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "OPTIMIZER_", "concurrency")

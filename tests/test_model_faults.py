@@ -1,0 +1,115 @@
+"""Model faults are retried with backoff; a trial that still fails is errored and the run goes on."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from optimizer.config import load_settings
+from optimizer.evaluate import execute, open_store, prepare
+from optimizer.models import register_provider
+from tests.conftest import PROJECT_ROOT
+from tests.helpers import event_task, write_suite
+
+SCRIPTS: dict[str, list[str]] = {}
+CALLS: dict[str, list[float]] = {}
+_lock = threading.Lock()
+
+
+def _fault(kind: str, model: str):
+    import litellm
+
+    request = httpx.Request("POST", "http://fake.invalid/v1/chat/completions")
+    if kind == "timeout":
+        return litellm.Timeout("request timed out", model=model, llm_provider="fake")
+    if kind == "429":
+        response = httpx.Response(429, headers={"retry-after": "0.2"}, request=request)
+        return litellm.RateLimitError("slow down", llm_provider="fake", model=model, response=response)
+    if kind == "500":
+        response = httpx.Response(500, request=request)
+        return litellm.InternalServerError("boom", llm_provider="fake", model=model, response=response)
+    if kind == "401":
+        response = httpx.Response(401, request=request)
+        return litellm.AuthenticationError("bad key", llm_provider="fake", model=model, response=response)
+    raise AssertionError(kind)
+
+
+def _make_handler():
+    from litellm import CustomLLM
+    from litellm.types.utils import ModelResponse
+
+    class Scripted(CustomLLM):
+        """Plays a per-model script of faults; 'ok' replays the reference call, 'malformed' breaks it."""
+
+        def completion(self, model, messages, *args, **kwargs):
+            with _lock:
+                CALLS.setdefault(model, []).append(time.monotonic())
+                script = SCRIPTS[model]
+                if not script:
+                    raise AssertionError(f"fake/{model} ran out of script")
+                step = script.pop(0)
+            if step in ("timeout", "429", "500", "401"):
+                raise _fault(step, model)
+            arguments = "{not json" if step == "malformed" else json.dumps(
+                event_task()["reference_solution"]["tool_calls"][0]["arguments"])
+            return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": None,
+                                 "tool_calls": [{"id": "c1", "type": "function", "function": {
+                                     "name": "save_timeline_card", "arguments": arguments}}]},
+                                 "finish_reason": "tool_calls"}],
+                                 usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+
+    return Scripted()
+
+
+register_provider("fake", _make_handler, [])
+
+
+def run_with_script(tmp_path, model: str, script: list[str], trials: int = 1):
+    SCRIPTS[f"{model}"] = list(script)
+    CALLS.pop(model, None)
+    suite = write_suite(tmp_path / "suite", [event_task()])
+    settings = load_settings(PROJECT_ROOT, {"agent_model": f"fake/{model}", "trials": trials, "concurrency": 1,
+                                        "cache": False, "retry_attempts": 3})
+    plan = prepare(settings, PROJECT_ROOT, [str(suite)])
+    store = open_store(settings, PROJECT_ROOT)
+    run, summary = execute(plan, store)
+    return run, summary, store
+
+
+@pytest.mark.parametrize("fault", ["timeout", "429", "500", "malformed"])
+def test_transient_fault_is_retried_and_the_trial_passes(tmp_path, fault):
+    run, summary, _ = run_with_script(tmp_path, f"recover-{fault}", [fault, "ok"])
+    assert [t.status for t in run.trials] == ["passed"]
+    assert len(CALLS[f"recover-{fault}"]) == 2
+    assert summary["totals"]["errored"] == 0
+
+
+@pytest.mark.parametrize("fault", ["timeout", "429", "500", "malformed"])
+def test_persistent_fault_is_recorded_as_errored_and_the_run_completes(tmp_path, fault):
+    run, summary, store = run_with_script(tmp_path, f"persist-{fault}", [fault] * 3 + ["ok"], trials=2)
+    statuses = sorted(t.status for t in run.trials)
+    assert statuses == ["errored", "passed"]
+    errored = next(t for t in run.trials if t.status == "errored")
+    assert "gave up after 3 attempts" in errored.error
+    assert summary["totals"]["errored"] == 1
+    assert summary["buckets"][0]["errored"] == 1
+    assert summary["buckets"][0]["mean_score"] == 1.0, "errored trials must not count as failures"
+    frame = store.trials_frame(run.run_id)
+    assert sorted(frame["status"]) == ["errored", "passed"]
+
+
+def test_rate_limit_waits_at_least_retry_after(tmp_path):
+    run_with_script(tmp_path, "retry-after", ["429", "ok"])
+    first, second = CALLS["retry-after"]
+    assert second - first >= 0.2
+
+
+def test_authentication_error_is_not_retried(tmp_path):
+    run, _, _ = run_with_script(tmp_path, "auth", ["401", "ok"])
+    assert run.trials[0].status == "errored"
+    assert len(CALLS["auth"]) == 1
+    assert "AuthenticationError" in run.trials[0].error
