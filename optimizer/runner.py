@@ -23,7 +23,7 @@ from typing import Callable
 from optimizer.agent import AgentContext
 from optimizer.config import Settings
 from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialTimeout
-from optimizer.models import ModelClient, RetryPolicy, TrialContext, register_trial, unregister_trial
+from optimizer.models import ModelClient, litellm_module, RetryPolicy, TrialContext, register_trial, unregister_trial
 from optimizer.registry import AgentEntry, get_agent, get_grader
 from optimizer.scoring import trial_verdict
 from optimizer.store import Store
@@ -100,6 +100,7 @@ class Runner:
         run = RunResult(run_id=run_id or new_run_id(), started_at=datetime.now(timezone.utc),
                         settings=self.settings.model_dump(),
                         fingerprints=fingerprints(suites, self.settings, self.prompt_root))
+        litellm_module()  # import once, before the workers start, not inside each of them
         self.store.start_run(run)
         started: dict[int, float] = {}
         lock = threading.Lock()

@@ -14,7 +14,7 @@ from optimizer.models.client import (Completion, MalformedResponse, ModelClient,
                                      ToolCallRequest)
 
 __all__ = ["Completion", "MalformedResponse", "ModelClient", "ResponseCache", "RetryPolicy", "ToolCallRequest",
-           "TrialContext", "register_provider", "register_trial", "unregister_trial", "validate_model"]
+           "TrialContext", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
 
 
 def validate_model(model: str, *, field: str = "model") -> None:

@@ -1,0 +1,79 @@
+"""`optimizer eval` and `optimizer suites validate` on the shipped card suite."""
+
+from __future__ import annotations
+
+import json
+
+from optimizer.store import Store, default_url
+
+
+def test_suites_validate_passes_for_the_card_suite(cli):
+    code, out, err = cli("suites", "validate")
+    assert code == 0, out + err
+    assert "card_agent: 25 tasks, ok" in out
+    assert "25 tasks in 1 suite(s); 25 score 1.0 under mock/oracle" in out
+
+
+def test_eval_writes_json_store_and_a_rerun_is_served_from_the_cache(cli, isolated, tmp_path):
+    out_json = tmp_path / "out.json"
+    args = ("eval", "--suite", "card_agent", "--agent-model", "mock/sim", "--trials", "2", "--json", str(out_json))
+    code, out, err = cli(*args)
+    assert code == 0, out + err
+    assert "card_agent by bucket" in out
+    first = json.loads(out_json.read_text())
+    assert first["totals"]["trials"] == 50
+    assert first["totals"]["model_calls"] > 0
+    assert {row["bucket"] for row in first["buckets"]} >= {"template_event", "fact_preservation"}
+    assert len(first["tasks"]) == 25
+    assert 0 < first["suites"][0]["mean_score"] < 1, "mock/sim should fail some tasks of the base prompt"
+
+    code, out, err = cli(*args)
+    assert code == 0, out + err
+    second = json.loads(out_json.read_text())
+    assert second["totals"]["model_calls"] == 0
+    assert second["totals"]["cache_hits"] == first["totals"]["model_calls"]
+    assert second["buckets"] == first["buckets"] or [
+        {k: v for k, v in row.items() if k not in ("tokens", "cost_usd")} for row in second["buckets"]] == [
+        {k: v for k, v in row.items() if k not in ("tokens", "cost_usd")} for row in first["buckets"]]
+
+    store = Store(default_url(isolated))
+    runs = store.runs_frame()
+    assert list(runs["status"]) == ["completed", "completed"]
+    assert len(store.trials_frame(second["run_id"])) == 50
+
+
+def test_trials_of_one_task_are_separate_samples(cli, tmp_path):
+    out_json = tmp_path / "out.json"
+    code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/sim", "--trials", "4",
+                         "--json", str(out_json))
+    assert code == 0, out + err
+    tasks = json.loads(out_json.read_text())["tasks"]
+    assert any(0 < row["passes"] < row["scored"] for row in tasks), "some task should pass only some trials"
+    assert any(row["pass_at_k"] == 1 and row["pass_pow_k"] == 0 for row in tasks)
+
+
+def test_task_glob_selects_tasks(cli, tmp_path):
+    out_json = tmp_path / "out.json"
+    code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/oracle", "--task", "*event*",
+                         "--json", str(out_json))
+    assert code == 0, out + err
+    ids = [row["task_id"] for row in json.loads(out_json.read_text())["tasks"]]
+    assert ids and all("event" in task_id for task_id in ids)
+
+
+def test_nested_task_layout_with_fixture_dir_loads_and_runs(cli, tmp_path):
+    from tests.helpers import event_task, write_suite
+
+    task = event_task("nested_multi_fact")
+    task["input"].update({"fact_id": "2026/05/25.md#ts_2", "fixture_dir": "tasks/day/nested/workspace"})
+    task["metadata"]["owner"] = "someone"  # unknown metadata keys load unchanged
+    call = task["reference_solution"]["tool_calls"][0]["arguments"]
+    call["fact_id"] = "2026/05/25.md#ts_2"
+    suite = write_suite(tmp_path / "s", {
+        "tasks/day/nested/task.json": task,
+        "tasks/day/nested/workspace/Facts/2026/05/25.md": "## ts_1 08:00\nCoffee.\n\n## ts_2 09:00\nStandup 10:30 Zoom.\n",
+    })
+    code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "mock/oracle", "--json",
+                         str(tmp_path / "o.json"))
+    assert code == 0, out + err
+    assert json.loads((tmp_path / "o.json").read_text())["totals"]["passed"] == 1
