@@ -98,12 +98,13 @@ class CardSaver:
         return ToolOutput(f"Saved the card to {relative.as_posix()}.")
 
 
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def dump_card(card: dict[str, Any]) -> str:
-    return yaml.dump(card, Dumper=_Dumper, allow_unicode=True, sort_keys=False, width=10**9)
+    """YAML with unicode kept literal. libyaml's emitter escapes emoji (`\U0001F642`), which would
+    hide them from `card_must_contain`, so the pure-Python dumper writes; libyaml only reads."""
+    return yaml.dump(card, Dumper=yaml.SafeDumper, allow_unicode=True, sort_keys=False, width=10**9)
 
 
 def load_card(text: str) -> dict[str, Any]:
