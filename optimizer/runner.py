@@ -133,6 +133,7 @@ class Runner:
                         self.on_trial(trial)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+            self.store.flush()
         run.finished_at = datetime.now(timezone.utc)
         return run
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import queue
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -10,7 +11,6 @@ from typing import Any
 
 import pandas as pd
 from sqlalchemy import Engine, create_engine, event, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
 from optimizer.store import schema
 from optimizer.store.migrations import migrate
@@ -22,7 +22,13 @@ def default_url(state_dir: Path) -> str:
 
 
 class Store:
-    """One database, opened once per process; writes are serialised (SQLite has one writer)."""
+    """One database, opened once per process.
+
+    Trial records and cache entries are written by one background writer that commits whatever
+    has queued up in a single transaction (SQLite has one writer; a transaction per row costs
+    more than the row). A record reaches the database milliseconds after it is queued; `flush()`
+    waits for that, and every run-level write flushes first, so a finished run is all on disk.
+    """
 
     def __init__(self, url: str):
         if url.startswith("sqlite:///"):
@@ -35,72 +41,126 @@ class Store:
         self._lock = threading.Lock()
         with self.engine.begin() as conn:
             migrate(conn)
+        self._queue: queue.Queue = queue.Queue()
+        self._pending_cache: dict[str, dict[str, Any]] = {}
+        self._writer: threading.Thread | None = None
+        self._writer_error: BaseException | None = None
 
     def close(self) -> None:
+        self.flush()
         self.engine.dispose()
+
+    # ------------------------------------------------------------------ writer
+    def _enqueue(self, kind: str, payload: Any) -> None:
+        with self._lock:
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
+                self._writer.start()
+        self._queue.put((kind, payload))
+
+    def flush(self) -> None:
+        """Block until everything queued is committed; re-raise a failure of the writer."""
+        if self._writer is not None:
+            self._queue.join()
+        if self._writer_error is not None:
+            error, self._writer_error = self._writer_error, None
+            raise error
+
+    def _write_loop(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < 500:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                with self.engine.begin() as conn:
+                    for kind, payload in batch:
+                        (self._write_trial if kind == "trial" else self._write_cache)(conn, *payload)
+            except BaseException as exc:  # surfaced by flush()
+                self._writer_error = exc
+            finally:
+                for kind, payload in batch:
+                    if kind == "cache":
+                        self._pending_cache.pop(payload[0], None)
+                    self._queue.task_done()
 
     # ------------------------------------------------------------------ runs
     def start_run(self, run: RunResult, kind: str = "eval") -> None:
-        with self._lock, self.engine.begin() as conn:
+        self.flush()
+        with self.engine.begin() as conn:
             conn.execute(insert(schema.runs).values(
                 run_id=run.run_id, kind=kind, status="running", started_at=run.started_at,
                 settings_json=json.dumps(run.settings, default=str),
                 fingerprints_json=json.dumps(run.fingerprints, default=str)))
 
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
-        with self._lock, self.engine.begin() as conn:
+        self.flush()
+        with self.engine.begin() as conn:
             conn.execute(update(schema.runs).where(schema.runs.c.run_id == run_id).values(
                 status=status, finished_at=datetime.now(timezone.utc),
                 summary_json=json.dumps(summary, default=str)))
 
     def record_trial(self, run_id: str, trial: Trial) -> None:
+        self._enqueue("trial", (run_id, trial))
+
+    @staticmethod
+    def _write_trial(conn, run_id: str, trial: Trial) -> None:
         usage = trial.transcript.usage
-        with self._lock, self.engine.begin() as conn:
-            trial_id = conn.execute(insert(schema.trials).values(
-                run_id=run_id, suite=trial.suite, task_id=trial.task_id, bucket=trial.bucket,
-                split=trial.split, trial_index=trial.index, status=trial.status, score=trial.score,
-                error=trial.error, duration_s=trial.duration_s, prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd,
-                model_calls=usage.calls, cache_hits=usage.cache_hits,
-                transcript_json=trial.transcript.model_dump_json(),
-                outcome_json=trial.outcome.model_dump_json())).inserted_primary_key[0]
-            if trial.grader_results:
-                conn.execute(insert(schema.grader_results), [
-                    {"trial_id": trial_id, "grader": result.grader, "score": result.score,
-                     "passed": result.passed, "errored": result.errored, "rationale": result.rationale,
-                     "details_json": json.dumps(result.details, default=str)}
-                    for result in trial.grader_results])
+        trial_id = conn.execute(insert(schema.trials).values(
+            run_id=run_id, suite=trial.suite, task_id=trial.task_id, bucket=trial.bucket,
+            split=trial.split, trial_index=trial.index, status=trial.status, score=trial.score,
+            error=trial.error, duration_s=trial.duration_s, prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd,
+            model_calls=usage.calls, cache_hits=usage.cache_hits,
+            transcript_json=trial.transcript.model_dump_json(),
+            outcome_json=trial.outcome.model_dump_json())).inserted_primary_key[0]
+        if trial.grader_results:
+            conn.execute(insert(schema.grader_results), [
+                {"trial_id": trial_id, "grader": result.grader, "score": result.score,
+                 "passed": result.passed, "errored": result.errored, "rationale": result.rationale,
+                 "details_json": json.dumps(result.details, default=str)}
+                for result in trial.grader_results])
 
     def runs_frame(self) -> pd.DataFrame:
+        self.flush()
         with self.engine.connect() as conn:
             return pd.read_sql(select(schema.runs).order_by(schema.runs.c.started_at), conn)
 
     def trials_frame(self, run_id: str) -> pd.DataFrame:
         columns = [c for c in schema.trials.c if c.name not in ("transcript_json", "outcome_json")]
+        self.flush()
         with self.engine.connect() as conn:
             return pd.read_sql(select(*columns).where(schema.trials.c.run_id == run_id)
                                .order_by(schema.trials.c.id), conn)
 
     def count(self, table: str) -> int:
+        self.flush()
         with self.engine.connect() as conn:
             return len(conn.execute(select(schema.metadata.tables[table])).all())
 
     # ----------------------------------------------------------- response cache
     def get(self, key: str) -> dict[str, Any] | None:
+        pending = self._pending_cache.get(key)
+        if pending is not None:
+            return pending
         with self.engine.connect() as conn:
             row = conn.execute(select(schema.response_cache.c.value_json)
                                .where(schema.response_cache.c.key == key)).first()
         return json.loads(row[0]) if row else None
 
     def put(self, key: str, model: str, value: dict[str, Any]) -> None:
-        row = {"key": key, "model": model, "value_json": json.dumps(value, ensure_ascii=False),
-               "created_at": datetime.now(timezone.utc)}
-        with self._lock:
-            try:
-                with self.engine.begin() as conn:
-                    conn.execute(insert(schema.response_cache).values(**row))
-            except IntegrityError:
-                pass  # an identical request was cached meanwhile
+        self._pending_cache.setdefault(key, value)
+        self._enqueue("cache", (key, model, value))
+
+    @staticmethod
+    def _write_cache(conn, key: str, model: str, value: dict[str, Any]) -> None:
+        exists = conn.execute(select(schema.response_cache.c.key).where(schema.response_cache.c.key == key)).first()
+        if not exists:
+            conn.execute(insert(schema.response_cache).values(
+                key=key, model=model, value_json=json.dumps(value, ensure_ascii=False),
+                created_at=datetime.now(timezone.utc)))
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
