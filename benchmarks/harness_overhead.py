@@ -2,7 +2,9 @@
 
 A warm-up run (one trial per worker, not timed) pays the one-off costs first: importing
 litellm and loading its tokenizer. Prints the wall time against the ideal (model calls x latency / concurrency). Target: at most
-1.15x the ideal. Runs the real path: suite loading, the runner's thread pool, per-trial
+1.15x the ideal. Also prints what bounds it: the CPU cost of one trial measured sequentially
+(`cpu_ms_per_trial`; with one interpreter lock, trials x that is a floor on the wall time) and
+the part of it that is litellm's own per-call work (`litellm_ms_per_call`). Runs the real path: suite loading, the runner's thread pool, per-trial
 workspaces, the Card Agent's tool loop, litellm, graders, the store and the response cache.
 
     python benchmarks/harness_overhead.py [--trials 1000] [--concurrency 32] [--latency-ms 50]
@@ -26,6 +28,30 @@ from optimizer.store import Store, default_url  # noqa: E402
 from tests.helpers import event_task, write_suite  # noqa: E402
 
 
+def sequential_ms_per_trial(suite: Path, scratch: Path, trials: int = 200) -> float:
+    """CPU cost of one trial: the same suite at zero latency, one trial at a time."""
+    settings = Settings(agent_model="mock/oracle", trials=trials, concurrency=1)
+    store = Store(default_url(scratch / "sequential"))
+    started = time.perf_counter()
+    execute(prepare(settings, ROOT, [str(suite)]), store)
+    return (time.perf_counter() - started) * 1000 / trials
+
+
+def litellm_ms_per_call(plan, calls: int = 300) -> float:
+    """What litellm.completion alone costs per call on the in-process mock (no harness around it)."""
+    from optimizer.models import TrialContext, litellm_module, register_trial
+    from optimizer.models._context import METADATA_KEY
+
+    litellm = litellm_module()
+    task = plan.trials[0].task
+    register_trial("bench", TrialContext(task=task, agent_name="card_agent", trial_index=0, seed=0))
+    messages = [{"role": "system", "content": "x" * 2000}, {"role": "user", "content": task.input.content}]
+    started = time.perf_counter()
+    for _ in range(calls):
+        litellm.completion(model="mock/oracle", messages=messages, metadata={METADATA_KEY: "bench"})
+    return (time.perf_counter() - started) * 1000 / calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
@@ -46,12 +72,17 @@ def main() -> None:
         started = time.perf_counter()
         run, summary = execute(plan, store)
         wall = time.perf_counter() - started
+        cpu_ms_per_trial = sequential_ms_per_trial(suite, scratch)
+        litellm_ms = litellm_ms_per_call(plan)
     calls = summary["totals"]["model_calls"]
     ideal = calls * args.latency_ms / 1000 / args.concurrency
     result = {"trials": len(run.trials), "passed": summary["totals"]["passed"], "model_calls": calls,
               "concurrency": args.concurrency, "latency_ms": args.latency_ms, "wall_s": round(wall, 3),
               "ideal_s": round(ideal, 3), "ratio": round(wall / ideal, 3) if ideal else None,
-              "target_ratio": 1.15}
+              "target_ratio": 1.15,
+              "cpu_ms_per_trial": round(cpu_ms_per_trial, 2),
+              "cpu_floor_s": round(cpu_ms_per_trial * len(run.trials) / 1000, 3),
+              "litellm_ms_per_call": round(litellm_ms, 2)}
     print(json.dumps(result, indent=2))
 
 

@@ -38,6 +38,9 @@ class Settings(BaseModel):
     """Where the store, the response cache and run artifacts live (relative to the project root)."""
     database_url: str | None = None
     """SQLAlchemy URL of the store; default sqlite:///<state_dir>/optimizer.db."""
+    workspace_dir: str | None = None
+    """Parent folder of trial workspaces; default /dev/shm when writable (in memory), else the
+    system temp folder."""
     retry_attempts: int = Field(default=4, ge=1, le=20)
     retry_base_delay: float = Field(default=1.0, ge=0.0)
     cache: bool = True

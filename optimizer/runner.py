@@ -7,6 +7,7 @@ the registry.
 from __future__ import annotations
 
 import fnmatch
+import os
 import hashlib
 import secrets
 import shutil
@@ -39,6 +40,13 @@ class PlannedTrial:
     suite: Suite
     task: Task
     index: int
+
+
+def default_workspace_parent() -> str | None:
+    """In-memory /dev/shm when available: workspaces are small and short-lived, and creating and
+    removing folders there costs a fraction of a disk-backed temp folder."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
 def new_run_id() -> str:
@@ -91,6 +99,7 @@ class Runner:
         self.project_root = project_root
         self.prompt_root = prompt_root or project_root
         self.on_trial = on_trial
+        self.workspace_parent = settings.workspace_dir or default_workspace_parent()
         retry = RetryPolicy(max_attempts=settings.retry_attempts, base_delay_s=settings.retry_base_delay)
         self.agent_model = ModelClient(settings.agent_model, role="agent", cache=store if settings.cache else None,
                                        retry=retry, seed=settings.seed, temperature=settings.temperature)
@@ -111,22 +120,30 @@ class Runner:
             return self._execute(run.run_id, item, prompts[item.suite.name])
 
         pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="trial")
+        queue = iter(enumerate(planned))
+        futures: dict[Future, tuple[int, PlannedTrial]] = {}
+
+        def submit_next() -> None:
+            for number, item in queue:
+                futures[pool.submit(execute, number, item)] = (number, item)
+                return
+
         try:
-            futures: dict[Future, tuple[int, PlannedTrial]] = {
-                pool.submit(execute, number, item): (number, item) for number, item in enumerate(planned)}
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for _ in range(self.settings.concurrency):
+                submit_next()
+            while futures:
+                done, _ = wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
                 finished = [(future, future.result()) for future in done]
                 now = time.monotonic()
-                for future in list(pending):
-                    number, item = futures[future]
+                for future, (number, item) in futures.items():
                     begun = started.get(number)
-                    if begun is not None and now - begun > item.task.timeout_seconds + GRACE_S:
-                        pending.discard(future)
+                    if future not in done and begun is not None and \
+                            now - begun > item.task.timeout_seconds + GRACE_S:
                         finished.append((future, _errored(item, "TrialTimeout: the trial did not stop "
                                                                 "after its timeout_seconds", now - begun)))
-                for _, trial in finished:
+                for future, trial in finished:
+                    del futures[future]
+                    submit_next()
                     self.store.record_trial(run.run_id, trial)
                     run.trials.append(trial)
                     if self.on_trial:
@@ -143,7 +160,7 @@ class Runner:
         entry = get_agent(suite.spec.agent_name)
         register_trial(key, TrialContext(task=task, agent_name=entry.name, trial_index=item.index,
                                          seed=self.settings.seed))
-        workspace = Path(tempfile.mkdtemp(prefix="optimizer-trial-"))
+        workspace = Path(tempfile.mkdtemp(prefix="optimizer-trial-", dir=self.workspace_parent))
         begun = time.monotonic()
         deadline = begun + task.timeout_seconds
         client = self.agent_model.bind(trial_key=key, trial_index=item.index, deadline=deadline)

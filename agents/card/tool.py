@@ -99,12 +99,18 @@ class CardSaver:
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_FastDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def dump_card(card: dict[str, Any]) -> str:
-    """YAML with unicode kept literal. libyaml's emitter escapes emoji (`\U0001F642`), which would
-    hide them from `card_must_contain`, so the pure-Python dumper writes; libyaml only reads."""
-    return yaml.dump(card, Dumper=yaml.SafeDumper, allow_unicode=True, sort_keys=False, width=10**9)
+    """YAML with unicode kept literal. libyaml's emitter escapes characters outside the basic
+    plane (emoji become `\U0001F642`), which would hide them from `card_must_contain`; such cards
+    are written by the pure-Python dumper instead."""
+    options = {"allow_unicode": True, "sort_keys": False, "width": 10**9}
+    text = yaml.dump(card, Dumper=_FastDumper, **options)
+    if "\\U" in text:
+        text = yaml.dump(card, Dumper=yaml.SafeDumper, **options)
+    return text
 
 
 def load_card(text: str) -> dict[str, Any]:

@@ -45,6 +45,7 @@ class Store:
         self._pending_cache: dict[str, dict[str, Any]] = {}
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
+        self._cache_keys: set[str] | None = None
 
     def close(self) -> None:
         self.flush()
@@ -145,6 +146,11 @@ class Store:
         pending = self._pending_cache.get(key)
         if pending is not None:
             return pending
+        if self._cache_keys is None:
+            with self._lock, self.engine.connect() as conn:
+                self._cache_keys = set(conn.execute(select(schema.response_cache.c.key)).scalars())
+        if key not in self._cache_keys:
+            return None  # a miss costs no query: the keys were read once
         with self.engine.connect() as conn:
             row = conn.execute(select(schema.response_cache.c.value_json)
                                .where(schema.response_cache.c.key == key)).first()
@@ -152,6 +158,8 @@ class Store:
 
     def put(self, key: str, model: str, value: dict[str, Any]) -> None:
         self._pending_cache.setdefault(key, value)
+        if self._cache_keys is not None:
+            self._cache_keys.add(key)
         self._enqueue("cache", (key, model, value))
 
     @staticmethod
