@@ -176,6 +176,9 @@ class Runner:
             except Exception as exc:
                 detail = "".join(traceback.format_exception_only(exc)).strip()
                 return _errored(item, f"agent crashed: {detail}", time.monotonic() - begun, client)
+            if time.monotonic() > deadline:
+                return _errored(item, f"TrialTimeout: the trial took longer than timeout_seconds="
+                                      f"{task.timeout_seconds}", time.monotonic() - begun, client)
             result.transcript.usage = client.usage
             result.transcript.model = client.model
             trial = Trial(suite=suite.name, task_id=task.id, bucket=task.bucket, split=task.split,

@@ -113,3 +113,14 @@ def test_authentication_error_is_not_retried(tmp_path):
     assert run.trials[0].status == "errored"
     assert len(CALLS["auth"]) == 1
     assert "AuthenticationError" in run.trials[0].error
+
+
+def test_a_trial_past_its_timeout_is_errored_and_the_run_goes_on(tmp_path):
+    slow = event_task("slow", timeout_seconds=1)
+    fast = event_task("fast")
+    suite = write_suite(tmp_path / "suite", [slow, fast])
+    settings = load_settings(PROJECT_ROOT, {"agent_model": "mock/oracle@1200ms", "concurrency": 2, "cache": False})
+    run, summary = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    status = {t.task_id: t.status for t in run.trials}
+    assert status == {"slow": "errored", "fast": "passed"}
+    assert "timeout_seconds=1" in next(t.error for t in run.trials if t.task_id == "slow")
