@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -45,6 +45,28 @@ class Settings(BaseModel):
     retry_base_delay: float = Field(default=1.0, ge=0.0)
     cache: bool = True
     """Serve identical requests from the response cache."""
+
+    # ---- the loop (`optimizer run`, `optimizer noise`)
+    loop_trials: int = Field(default=4, ge=1)
+    """Trials per task in `optimizer run` and `optimizer noise` unless `trials` is set: the gate
+    pairs trials, and one trial per task is too few pairs to show a bucket improved."""
+    target_buckets: int = Field(default=1, ge=1, le=20)
+    """Failure buckets targeted per iteration (each must improve)."""
+    proposer: Literal["llm", "command"] = "llm"
+    proposer_command: str | None = None
+    """Coding-agent command line for `--proposer command`; `{request}` and `{workdir}` are
+    replaced by the (shell-quoted) request file and worktree paths."""
+    proposer_timeout: float = Field(default=900.0, gt=0)
+    candidates: int = Field(default=1, ge=1, le=20)
+    gate: Literal["strict", "lenient"] = "strict"
+    max_bucket_drop: float = Field(default=0.10, ge=0.0, le=1.0)
+    alpha: float = Field(default=0.10, gt=0.0, lt=1.0)
+    alpha_harm: float = Field(default=0.20, gt=0.0, lt=1.0)
+    max_changed_lines: int = Field(default=40, ge=1)
+    request_token_budget: int = Field(default=12000, ge=1000)
+    """Size cap of request.md, in tokens (estimated as characters / 4)."""
+    mock_patcher_script: str | None = None
+    """JSON file of scripted proposals answered by the `mock/patcher` model (tests, demos)."""
 
 
 def find_project_root(start: Path | None = None) -> Path:

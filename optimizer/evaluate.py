@@ -44,14 +44,19 @@ def open_store(settings: Settings, project_root: Path) -> Store:
 
 
 def execute(eval_plan: EvalPlan, store: Store, *, prompt_root: Path | None = None,
-            on_trial: Callable[[Trial], None] | None = None) -> tuple[RunResult, dict[str, Any]]:
+            on_trial: Callable[[Trial], None] | None = None, kind: str = "eval") -> tuple[RunResult, dict[str, Any]]:
     runner = Runner(eval_plan.settings, store, project_root=eval_plan.project_root, prompt_root=prompt_root,
                     on_trial=on_trial)
-    run = runner.run(eval_plan.suites, eval_plan.trials)
+    run = runner.run(eval_plan.suites, eval_plan.trials, kind=kind)
+    return run, finish(run, store)
+
+
+def finish(run: RunResult, store: Store) -> dict[str, Any]:
+    """Summarize a run and mark it finished in the store."""
     summary = summarize(run)
     status = "errored" if run.trials and summary["totals"]["errored"] == len(run.trials) else "completed"
     store.finish_run(run.run_id, status, summary)
-    return run, summary
+    return summary
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -75,9 +75,13 @@ def read_prompt(entry: AgentEntry, prompt_root: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def fingerprints(suites: list[Suite], settings: Settings, prompt_root: Path) -> dict:
+def fingerprints(suites: list[Suite], settings: Settings, prompt_root: Path,
+                 planned: list[PlannedTrial] | None = None) -> dict:
     """What a later run must match to reuse this one's results."""
-    prompts, tasks, graders = {}, {}, {}
+    prompts, tasks, graders, trials = {}, {}, {}, {}
+    for item in planned or []:
+        key = f"{item.suite.name}/{item.task.id}"
+        trials[key] = trials.get(key, 0) + 1
     for suite in suites:
         entry = get_agent(suite.spec.agent_name)
         prompts[entry.prompt_file] = hashlib.sha256(read_prompt(entry, prompt_root).encode()).hexdigest()[:16]
@@ -85,7 +89,8 @@ def fingerprints(suites: list[Suite], settings: Settings, prompt_root: Path) -> 
             tasks[f"{suite.name}/{task.id}"] = task_fingerprint(task)
             for spec in task.graders:
                 graders[spec.name] = get_grader(spec.name).fingerprint
-    return {"prompts": prompts, "tasks": tasks, "graders": graders,
+    return {"prompts": prompts, "tasks": tasks, "graders": graders, "trials": trials, "seed": settings.seed,
+            "temperature": settings.temperature,
             "models": {"agent": settings.agent_model, "judge": settings.judge_model}}
 
 
@@ -104,13 +109,16 @@ class Runner:
         self.agent_model = ModelClient(settings.agent_model, role="agent", cache=store if settings.cache else None,
                                        retry=retry, seed=settings.seed, temperature=settings.temperature)
 
-    def run(self, suites: list[Suite], planned: list[PlannedTrial], *, run_id: str | None = None) -> RunResult:
+    def run(self, suites: list[Suite], planned: list[PlannedTrial], *, run_id: str | None = None,
+            kind: str = "eval") -> RunResult:
+        """Run `planned`; with the `run_id` of a stored run, add these trials to that run."""
         prompts = {suite.name: read_prompt(get_agent(suite.spec.agent_name), self.prompt_root) for suite in suites}
         run = RunResult(run_id=run_id or new_run_id(), started_at=datetime.now(timezone.utc),
                         settings=self.settings.model_dump(),
-                        fingerprints=fingerprints(suites, self.settings, self.prompt_root))
+                        fingerprints=fingerprints(suites, self.settings, self.prompt_root, planned))
         litellm_module()  # import once, before the workers start, not inside each of them
-        self.store.start_run(run)
+        if not (run_id and self.store.has_run(run_id)):
+            self.store.start_run(run, kind)
         started: dict[int, float] = {}
         lock = threading.Lock()
 

@@ -11,11 +11,15 @@ import sys
 import typer
 
 from optimizer.cli import eval as eval_cmd
+from optimizer.cli import loop as loop_cmd
 from optimizer.cli import suites as suites_cmd
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Closed-loop prompt optimizer: evaluate agents, propose prompt patches, gate them.")
 app.command("eval")(eval_cmd.eval_command)
+app.command("run")(loop_cmd.run_command)
+app.command("review")(loop_cmd.review_command)
+app.command("noise")(loop_cmd.noise_command)
 app.add_typer(suites_cmd.app, name="suites")
 
 

@@ -60,6 +60,8 @@ def fmt(value: Any, kind: str = "ratio") -> str:
         return "–"
     if kind == "ratio":
         return f"{value:.2f}"
+    if kind == "ratio3":
+        return f"{value:.3f}"
     if kind == "usd":
         return f"${value:.4f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
@@ -97,3 +99,33 @@ def print_summary(summary: dict[str, Any]) -> None:
     for error in summary["errors"][:10]:
         console.print(f"  errored: {error['suite']}/{error['task_id']} #{error['trial']}: {error['error']}",
                       highlight=False, markup=False)
+
+
+def render_decision(decision) -> Table:
+    """The per-bucket before/after table of a gate decision (a `Decision` or its dict)."""
+    data = decision if isinstance(decision, dict) else decision.as_dict()
+    table = Table(title=f"gate ({data['mode']}, {data['stage']}): "
+                        f"{'ACCEPTED' if data['accepted'] else 'rejected'}", title_justify="left")
+    for name in ("bucket", "tasks", "before", "after", "change", "95% CI of change", "p improve", "p harm"):
+        table.add_column(name, justify="left" if name == "bucket" else "right")
+    rows = list(data["buckets"])
+    for label, key in (("overall (train)", "overall"), ("holdout", "holdout")):
+        summary = data.get(key) or {}
+        if summary.get("pairs"):
+            rows.append({"suite": "", "bucket": label, "tasks": summary["tasks"], "before": summary["before"],
+                         "after": summary["after"], "change": summary["change"]})
+    for row in rows:
+        name = f"{row['suite']}/{row['bucket']}" if row.get("suite") else row["bucket"]
+        if row.get("targeted"):
+            name = f"* {name}"
+        interval = (f"[{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"
+                    if row.get("ci_low") is not None else "–")
+        holm = row.get("p_improve_holm")
+        p_up = fmt(holm if holm is not None else row.get("p_improve"), "ratio3")
+        table.add_row(name, str(row.get("tasks", "")), fmt(row.get("before")), fmt(row.get("after")),
+                      f"{row['change']:+.2f}" if row.get("change") is not None else "–", interval, p_up,
+                      fmt(row.get("p_harm"), "ratio3"))
+    table.caption = "\n".join(f"{'pass' if rule['passed'] else 'FAIL'} {rule['rule']}: {rule['reason']}"
+                              for rule in data["rules"])
+    table.caption_justify = "left"
+    return table

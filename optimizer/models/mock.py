@@ -5,7 +5,12 @@
 * `mock/sim` plays the agent as its registered `SimProfile` says (see `optimizer.sim`): seeded,
   prompt-sensitive, reproducible.
 
-Both accept a latency suffix for benchmarks, e.g. `mock/oracle@50ms` sleeps 50 ms per call.
+* `mock/patcher` answers the `llm` proposer from a JSON script (`mock_patcher_script`): a list
+  of proposals `{"rationale": ..., "edits": [{"search": ..., "replace": ...}]}`, the n-th answer
+  for the n-th proposal recorded in the store; past the end of the script it proposes no edit.
+  An entry `{"raw": "..."}` is returned verbatim (a reply no parser can use).
+
+All accept a latency suffix for benchmarks, e.g. `mock/oracle@50ms` sleeps 50 ms per call.
 Token counts are estimated as characters / 4 so reports have something to show; cost is 0.
 """
 
@@ -14,12 +19,13 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from optimizer.models._context import METADATA_KEY, trial_context
 from optimizer.models._litellm import register_provider
 
-MOCK_NAMES = ("oracle", "sim")
+MOCK_NAMES = ("oracle", "sim", "patcher")
 _MODEL = re.compile(r"^(?P<name>[a-z_]+)(@(?P<ms>\d+)ms)?$")
 FINAL_REPLY = "Done."
 
@@ -33,16 +39,16 @@ def parse_mock_model(model: str) -> tuple[str, float] | None:
 
 
 def _completion(model: str, messages: list[dict], **kwargs: Any):
-    from litellm.types.utils import ModelResponse
-
     parsed = parse_mock_model(model)
     if parsed is None:
         raise ValueError(f"unknown mock model 'mock/{model}'")
     name, latency = parsed
     if latency:
         time.sleep(latency)
-    key = ((kwargs.get("litellm_params") or {}).get("metadata") or {}).get(METADATA_KEY)
-    context = trial_context(key)
+    metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+    if name == "patcher":
+        return _response(model, messages, {"role": "assistant", "content": _patcher_reply(metadata)}, "stop")
+    context = trial_context(metadata.get(METADATA_KEY))
     if context is None:
         raise ValueError(f"mock/{name} needs a registered trial (metadata {METADATA_KEY!r})")
     calls = _script(name, context, messages)
@@ -56,11 +62,32 @@ def _completion(model: str, messages: list[dict], **kwargs: Any):
     else:
         message = {"role": "assistant", "content": FINAL_REPLY}
         finish = "stop"
+    return _response(model, messages, message, finish)
+
+
+def _response(model: str, messages: list[dict], message: dict, finish: str):
+    from litellm.types.utils import ModelResponse
+
     prompt_tokens = sum(len(str(m.get("content") or "")) for m in messages) // 4
     completion_tokens = len(json.dumps(message, ensure_ascii=False)) // 4
     return ModelResponse(model=f"mock/{model}", choices=[{"message": message, "finish_reason": finish}],
                          usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                 "total_tokens": prompt_tokens + completion_tokens})
+
+
+def _patcher_reply(metadata: dict) -> str:
+    path = metadata.get("optimizer_patcher_script")
+    if not path:
+        raise ValueError("mock/patcher needs a script: set mock_patcher_script (OPTIMIZER_MOCK_PATCHER_SCRIPT)")
+    script = json.loads(Path(path).read_text(encoding="utf-8"))
+    ordinal = int(metadata.get("optimizer_proposal") or 1)
+    entry = script[ordinal - 1] if 0 < ordinal <= len(script) else {
+        "rationale": "The script has no more proposals.", "edits": []}
+    if "raw" in entry:
+        return str(entry["raw"])
+    edits = json.dumps(entry.get("edits", []), ensure_ascii=False)
+    return (f"[[ ## rationale ## ]]\n{entry.get('rationale', '')}\n\n[[ ## edits ## ]]\n{edits}\n\n"
+            f"[[ ## completed ## ]]")
 
 
 def _script(name: str, context, messages: list[dict]):

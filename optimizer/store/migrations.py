@@ -16,8 +16,13 @@ def _initial(conn: Connection) -> None:
                                              schema.response_cache])
 
 
+def _loop(conn: Connection) -> None:
+    schema.metadata.create_all(conn, tables=[schema.iterations, schema.proposals])
+
+
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
     ("0001_initial", _initial),
+    ("0002_loop", _loop),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

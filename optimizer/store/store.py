@@ -14,7 +14,7 @@ from sqlalchemy import Engine, create_engine, event, insert, select, update
 
 from optimizer.store import schema
 from optimizer.store.migrations import migrate
-from optimizer.types import RunResult, Trial
+from optimizer.types import GraderResult, Outcome, RunResult, Transcript, Trial
 
 
 def default_url(state_dir: Path) -> str:
@@ -124,6 +124,97 @@ class Store:
                  "details_json": json.dumps(result.details, default=str)}
                 for result in trial.grader_results])
 
+    def has_run(self, run_id: str) -> bool:
+        self.flush()
+        with self.engine.connect() as conn:
+            return conn.execute(select(schema.runs.c.run_id).where(schema.runs.c.run_id == run_id)).first() is not None
+
+    def run_record(self, run_id: str) -> dict[str, Any] | None:
+        self.flush()
+        with self.engine.connect() as conn:
+            row = conn.execute(select(schema.runs).where(schema.runs.c.run_id == run_id)).mappings().first()
+        return _decode_run(row) if row else None
+
+    def find_reusable_run(self, fingerprints: dict[str, Any], trial_count: int) -> str | None:
+        """The newest completed run with exactly these fingerprints and every planned trial."""
+        wanted = json.dumps(fingerprints, sort_keys=True, default=str)
+        self.flush()
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.fingerprints_json)
+                                .where(schema.runs.c.status == "completed")
+                                .order_by(schema.runs.c.started_at.desc())).all()
+            for run_id, stored in rows:
+                if json.dumps(json.loads(stored), sort_keys=True, default=str) != wanted:
+                    continue
+                count = len(conn.execute(select(schema.trials.c.id).where(schema.trials.c.run_id == run_id)).all())
+                if count == trial_count:
+                    return run_id
+        return None
+
+    def load_trials(self, run_id: str) -> list[Trial]:
+        """The full trial records of a run, grader results included, in recording order."""
+        self.flush()
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(schema.trials).where(schema.trials.c.run_id == run_id)
+                                .order_by(schema.trials.c.id)).mappings().all()
+            graders = conn.execute(select(schema.grader_results)
+                                   .where(schema.grader_results.c.trial_id.in_([row["id"] for row in rows]))
+                                   .order_by(schema.grader_results.c.id)).mappings().all() if rows else []
+        by_trial: dict[int, list[GraderResult]] = {}
+        for row in graders:
+            by_trial.setdefault(row["trial_id"], []).append(GraderResult(
+                grader=row["grader"], score=row["score"], passed=row["passed"], errored=row["errored"],
+                rationale=row["rationale"], details=json.loads(row["details_json"])))
+        return [Trial(suite=row["suite"], task_id=row["task_id"], bucket=row["bucket"], split=row["split"],
+                      index=row["trial_index"], status=row["status"], score=row["score"], error=row["error"],
+                      duration_s=row["duration_s"],
+                      transcript=Transcript.model_validate_json(row["transcript_json"]),
+                      outcome=Outcome.model_validate_json(row["outcome_json"]),
+                      grader_results=by_trial.get(row["id"], []))
+                for row in rows]
+
+    # ------------------------------------------------------------ iterations
+    def start_iteration(self, **values: Any) -> None:
+        self.flush()
+        with self.engine.begin() as conn:
+            conn.execute(insert(schema.iterations).values(
+                status="running", started_at=datetime.now(timezone.utc), **_encode(values)))
+
+    def update_iteration(self, iteration_id: str, **values: Any) -> None:
+        self.flush()
+        if values.get("status") and values["status"] != "running":
+            values.setdefault("finished_at", datetime.now(timezone.utc))
+        with self.engine.begin() as conn:
+            conn.execute(update(schema.iterations).where(schema.iterations.c.iteration_id == iteration_id)
+                         .values(**_encode(values)))
+
+    def record_proposal(self, **values: Any) -> int:
+        self.flush()
+        with self.engine.begin() as conn:
+            return conn.execute(insert(schema.proposals).values(
+                created_at=datetime.now(timezone.utc), **_encode(values))).inserted_primary_key[0]
+
+    def update_proposal(self, proposal_id: int, **values: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(schema.proposals).where(schema.proposals.c.id == proposal_id)
+                         .values(**_encode(values)))
+
+    def iterations(self) -> list[dict[str, Any]]:
+        self.flush()
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(schema.iterations).order_by(schema.iterations.c.started_at)).mappings().all()
+        return [_decode_run(row) for row in rows]
+
+    def proposals(self, *, iteration_id: str | None = None, branch: str | None = None) -> list[dict[str, Any]]:
+        query = select(schema.proposals).order_by(schema.proposals.c.id)
+        if iteration_id:
+            query = query.where(schema.proposals.c.iteration_id == iteration_id)
+        if branch:
+            query = query.where(schema.proposals.c.branch == branch)
+        self.flush()
+        with self.engine.connect() as conn:
+            return [_decode_run(row) for row in conn.execute(query).mappings().all()]
+
     def runs_frame(self) -> pd.DataFrame:
         self.flush()
         with self.engine.connect() as conn:
@@ -169,6 +260,21 @@ class Store:
             conn.execute(insert(schema.response_cache).values(
                 key=key, model=model, value_json=json.dumps(value, ensure_ascii=False),
                 created_at=datetime.now(timezone.utc)))
+
+
+def _encode(values: dict[str, Any]) -> dict[str, Any]:
+    """`foo_json` columns take any JSON-ready value."""
+    return {key: (json.dumps(value, default=str, ensure_ascii=False)
+                  if key.endswith("_json") and not isinstance(value, str) and value is not None else value)
+            for key, value in values.items()}
+
+
+def _decode_run(row) -> dict[str, Any]:
+    record = dict(row)
+    for key in list(record):
+        if key.endswith("_json") and isinstance(record[key], str):
+            record[key.removesuffix("_json")] = json.loads(record.pop(key))
+    return record
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -1,0 +1,104 @@
+"""`optimizer run`, `optimizer review` and `optimizer noise`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def _settings(**flags):
+    from optimizer.config import find_project_root, load_settings
+
+    root = find_project_root()
+    return root, load_settings(root, flags)
+
+
+def _context(settings, root, *, quiet: bool = False):
+    from optimizer import evaluate
+    from optimizer.cli._common import TrialProgress, err_console
+    from optimizer.loop import LoopContext
+
+    store = evaluate.open_store(settings, root)
+    return LoopContext(settings=settings, project_root=root, store=store,
+                       log=(lambda message: None) if quiet else
+                       (lambda message: err_console.print(message, highlight=False, markup=False)),
+                       make_progress=lambda total, label: TrialProgress(total, label))
+
+
+def run_command(
+    suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
+    proposer: Optional[str] = typer.Option(None, help="llm (default) or command [env OPTIMIZER_PROPOSER]."),
+    candidates: Optional[int] = typer.Option(None, help="Proposals to evaluate; the best accepted one is kept."),
+    gate: Optional[str] = typer.Option(None, help="strict (default) or lenient."),
+    agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
+    patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
+    trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
+    base: Optional[str] = typer.Option(None, help="Branch or commit to start from (default HEAD)."),
+    agent: Optional[str] = typer.Option(None, help="Only target this agent."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
+    concurrency: Optional[int] = typer.Option(None, help="Trials run at once."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the iteration summary as JSON here."),
+    fail_on_reject: bool = typer.Option(False, help="Exit 1 when no proposal is accepted."),
+) -> None:
+    """One optimization iteration: baseline, request, proposal, branch, staged rerun, gate."""
+    from optimizer.cli._common import console, render_decision
+    from optimizer.errors import EXIT_FAILED
+    from optimizer.evaluate import write_json
+    from optimizer.loop import run_iteration
+
+    root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
+                               patcher_model=patcher_model, trials=trials, concurrency=concurrency)
+    ctx = _context(settings, root)
+    result = run_iteration(ctx, suite_names=suite or None, base_ref=base, dry_run=dry_run, agent=agent)
+    for record in result.proposals:
+        console.rule(f"proposal {record.ordinal}: {record.status}  ({record.branch})")
+        if record.diff:
+            console.print(record.diff.rstrip("\n"), markup=False, highlight=False)
+        if record.decision:
+            console.print(render_decision(record.decision))
+        console.print(record.reason, markup=False, highlight=False)
+    accepted = result.accepted
+    console.print(f"iteration {result.iteration_id}: {result.status}; {result.rollouts} rollouts; "
+                  f"request {result.request_path or '-'}", highlight=False)
+    if accepted:
+        console.print(f"review it: optimizer review {accepted.branch}", highlight=False)
+    if json_path:
+        from optimizer.loop import _summary
+
+        write_json(json_path, {"iteration_id": result.iteration_id, **_summary(result)})
+    if fail_on_reject and not accepted and result.status in ("accepted", "rejected"):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def review_command(
+    branch: Optional[str] = typer.Argument(None, help="Proposal branch (default: the latest accepted one)."),
+    merge: bool = typer.Option(False, "--merge", help="Merge the accepted branch into its base branch."),
+) -> None:
+    """Show a proposal: its git diff, the bucket table before/after, the gate's reasons, cost."""
+    from optimizer.review import review
+
+    root, settings = _settings()
+    review(settings, root, branch, merge=merge)
+
+
+def noise_command(
+    suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
+    repeats: int = typer.Option(20, min=1, help="A/A pairs to run."),
+    agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
+    trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
+) -> None:
+    """Run the baseline against itself and report how often the gate would accept (false accepts)."""
+    from optimizer.cli._common import console
+    from optimizer.noise import measure_noise
+
+    root, settings = _settings(agent_model=agent_model, trials=trials)
+    ctx = _context(settings, root)
+    result = measure_noise(ctx, repeats=repeats, suite_names=suite or None)
+    console.print(f"A/A repeats: {result.repeats} ({result.skipped} with nothing to target); "
+                  f"rollouts {result.rollouts}", highlight=False)
+    console.print(f"false-accept rate, strict gate:  {result.rate(result.strict_accepts):.1%} "
+                  f"({result.strict_accepts}/{result.tested})", highlight=False)
+    console.print(f"false-accept rate, lenient gate: {result.rate(result.lenient_accepts):.1%} "
+                  f"({result.lenient_accepts}/{result.tested})", highlight=False)

@@ -1,0 +1,395 @@
+"""One iteration of the closed loop (`optimizer run`).
+
+baseline -> select -> package `request.md` -> propose -> check the patch -> branch + commit ->
+staged rerun -> gate -> record, and keep the branch (accepted) or delete it (rejected).
+
+The baseline is evaluated at the base commit's prompt files (exported to a temporary folder, so
+uncommitted edits in the user's checkout play no part), or reused from the store when a
+completed run has the same fingerprints (prompt hashes, task hashes, grader versions, models,
+trials, seed). The rerun is staged: the targeted buckets' train tasks first; when the gate's
+improvement rule already fails on them, the candidate stops there. Otherwise the rest of the
+changed agent's suites runs, including holdout and regression suites; suites of other agents
+keep their baseline trials (their prompts did not change).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from optimizer import gitops
+from optimizer.config import Settings
+from optimizer.errors import ConfigError
+from optimizer.evaluate import finish, write_json
+from optimizer.gate import Decision, GateConfig, decide
+from optimizer.models import validate_model
+from optimizer.patch import LintIndex, check_patch
+from optimizer.proposers import Proposal, ProposalRequest, make_proposer
+from optimizer.registry import get_agent
+from optimizer.request import Selection, failure_records, load_manual, render_request, select_targets
+from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id, plan
+from optimizer.scoring import trials_frame
+from optimizer.store import Store
+from optimizer.suites import load_suite
+from optimizer.types import RunResult, Suite, Trial, Usage
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class ProposalRecord:
+    ordinal: int
+    branch: str
+    status: str
+    """accepted | rejected_gate | rejected_check | no_patch | superseded"""
+    reason: str
+    rationale: str = ""
+    diff: str = ""
+    decision: Decision | None = None
+    candidate_run_id: str | None = None
+    commit_sha: str | None = None
+    rollouts: int = 0
+    usage: Usage = field(default_factory=Usage)
+    proposal_id: int | None = None
+
+
+@dataclass
+class IterationResult:
+    iteration_id: str
+    status: str
+    """accepted | rejected | nothing_to_fix | dry_run"""
+    base: gitops.Base
+    run_dir: Path
+    baseline_run_id: str | None = None
+    baseline_reused: bool = False
+    selection: Selection | None = None
+    request_path: Path | None = None
+    proposals: list[ProposalRecord] = field(default_factory=list)
+    rollouts: int = 0
+
+    @property
+    def accepted(self) -> ProposalRecord | None:
+        return next((p for p in self.proposals if p.status == "accepted"), None)
+
+
+@dataclass
+class LoopContext:
+    settings: Settings
+    project_root: Path
+    store: Store
+    log: Log = print
+    on_trial: Callable[[Trial], None] | None = None
+    make_progress: Callable[[int, str], Any] | None = None
+    """Returns a context manager with `.update(trial)`, for progress display."""
+
+
+def loop_settings(settings: Settings) -> Settings:
+    """The loop's trial count: `trials` when set, else `loop_trials`."""
+    return settings.model_copy(update={"trials": settings.trials or settings.loop_trials})
+
+
+def _rel(repo, project_root: Path, prompt_file: str) -> str:
+    return gitops.relative(repo, project_root / prompt_file)
+
+
+def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, base_ref: str | None = None,
+                  dry_run: bool = False, agent: str | None = None,
+                  rejected_ideas: list[str] | None = None) -> IterationResult:
+    settings = loop_settings(ctx.settings)
+    root = ctx.project_root
+    repo = gitops.open_repo(root)
+    base = gitops.resolve_base(repo, base_ref)
+    suites = [load_suite(name, root) for name in (suite_names or settings.suites)]
+    entries = {suite.spec.agent_name: get_agent(suite.spec.agent_name) for suite in suites}
+    prompt_paths = {name: _rel(repo, root, entry.prompt_file) for name, entry in entries.items()}
+    gitops.require_files(repo, base, list(prompt_paths.values()))
+    validate_model(settings.agent_model, field="agent_model")
+    if not dry_run:
+        _check_proposer(settings)
+    planned = plan(suites, trials=settings.trials)
+
+    state_dir = root / settings.state_dir
+    gitops.ignore_state_dir(state_dir)
+    iteration_id = new_run_id()
+    run_dir = state_dir / "runs" / iteration_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result = IterationResult(iteration_id=iteration_id, status="running", base=base, run_dir=run_dir)
+    ctx.store.start_iteration(iteration_id=iteration_id, kind="run", base_ref=base.ref, base_commit=base.commit,
+                              targets_json=[], settings_json=settings.model_dump())
+    try:
+        _iterate(ctx, settings, repo, suites, entries, prompt_paths, planned, result, dry_run=dry_run,
+                 agent=agent, rejected_ideas=rejected_ideas)
+    except BaseException as exc:
+        ctx.store.update_iteration(iteration_id, status="crashed",
+                                   summary_json={"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    return result
+
+
+def _check_proposer(settings: Settings) -> None:
+    if settings.proposer == "llm":
+        validate_model(settings.patcher_model, field="patcher_model")
+        if settings.patcher_model.startswith("mock/patcher") and not settings.mock_patcher_script:
+            raise ConfigError("mock/patcher answers from a script, and none is set", field="mock_patcher_script",
+                              fix="set mock_patcher_script (or OPTIMIZER_MOCK_PATCHER_SCRIPT) to a JSON file "
+                                  "of proposals, or choose another --patcher-model")
+        if settings.mock_patcher_script and not Path(settings.mock_patcher_script).is_file():
+            raise ConfigError("the mock patcher script does not exist", path=settings.mock_patcher_script,
+                              field="mock_patcher_script", fix="point it at a JSON file of proposals")
+    make_proposer(settings)
+
+
+def _iterate(ctx: LoopContext, settings: Settings, repo, suites: list[Suite], entries, prompt_paths,
+             planned: list[PlannedTrial], result: IterationResult, *, dry_run: bool, agent: str | None,
+             rejected_ideas: list[str] | None) -> None:
+    store, log, base = ctx.store, ctx.log, result.base
+    for name, path in prompt_paths.items():
+        if gitops.differs_from_base(repo, base.commit, path):
+            log(f"note: {path} has uncommitted changes; the loop uses the committed version at {base.commit[:12]}")
+
+    baseline_trials = _baseline(ctx, settings, repo, suites, entries, prompt_paths, planned, result)
+    selection = select_targets(baseline_trials, suites, max_targets=settings.target_buckets, agent=agent)
+    if selection is None:
+        result.status = "nothing_to_fix"
+        log("no train trial failed: nothing to fix")
+        store.update_iteration(result.iteration_id, status="nothing_to_fix",
+                               baseline_run_id=result.baseline_run_id, summary_json=_summary(result))
+        return
+    result.selection = selection
+    entry = entries[selection.agent]
+    prompt_path = prompt_paths[selection.agent]
+    prompt = gitops.read_at(repo, base.commit, prompt_path)
+    manual = load_manual(ctx.project_root, selection.agent)
+    failures = failure_records(baseline_trials, suites, selection)
+    request, omitted = render_request(
+        selection=selection, failures=failures, prompt=prompt, prompt_file=prompt_path, manual=manual,
+        iteration_id=result.iteration_id, base_commit=base.commit, agent_model=settings.agent_model,
+        max_changed_lines=settings.max_changed_lines, token_budget=settings.request_token_budget,
+        rejected_ideas=rejected_ideas)
+    result.request_path = result.run_dir / "request.md"
+    _write_text(result.request_path, request)
+    targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]
+    log(f"targets: {', '.join(targets)} ({len(failures)} failing task(s), {omitted} left out of the request)")
+    log(f"request: {result.request_path}")
+    store.update_iteration(result.iteration_id, agent=selection.agent, baseline_run_id=result.baseline_run_id,
+                           targets_json=targets, request_path=str(result.request_path),
+                           manual_sha256=manual.sha256)
+    if dry_run:
+        result.status = "dry_run"
+        store.update_iteration(result.iteration_id, status="dry_run", summary_json=_summary(result))
+        return
+
+    proposer = make_proposer(settings)
+    lint_index = LintIndex.from_suites(suites)
+    regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
+    for number in range(1, settings.candidates + 1):
+        branch = f"optimizer/{result.iteration_id}/{selection.agent}-{number}"
+        record = ProposalRecord(ordinal=len(store.proposals()) + 1, branch=branch, status="running", reason="")
+        result.proposals.append(record)
+        log(f"proposal {number}/{settings.candidates} on {branch} ({proposer.name} proposer)")
+        try:
+            with gitops.worktree(repo, branch=branch, base_commit=base.commit,
+                                 parent=ctx.project_root / settings.state_dir / "worktrees") as workdir:
+                _one_proposal(ctx, settings, proposer, record, workdir, repo, suites, entries, planned,
+                              baseline_trials, selection, prompt, prompt_path, manual.sha256, lint_index,
+                              regression, result)
+        except BaseException:
+            gitops.delete_branch(repo, branch)
+            raise
+        if record.status != "accepted":
+            gitops.delete_branch(repo, branch)
+        _store_proposal(store, result, record, selection.agent, proposer.name, settings, manual.sha256)
+        log(f"proposal {number}: {record.status}: {record.reason}")
+
+    accepted = [p for p in result.proposals if p.status == "accepted"]
+    if len(accepted) > 1:
+        best = max(accepted, key=lambda p: _targeted_gain(p.decision))
+        for other in accepted:
+            if other is not best:
+                other.status, other.reason = "superseded", f"accepted, but {best.branch} gained more"
+                gitops.delete_branch(repo, other.branch)
+                store.update_proposal(other.proposal_id, status=other.status, reason=other.reason)
+    result.status = "accepted" if result.accepted else "rejected"
+    report = _write_report(result)
+    store.update_iteration(result.iteration_id, status=result.status, summary_json=_summary(result, report))
+
+
+def _baseline(ctx: LoopContext, settings: Settings, repo, suites, entries, prompt_paths, planned,
+              result: IterationResult) -> list[Trial]:
+    with tempfile.TemporaryDirectory(prefix="optimizer-base-") as folder:
+        prompt_root = Path(folder)
+        for name, entry in entries.items():
+            target = prompt_root / entry.prompt_file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(gitops.read_at(repo, result.base.commit, prompt_paths[name]), encoding="utf-8")
+        wanted = fingerprints(suites, settings, prompt_root, planned)
+        reuse = ctx.store.find_reusable_run(wanted, len(planned))
+        if reuse:
+            ctx.log(f"baseline: reusing run {reuse} (same prompts, tasks, graders, models, trials, seed)")
+            result.baseline_run_id, result.baseline_reused = reuse, True
+            return ctx.store.load_trials(reuse)
+        ctx.log(f"baseline: {len(planned)} trials at {result.base.commit[:12]}")
+        run = _run_trials(ctx, settings, suites, planned, prompt_root, kind="baseline", label="baseline")
+        finish(run, ctx.store)
+        result.baseline_run_id = run.run_id
+        result.rollouts += len(planned)
+        return run.trials
+
+
+def _run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_root: Path, *, kind: str,
+                label: str, run_id: str | None = None) -> RunResult:
+    runner = Runner(settings, ctx.store, project_root=ctx.project_root, prompt_root=prompt_root)
+    if ctx.make_progress is None:
+        runner.on_trial = ctx.on_trial
+        return runner.run(suites, planned, run_id=run_id, kind=kind)
+    with ctx.make_progress(len(planned), label) as progress:
+        runner.on_trial = progress.update
+        return runner.run(suites, planned, run_id=run_id, kind=kind)
+
+
+def _one_proposal(ctx: LoopContext, settings: Settings, proposer, record: ProposalRecord, workdir: Path, repo,
+                  suites, entries, planned, baseline_trials, selection: Selection, prompt: str, prompt_path: str,
+                  manual_sha: str, lint_index: LintIndex, regression: set[str], result: IterationResult) -> None:
+    proposal: Proposal = proposer.propose(ProposalRequest(
+        request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,
+        prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal))
+    record.rationale, record.diff, record.usage = proposal.rationale, proposal.diff, proposal.usage
+    if proposal.log:
+        _write_text(result.run_dir / f"proposal-{record.ordinal}.log", proposal.log)
+    if proposal.error and not proposal.changed_files:
+        record.status, record.reason = "no_patch", proposal.error
+        return
+    check = check_patch(changed_files=proposal.changed_files, allowed_file=prompt_path, base_prompt=prompt,
+                        diff=proposal.diff, max_changed_lines=settings.max_changed_lines, index=lint_index)
+    if not check.passed:
+        record.status, record.reason = "rejected_check", f"{check.rule}: {check.reason}"
+        return
+    targets = ", ".join(t.bucket for t in selection.targets)
+    record.commit_sha = gitops.commit_all(workdir, [prompt_path], _commit_message(
+        selection, None, record, result, headline=f"{selection.agent}: prompt patch for {targets}"))
+
+    prompt_root = workdir / gitops.relative(repo, ctx.project_root) if \
+        Path(ctx.project_root).resolve() != Path(repo.working_tree_dir).resolve() else workdir
+    target_keys = {(t.suite, t.bucket) for t in selection.targets}
+    stage1 = [p for p in planned if (p.suite.name, p.task.bucket) in target_keys and p.task.split != "holdout"]
+    rest = [p for p in planned if p.suite.spec.agent_name == selection.agent and p not in stage1]
+    reused = [t for t in baseline_trials
+              if next(s for s in suites if s.name == t.suite).spec.agent_name != selection.agent]
+    config = GateConfig(mode=settings.gate, max_bucket_drop=settings.max_bucket_drop, alpha=settings.alpha,
+                        alpha_harm=settings.alpha_harm)
+    before = trials_frame(baseline_trials)
+    run_id = new_run_id()
+    record.candidate_run_id = run_id
+    ctx.log(f"rerun stage 1: {len(stage1)} trials of the targeted bucket(s)")
+    run = _run_trials(ctx, settings, suites, stage1, prompt_root, kind="candidate", label="targeted", run_id=run_id)
+    record.rollouts = len(stage1)
+    decision = decide(before, trials_frame(run.trials), targets=target_keys, regression_suites=regression,
+                      config=config, stage="targeted")
+    if decision.accepted:
+        ctx.log(f"rerun stage 2: {len(rest)} more trials (other buckets, holdout, regression)")
+        more = _run_trials(ctx, settings, suites, rest, prompt_root, kind="candidate", label="rest", run_id=run_id)
+        record.rollouts += len(rest)
+        run.trials.extend(more.trials)
+        for trial in reused:
+            ctx.store.record_trial(run_id, trial)
+        run.trials.extend(reused)
+        decision = decide(before, trials_frame(run.trials), targets=target_keys, regression_suites=regression,
+                          config=config, stage="full")
+    finish(run, ctx.store)
+    result.rollouts += record.rollouts
+    record.decision = decision
+    record.status = "accepted" if decision.accepted else "rejected_gate"
+    record.reason = decision.summary
+    record.commit_sha = gitops.amend_message(workdir, _commit_message(
+        selection, decision, record, result, headline=f"{selection.agent}: prompt patch for {targets}"))
+    write_json(result.run_dir / f"decision-{record.ordinal}.json", decision.as_dict())
+
+
+def _commit_message(selection: Selection, decision: Decision | None, record: ProposalRecord,
+                    result: IterationResult, *, headline: str) -> str:
+    lines = [headline, ""]
+    if decision is None:
+        lines.append("Gate: not run yet")
+    else:
+        lines.append(f"Gate ({decision.mode}, {decision.stage}): {'accepted' if decision.accepted else 'rejected'}")
+        lines.extend(f"  {reason}" for reason in decision.reasons)
+        lines.append("")
+        lines.append("Bucket scores (before -> after, change):")
+        for bucket in decision.buckets:
+            mark = "*" if bucket.targeted else " "
+            lines.append(f" {mark} {bucket.suite}/{bucket.bucket}: {_f(bucket.before)} -> {_f(bucket.after)} "
+                         f"({bucket.change:+.2f})")
+    lines += ["", f"Targeted buckets: {', '.join(f'{t.suite}/{t.bucket}' for t in selection.targets)}",
+              f"Iteration: {result.iteration_id}", f"Request: {result.request_path}"]
+    if record.rationale:
+        lines += ["", "Rationale:", record.rationale]
+    return "\n".join(lines) + "\n"
+
+
+def _f(value: float) -> str:
+    return "n/a" if value != value else f"{value:.2f}"
+
+
+def _targeted_gain(decision: Decision | None) -> float:
+    if decision is None:
+        return float("-inf")
+    return sum(bucket.change for bucket in decision.buckets if bucket.targeted)
+
+
+def _store_proposal(store: Store, result: IterationResult, record: ProposalRecord, agent: str, proposer: str,
+                    settings: Settings, manual_sha: str) -> None:
+    record.proposal_id = store.record_proposal(
+        iteration_id=result.iteration_id, ordinal=record.ordinal, agent=agent, branch=record.branch,
+        proposer=proposer, patcher_model=settings.patcher_model if proposer == "llm" else None,
+        manual_sha256=manual_sha, status=record.status, reason=record.reason, rationale=record.rationale,
+        diff=record.diff, commit_sha=record.commit_sha if record.status == "accepted" else None,
+        candidate_run_id=record.candidate_run_id,
+        decision_json=record.decision.as_dict() if record.decision else None,
+        usage_json=record.usage.model_dump(), rollouts=record.rollouts)
+
+
+def _summary(result: IterationResult, report: Path | None = None) -> dict[str, Any]:
+    return {"status": result.status, "baseline_run_id": result.baseline_run_id,
+            "baseline_reused": result.baseline_reused, "rollouts": result.rollouts,
+            "request": str(result.request_path) if result.request_path else None,
+            "report": str(report) if report else None,
+            "proposals": [{"ordinal": p.ordinal, "branch": p.branch, "status": p.status, "reason": p.reason,
+                           "rollouts": p.rollouts, "patcher_cost_usd": p.usage.cost_usd,
+                           "patcher_tokens": p.usage.total_tokens} for p in result.proposals]}
+
+
+def _write_report(result: IterationResult) -> Path:
+    lines = [f"# Iteration {result.iteration_id}", "",
+             f"Base `{result.base.ref}` at `{result.base.commit[:12]}`; baseline run `{result.baseline_run_id}`"
+             f"{' (reused)' if result.baseline_reused else ''}; {result.rollouts} rollouts.", ""]
+    if result.selection:
+        lines.append("Targets: " + ", ".join(f"{t.suite}/{t.bucket}" for t in result.selection.targets))
+        lines.append("")
+    for record in result.proposals:
+        lines += [f"## Proposal {record.ordinal}: {record.status}", "", f"Branch `{record.branch}`.", "",
+                  record.reason, ""]
+        if record.rationale:
+            lines += ["Rationale: " + record.rationale, ""]
+        if record.diff:
+            lines += ["```diff", record.diff.rstrip("\n"), "```", ""]
+        if record.decision:
+            lines += ["| bucket | before | after | change | p (improve) | p (harm) |", "|---|---|---|---|---|---|"]
+            for bucket in record.decision.buckets:
+                name = f"**{bucket.bucket}**" if bucket.targeted else bucket.bucket
+                lines.append(f"| {bucket.suite}/{name} | {_f(bucket.before)} | {_f(bucket.after)} | "
+                             f"{bucket.change:+.2f} | {bucket.p_improve:.3f} | {bucket.p_harm:.3f} |")
+            lines.append("")
+            lines += [f"- {reason}" for reason in record.decision.reasons]
+            lines.append("")
+    path = result.run_dir / "report.md"
+    _write_text(path, "\n".join(lines))
+    return path
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)

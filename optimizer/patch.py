@@ -1,0 +1,171 @@
+"""Prompt patches: exact search/replace edits, their diff, and the checks made before any rollout.
+
+Checks, in order (the first that fails rejects the patch, with the offending text named):
+
+* **files**: only the targeted agent's prompt file may change;
+* **size**: added + removed lines within `max_changed_lines`;
+* **hard-coding lint**: added text may not copy, unless the base prompt already had it,
+  - a task id of any suite,
+  - an expected file path from a grader config (`expected_files`, `required_read_path`),
+  - a `card_must_contain` substring of 3 or more characters (case-insensitive, whole words),
+  - a run of 4 or more consecutive words of any eval input (train or holdout). Runs made only
+    of function words ("at the end of") are ignored: they are English, not test data.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from optimizer.types import Suite
+
+WORD = re.compile(r"\w+(?:[.,:/'-]\w+)*", re.UNICODE)
+RUN_LENGTH = 4
+FUNCTION_WORDS = frozenset("""a an the of to in on at for from by with and or but if then than as is are was were be
+been it its this that these those there here i you he she we they me my your our their his her them us do does did
+not no so up out into over about after before when what which who how all any some one just also very can will would
+should could may might must have has had am""".split())
+PATH_KEYS = ("expected_files", "required_read_path")
+
+
+class EditError(ValueError):
+    """An edit that does not apply; the message says which and why, for the proposer's retry."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    search: str
+    replace: str
+
+
+@dataclass
+class PatchCheck:
+    passed: bool
+    rule: str = ""
+    reason: str = ""
+    offending: list[str] = field(default_factory=list)
+
+
+def apply_edits(text: str, edits: Iterable[Edit]) -> str:
+    """Apply exact search/replace edits in order. Each search must occur exactly once."""
+    for number, edit in enumerate(edits, 1):
+        if not edit.search:
+            raise EditError(f"edit {number}: `search` is empty; quote the exact text to replace "
+                            f"(to append, search for the last line and repeat it in `replace`)")
+        count = text.count(edit.search)
+        if count == 0:
+            snippet = edit.search.strip().splitlines()[0][:80] if edit.search.strip() else edit.search[:80]
+            raise EditError(f"edit {number}: the search text was not found in the prompt "
+                            f"(starts {snippet!r}); copy it exactly, including line breaks")
+        if count > 1:
+            raise EditError(f"edit {number}: the search text occurs {count} times; include more "
+                            f"surrounding text so it occurs once")
+        text = text.replace(edit.search, edit.replace, 1)
+    return text
+
+
+def unified_diff(before: str, after: str, path: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        fromfile=f"a/{path}", tofile=f"b/{path}"))
+
+
+def changed_lines(diff: str) -> tuple[list[str], list[str]]:
+    """(added, removed) lines of a unified diff, without the +/- marks."""
+    added, removed = [], []
+    for line in diff.splitlines():
+        if line.startswith(("+++", "---")):
+            continue
+        if line.startswith("+"):
+            added.append(line[1:])
+        elif line.startswith("-"):
+            removed.append(line[1:])
+    return added, removed
+
+
+@dataclass
+class LintIndex:
+    """What patches may not copy, collected once from the suites."""
+
+    task_ids: set[str] = field(default_factory=set)
+    paths: set[str] = field(default_factory=set)
+    substrings: set[str] = field(default_factory=set)
+    runs: dict[tuple[str, ...], str] = field(default_factory=dict)
+    """4-word runs of eval inputs -> the task id they come from."""
+
+    @classmethod
+    def from_suites(cls, suites: Iterable[Suite]) -> "LintIndex":
+        index = cls()
+        for suite in suites:
+            for task in suite.tasks:
+                index.task_ids.add(task.id)
+                for run in word_runs(task.input.content):
+                    index.runs.setdefault(run, task.id)
+                for spec in task.graders:
+                    for key in PATH_KEYS:
+                        value = spec.config.get(key)
+                        for item in ([value] if isinstance(value, str) else value or []):
+                            if isinstance(item, str) and item.strip():
+                                index.paths.add(item.strip())
+                    if spec.name == "card_must_contain":
+                        for item in spec.config.get("substrings") or []:
+                            if isinstance(item, str) and len(item.strip()) >= 3:
+                                index.substrings.add(item.strip())
+        return index
+
+
+def word_runs(text: str, length: int = RUN_LENGTH) -> set[tuple[str, ...]]:
+    words = [word.lower() for word in WORD.findall(text)]
+    runs = set()
+    for start in range(len(words) - length + 1):
+        run = tuple(words[start:start + length])
+        if sum(word not in FUNCTION_WORDS for word in run) >= 2:
+            runs.add(run)
+    return runs
+
+
+def _contains(haystack: str, needle: str) -> bool:
+    pattern = re.escape(needle.lower())
+    if re.match(r"\w", needle):
+        pattern = r"(?<!\w)" + pattern
+    if re.search(r"\w$", needle):
+        pattern = pattern + r"(?!\w)"
+    return re.search(pattern, haystack.lower()) is not None
+
+
+def lint(base_prompt: str, added_text: str, index: LintIndex) -> PatchCheck:
+    offending = []
+    for task_id in sorted(index.task_ids):
+        if _contains(added_text, task_id) and not _contains(base_prompt, task_id):
+            offending.append(f"task id {task_id!r}")
+    for path in sorted(index.paths):
+        if _contains(added_text, path) and not _contains(base_prompt, path):
+            offending.append(f"expected file path {path!r}")
+    for substring in sorted(index.substrings):
+        if _contains(added_text, substring) and not _contains(base_prompt, substring):
+            offending.append(f"graded substring {substring!r}")
+    base_runs = word_runs(base_prompt)
+    for run in sorted(word_runs(added_text) - base_runs):
+        if run in index.runs:
+            offending.append(f"eval input words {' '.join(run)!r} (from task {index.runs[run]})")
+    if offending:
+        return PatchCheck(False, "hard_coding", "the patch copies evaluation data: " + "; ".join(offending[:8]),
+                          offending)
+    return PatchCheck(True, "hard_coding", "no task ids, expected paths, graded strings or eval input copied")
+
+
+def check_patch(*, changed_files: list[str], allowed_file: str, base_prompt: str, diff: str,
+                max_changed_lines: int, index: LintIndex) -> PatchCheck:
+    """All pre-rollout checks; the first failure is returned."""
+    others = sorted(set(changed_files) - {allowed_file})
+    if others:
+        return PatchCheck(False, "files", f"only {allowed_file} may change; the patch also changes "
+                                          f"{', '.join(others)}", others)
+    added, removed = changed_lines(diff)
+    if not added and not removed:
+        return PatchCheck(False, "empty", "the patch changes nothing")
+    if len(added) + len(removed) > max_changed_lines:
+        return PatchCheck(False, "size", f"{len(added)} added + {len(removed)} removed lines exceed the budget "
+                                         f"of {max_changed_lines}")
+    return lint(base_prompt, "\n".join(added), index)

@@ -1,0 +1,171 @@
+"""Proposers: where a prompt patch comes from. One interface, three kinds.
+
+* `llm` (default): a dspy module on the patcher model returns a rationale and exact
+  search/replace edits; edits that do not apply are sent back once with the error.
+* `command`: a coding-agent CLI the user already has, configured as a command line with
+  `{request}` and `{workdir}`; it runs in the proposal's worktree with a timeout, and the patch is
+  whatever it changed there (`git diff`).
+* `mock/patcher` is not a proposer but a model: the `llm` proposer on `--patcher-model
+  mock/patcher` answers from a JSON script (`mock_patcher_script`), so tests and demos go through
+  the same dspy and litellm path as a real model.
+
+A proposer writes its change into the worktree and returns what it did; the loop then checks,
+commits and evaluates it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from optimizer.errors import ConfigError
+from optimizer.gitops import changed_files, diff_of
+from optimizer.patch import Edit, EditError, apply_edits
+from optimizer.types import Usage
+
+PROPOSAL_KEY = "optimizer_proposal"
+SCRIPT_KEY = "optimizer_patcher_script"
+
+
+@dataclass
+class ProposalRequest:
+    request: str
+    request_path: Path
+    prompt_file: str
+    """Relative to the worktree root."""
+    workdir: Path
+    ordinal: int
+
+
+@dataclass
+class Proposal:
+    rationale: str = ""
+    changed_files: list[str] = field(default_factory=list)
+    diff: str = ""
+    usage: Usage = field(default_factory=Usage)
+    error: str | None = None
+    """Set when the proposer produced no usable patch (the reason, for the record)."""
+    log: str = ""
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, request: ProposalRequest) -> Proposal: ...
+
+
+class LLMProposer:
+    name = "llm"
+
+    def __init__(self, model: str, *, script: str | None = None, temperature: float = 0.0,
+                 retry_attempts: int = 4):
+        self.model = model
+        self.script = script
+        self.temperature = temperature
+        self.retry_attempts = retry_attempts
+
+    def _predictor(self):
+        from optimizer.models import litellm_module
+
+        litellm_module()  # our providers (mock/patcher) must be registered before dspy calls litellm
+        import dspy
+
+        from optimizer.patch_signature import signature
+
+        return dspy, dspy.Predict(signature())
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        dspy, predictor = self._predictor()
+        metadata = {PROPOSAL_KEY: request.ordinal}
+        if self.script:
+            metadata[SCRIPT_KEY] = self.script
+        lm = dspy.LM(self.model, cache=False, temperature=self.temperature, num_retries=self.retry_attempts,
+                     metadata=metadata, max_tokens=4000)
+        target = request.workdir / request.prompt_file
+        base = target.read_text(encoding="utf-8")
+        proposal = Proposal()
+        feedback = ""
+        for attempt in range(2):
+            try:
+                with dspy.context(lm=lm):
+                    answer = predictor(request=request.request, feedback=feedback)
+            except Exception as exc:  # a reply dspy cannot parse, or a model fault after retries
+                proposal.error = f"the patcher gave no usable answer: {type(exc).__name__}: {str(exc)[:300]}"
+                break
+            finally:
+                proposal.usage.add(_usage(lm))
+            proposal.rationale = str(answer.rationale or "").strip()
+            edits = [Edit(edit.search, edit.replace) for edit in answer.edits or []]
+            if not edits:
+                proposal.error = "the patcher proposed no edit"
+                break
+            try:
+                patched = apply_edits(base, edits)
+            except EditError as exc:
+                feedback = f"Your edits were not applied: {exc}"
+                proposal.error = str(exc)
+                continue
+            proposal.error = None
+            target.write_text(patched, encoding="utf-8")
+            break
+        proposal.changed_files = changed_files(request.workdir)
+        proposal.diff = diff_of(request.workdir)
+        return proposal
+
+
+def _usage(lm) -> Usage:
+    total = Usage()
+    for entry in lm.history:
+        usage = entry.get("usage") or {}
+        total.add(Usage(prompt_tokens=usage.get("prompt_tokens") or 0,
+                        completion_tokens=usage.get("completion_tokens") or 0,
+                        cost_usd=float(entry.get("cost") or 0.0), calls=1))
+    lm.history.clear()
+    return total
+
+
+class CommandProposer:
+    name = "command"
+
+    def __init__(self, template: str, *, timeout_s: float):
+        if "{request}" not in template:
+            raise ConfigError("the proposer command must contain {request}", field="proposer_command",
+                              fix="e.g. proposer_command = \"my-agent --prompt-file {request} --cwd {workdir}\"")
+        self.template = template
+        self.timeout_s = timeout_s
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        command = self.template.replace("{request}", shlex.quote(str(request.request_path))) \
+                               .replace("{workdir}", shlex.quote(str(request.workdir)))
+        proposal = Proposal()
+        try:
+            done = subprocess.run(["bash", "-c", command], cwd=request.workdir, capture_output=True, text=True,
+                                  timeout=self.timeout_s, stdin=subprocess.DEVNULL)
+            proposal.log = (done.stdout + done.stderr)[-20000:]
+            if done.returncode != 0:
+                proposal.error = f"the proposer command exited with {done.returncode}"
+        except subprocess.TimeoutExpired as exc:
+            proposal.error = f"the proposer command did not finish within {self.timeout_s:.0f} s"
+            proposal.log = str(exc.stdout or "")[-20000:]
+        proposal.rationale = _last_paragraph(proposal.log)
+        proposal.changed_files = changed_files(request.workdir)
+        proposal.diff = diff_of(request.workdir)
+        return proposal
+
+
+def _last_paragraph(text: str) -> str:
+    paragraphs = [part.strip() for part in text.strip().split("\n\n") if part.strip()]
+    return paragraphs[-1][:2000] if paragraphs else ""
+
+
+def make_proposer(settings) -> Proposer:
+    if settings.proposer == "command":
+        if not settings.proposer_command:
+            raise ConfigError("--proposer command needs a command line", field="proposer_command",
+                              fix="set proposer_command in [tool.optimizer] or OPTIMIZER_PROPOSER_COMMAND")
+        return CommandProposer(settings.proposer_command, timeout_s=settings.proposer_timeout)
+    return LLMProposer(settings.patcher_model, script=settings.mock_patcher_script,
+                       retry_attempts=settings.retry_attempts)

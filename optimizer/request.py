@@ -1,0 +1,192 @@
+"""From a baseline run to a patch request: pick the targets, export failures, render `request.md`.
+
+Selection: among the capability suites, the agent whose train split has the most failing
+trials; within it the buckets with the most failing train trials (ties: lower mean score).
+Only train-split trials are ever exported; holdout tasks do not appear in a request at all.
+
+The request is capped at a token budget (estimated as characters / 4). Fixed parts (constraints,
+targets, the bucket status lines, the prompt, the manual) always go in; failures fill what is
+left, one per task (that task's worst trial), the most informative first: targeted bucket, lowest
+score, most failing trials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from optimizer.types import Suite, Trial
+
+TEMPLATES = Path(__file__).parent / "templates"
+TRACE_CHARS = 1500
+WORKSPACE_CHARS = 1500
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class Target:
+    suite: str
+    bucket: str
+    failed: int
+    trials: int
+    mean_score: float
+
+
+@dataclass
+class Selection:
+    agent: str
+    suite_names: list[str]
+    targets: list[Target]
+    others: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Manual:
+    text: str
+    sha256: str
+    files: tuple[str, ...]
+
+
+def load_manual(project_root: Path, agent: str) -> Manual:
+    """`general.md` plus the agent's own section, as sent; hashed as sent."""
+    folder = project_root / "prompt_manual"
+    parts, names = [], []
+    for name in ("general.md", f"{agent}.md"):
+        path = folder / name
+        if path.is_file():
+            parts.append(path.read_text(encoding="utf-8").strip())
+            names.append(f"prompt_manual/{name}")
+    text = "\n\n".join(parts)
+    return Manual(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), files=tuple(names))
+
+
+def _trial_value(trial: Trial) -> float:
+    if trial.score is not None:
+        return trial.score
+    return 1.0 if trial.status == "passed" else 0.0
+
+
+def bucket_status(trials: list[Trial], suite_names: set[str]) -> list[dict[str, Any]]:
+    """Per (suite, bucket) of the train split: trials, failed, mean score."""
+    groups: dict[tuple[str, str], list[Trial]] = {}
+    for trial in trials:
+        if trial.suite in suite_names and trial.split != "holdout" and trial.status != "errored":
+            groups.setdefault((trial.suite, trial.bucket), []).append(trial)
+    rows = []
+    for (suite, bucket), group in sorted(groups.items()):
+        rows.append({"suite": suite, "bucket": bucket, "trials": len(group),
+                     "failed": sum(trial.status == "failed" for trial in group),
+                     "mean_score": sum(map(_trial_value, group)) / len(group)})
+    return rows
+
+
+def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int = 1,
+                   agent: str | None = None) -> Selection | None:
+    """The agent and buckets to work on, or None when no train trial failed."""
+    capability = [suite for suite in suites if suite.spec.kind == "capability"]
+    by_agent: dict[str, list[str]] = {}
+    for suite in capability:
+        by_agent.setdefault(suite.spec.agent_name, []).append(suite.name)
+    best: Selection | None = None
+    best_key: tuple | None = None
+    for agent_name, names in sorted(by_agent.items()):
+        if agent and agent_name != agent:
+            continue
+        rows = bucket_status(trials, set(names))
+        failing = sorted((row for row in rows if row["failed"]), key=lambda r: (-r["failed"], r["mean_score"],
+                                                                                 r["suite"], r["bucket"]))
+        if not failing:
+            continue
+        key = (-sum(row["failed"] for row in failing), agent_name)
+        if best_key is None or key < best_key:
+            targets = [Target(row["suite"], row["bucket"], row["failed"], row["trials"], row["mean_score"])
+                       for row in failing[:max_targets]]
+            chosen = {(t.suite, t.bucket) for t in targets}
+            others = [row for row in rows if (row["suite"], row["bucket"]) not in chosen]
+            best, best_key = Selection(agent_name, names, targets, others), key
+    return best
+
+
+def _trim(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 40] + f"\n... [{len(text) - limit + 40} chars trimmed]"
+
+
+def _trace(trial: Trial) -> str:
+    lines = []
+    for call in trial.transcript.tool_calls:
+        arguments = json.dumps(call.arguments, ensure_ascii=False)
+        status = "error" if call.is_error else "ok"
+        lines.append(f"-> {call.name}({_trim(arguments, 600)})\n<- {status}: {_trim(call.result, 300)}")
+    final = next((m.get("content") for m in reversed(trial.transcript.messages)
+                  if m.get("role") == "assistant" and m.get("content")), None)
+    if final:
+        lines.append(f"final reply: {_trim(str(final), 300)}")
+    if not lines:
+        lines.append("(the agent made no tool call)")
+    return _trim("\n".join(lines), TRACE_CHARS)
+
+
+def _workspace(trial: Trial) -> str:
+    state = trial.outcome.environment_state
+    if not state:
+        return ""
+    if isinstance(state.get("diff"), str) and state["diff"]:
+        return _trim(state["diff"], WORKSPACE_CHARS)
+    return _trim(json.dumps(state, ensure_ascii=False, indent=1, default=str), WORKSPACE_CHARS)
+
+
+def failure_records(trials: list[Trial], suites: list[Suite], selection: Selection) -> list[dict[str, Any]]:
+    """One record per failing train task of the targeted buckets, most informative first."""
+    tasks = {(suite.name, task.id): task for suite in suites for task in suite.tasks}
+    targeted = {(t.suite, t.bucket) for t in selection.targets}
+    per_task: dict[tuple[str, str], list[Trial]] = {}
+    for trial in trials:
+        if (trial.suite, trial.bucket) in targeted and trial.split != "holdout" and trial.status != "errored":
+            per_task.setdefault((trial.suite, trial.task_id), []).append(trial)
+    records = []
+    for key, group in per_task.items():
+        failing = [trial for trial in group if trial.status == "failed"]
+        if not failing:
+            continue
+        worst = min(failing, key=lambda trial: (_trial_value(trial), trial.index))
+        task = tasks.get(key)
+        records.append({
+            "suite": key[0], "task_id": key[1], "bucket": worst.bucket,
+            "description": task.description if task else "",
+            "input": task.input.content if task and task.input.content else "(empty input)",
+            "trial_index": worst.index, "score": _trial_value(worst),
+            "failed": len(failing), "trials": len(group),
+            "graders": [result.model_dump() for result in worst.grader_results],
+            "workspace": _workspace(worst), "trace": _trace(worst),
+        })
+    records.sort(key=lambda r: (r["score"], -r["failed"], r["task_id"]))
+    return records
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=False,
+                              keep_trailing_newline=True, trim_blocks=False, undefined=jinja2.StrictUndefined)
+
+
+def render_request(*, selection: Selection, failures: list[dict[str, Any]], prompt: str, prompt_file: str,
+                   manual: Manual, iteration_id: str, base_commit: str, agent_model: str,
+                   max_changed_lines: int, token_budget: int,
+                   rejected_ideas: list[str] | None = None) -> tuple[str, int]:
+    """The request text, and how many failures were left out to fit `token_budget`."""
+    template = _environment().get_template("request.md.j2")
+    context = dict(agent=selection.agent, targets=selection.targets, other_buckets=selection.others,
+                   prompt=prompt.rstrip("\n"), prompt_file=prompt_file, manual=manual.text,
+                   manual_hash=manual.sha256, iteration_id=iteration_id, base_commit=base_commit,
+                   agent_model=agent_model, max_changed_lines=max_changed_lines,
+                   rejected_ideas=rejected_ideas or [])
+    shown = list(failures)
+    while True:
+        text = template.render(**context, failures=shown, omitted=len(failures) - len(shown))
+        if len(text) <= token_budget * CHARS_PER_TOKEN or len(shown) <= 1:
+            return text, len(failures) - len(shown)
+        shown.pop()

@@ -1,0 +1,83 @@
+"""`optimizer review`: what a reviewer needs to decide on a proposal branch, and `--merge`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optimizer import gitops
+from optimizer.config import Settings
+from optimizer.errors import InputError
+
+
+def find_proposal(store, branch: str | None) -> dict:
+    proposals = store.proposals(branch=branch) if branch else \
+        [p for p in store.proposals() if p["status"] == "accepted"]
+    if not proposals:
+        if branch:
+            raise InputError(f"no proposal recorded for branch {branch!r}", field="BRANCH",
+                             fix="list proposals with `optimizer history` or omit BRANCH for the latest accepted one")
+        raise InputError("no accepted proposal yet", field="BRANCH",
+                         fix="run `optimizer run` first, or name a (rejected) proposal branch to see its record")
+    return proposals[-1]
+
+
+def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = False) -> dict:
+    from optimizer.cli._common import console, render_decision
+    from optimizer.evaluate import open_store
+
+    store = open_store(settings, root)
+    proposal = find_proposal(store, branch)
+    iteration = next(i for i in store.iterations() if i["iteration_id"] == proposal["iteration_id"])
+    repo = gitops.open_repo(root)
+    console.rule(f"{proposal['branch']}: {proposal['status']}")
+    console.print(f"iteration {proposal['iteration_id']}, base {iteration['base_ref']} at "
+                  f"{iteration['base_commit'][:12]}, targets {', '.join(iteration['targets'])}", highlight=False)
+    if gitops.branch_exists(repo, proposal["branch"]):
+        diff = repo.git.diff(f"{iteration['base_commit']}..{proposal['branch']}")
+        console.print(f"$ git diff {iteration['base_commit'][:12]}..{proposal['branch']}", highlight=False)
+    else:
+        diff = proposal["diff"]
+        console.print("(branch deleted: the proposal was not accepted; recorded diff)", highlight=False)
+    console.print(diff.rstrip("\n") or "(no change)", markup=False, highlight=False)
+    if proposal.get("decision"):
+        console.print(render_decision(proposal["decision"]))
+    else:
+        console.print(f"not evaluated: {proposal['reason']}", markup=False, highlight=False)
+    usage = proposal["usage"]
+    candidate = store.run_record(proposal["candidate_run_id"]) if proposal.get("candidate_run_id") else None
+    agent_cost = (candidate or {}).get("summary", {}).get("totals", {}).get("cost_usd", 0.0) if candidate else 0.0
+    console.print(f"cost: patcher ${usage.get('cost_usd', 0.0):.4f} ({usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0):,} tokens), "
+                  f"rerun ${agent_cost:.4f} over {proposal['rollouts']} rollouts", highlight=False)
+    summary = iteration.get("summary") or {}
+    report = summary.get("report")
+    console.print(f"request: {iteration.get('request_path')}\nreport: {report}", highlight=False)
+    if merge:
+        _merge(repo, proposal, iteration)
+        console.print(f"merged {proposal['branch']} into {iteration['base_ref']}", highlight=False)
+    return proposal
+
+
+def _merge(repo, proposal: dict, iteration: dict) -> None:
+    import git
+
+    if proposal["status"] != "accepted":
+        raise InputError(f"{proposal['branch']} was not accepted ({proposal['status']})", field="--merge",
+                         fix="only accepted proposals can be merged")
+    if not gitops.branch_exists(repo, proposal["branch"]):
+        raise InputError(f"branch {proposal['branch']} no longer exists", field="BRANCH",
+                         fix="it was merged or deleted already")
+    base = iteration["base_ref"]
+    if repo.head.is_detached or repo.active_branch.name != base:
+        raise InputError(f"--merge merges into {base!r}, but the checkout is on "
+                         f"{'a detached HEAD' if repo.head.is_detached else repr(repo.active_branch.name)}",
+                         field="--merge", fix=f"git switch {base} first")
+    try:
+        repo.git.merge("--no-ff", "--no-edit", "-m", f"Merge {proposal['branch']} (optimizer, gate accepted)",
+                       proposal["branch"])
+    except git.GitCommandError as exc:
+        try:
+            repo.git.merge("--abort")
+        except git.GitCommandError:
+            pass
+        raise InputError(f"git could not merge {proposal['branch']}: {exc.stderr.strip()[:300]}", field="--merge",
+                         fix="commit or stash your changes to the prompt file, then retry") from None
