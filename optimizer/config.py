@@ -50,6 +50,9 @@ class Settings(BaseModel):
     loop_trials: int = Field(default=4, ge=1)
     """Trials per task in `optimizer run` and `optimizer noise` unless `trials` is set: the gate
     pairs trials, and one trial per task is too few pairs to show a bucket improved."""
+    confirm_trials: int = Field(default=8, ge=1)
+    """Fresh trials per targeted task on which base prompt and candidate are compared: the
+    targeted buckets are few tasks, so more trials there buy the improvement test its power."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
     proposer: Literal["llm", "command"] = "llm"

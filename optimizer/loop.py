@@ -119,8 +119,14 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     ctx.store.start_iteration(iteration_id=iteration_id, kind="run", base_ref=base.ref, base_commit=base.commit,
                               targets_json=[], settings_json=settings.model_dump())
     try:
-        _iterate(ctx, settings, repo, suites, entries, prompt_paths, planned, result, dry_run=dry_run,
-                 agent=agent, rejected_ideas=rejected_ideas)
+        with tempfile.TemporaryDirectory(prefix="optimizer-base-") as folder:
+            base_root = Path(folder)
+            for name, entry in entries.items():
+                target = base_root / entry.prompt_file
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(gitops.read_at(repo, base.commit, prompt_paths[name]), encoding="utf-8")
+            _Iteration(ctx, settings, repo, suites, prompt_paths, planned, result, base_root).run(
+                dry_run=dry_run, agent=agent, rejected_ideas=rejected_ideas)
     except BaseException as exc:
         ctx.store.update_iteration(iteration_id, status="crashed",
                                    summary_json={"error": f"{type(exc).__name__}: {exc}"})
@@ -141,101 +147,222 @@ def _check_proposer(settings: Settings) -> None:
     make_proposer(settings)
 
 
-def _iterate(ctx: LoopContext, settings: Settings, repo, suites: list[Suite], entries, prompt_paths,
-             planned: list[PlannedTrial], result: IterationResult, *, dry_run: bool, agent: str | None,
-             rejected_ideas: list[str] | None) -> None:
-    store, log, base = ctx.store, ctx.log, result.base
-    for name, path in prompt_paths.items():
-        if gitops.differs_from_base(repo, base.commit, path):
-            log(f"note: {path} has uncommitted changes; the loop uses the committed version at {base.commit[:12]}")
+@dataclass
+class StagePlan:
+    """Which trials a candidate runs, and what each is compared with.
 
-    baseline_trials = _baseline(ctx, settings, repo, suites, entries, prompt_paths, planned, result)
-    selection = select_targets(baseline_trials, suites, max_targets=settings.target_buckets, agent=agent)
-    if selection is None:
-        result.status = "nothing_to_fix"
-        log("no train trial failed: nothing to fix")
-        store.update_iteration(result.iteration_id, status="nothing_to_fix",
-                               baseline_run_id=result.baseline_run_id, summary_json=_summary(result))
-        return
-    result.selection = selection
-    entry = entries[selection.agent]
-    prompt_path = prompt_paths[selection.agent]
-    prompt = gitops.read_at(repo, base.commit, prompt_path)
-    manual = load_manual(ctx.project_root, selection.agent)
-    failures = failure_records(baseline_trials, suites, selection)
-    request, omitted = render_request(
-        selection=selection, failures=failures, prompt=prompt, prompt_file=prompt_path, manual=manual,
-        iteration_id=result.iteration_id, base_commit=base.commit, agent_model=settings.agent_model,
-        max_changed_lines=settings.max_changed_lines, token_budget=settings.request_token_budget,
-        rejected_ideas=rejected_ideas)
-    result.request_path = result.run_dir / "request.md"
-    _write_text(result.request_path, request)
-    targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]
-    log(f"targets: {', '.join(targets)} ({len(failures)} failing task(s), {omitted} left out of the request)")
-    log(f"request: {result.request_path}")
-    store.update_iteration(result.iteration_id, agent=selection.agent, baseline_run_id=result.baseline_run_id,
-                           targets_json=targets, request_path=str(result.request_path),
-                           manual_sha256=manual.sha256)
-    if dry_run:
-        result.status = "dry_run"
-        store.update_iteration(result.iteration_id, status="dry_run", summary_json=_summary(result))
-        return
+    Targets are chosen from the baseline's failures, so comparing the candidate with those same
+    baseline trials would favour any patch: a bucket picked for its bad luck tends to look better
+    on a rerun (regression to the mean). The targeted buckets' train tasks are therefore compared
+    on *fresh* trials (indexes k..k+n-1, n = `confirm_trials`), run once for the base prompt
+    (the confirmation) and once for the candidate; everything else is paired with the baseline's
+    own trials (indexes 0..k-1).
+    """
 
-    proposer = make_proposer(settings)
-    lint_index = LintIndex.from_suites(suites)
-    regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
-    for number in range(1, settings.candidates + 1):
-        branch = f"optimizer/{result.iteration_id}/{selection.agent}-{number}"
-        record = ProposalRecord(ordinal=len(store.proposals()) + 1, branch=branch, status="running", reason="")
-        result.proposals.append(record)
-        log(f"proposal {number}/{settings.candidates} on {branch} ({proposer.name} proposer)")
-        try:
-            with gitops.worktree(repo, branch=branch, base_commit=base.commit,
-                                 parent=ctx.project_root / settings.state_dir / "worktrees") as workdir:
-                _one_proposal(ctx, settings, proposer, record, workdir, repo, suites, entries, planned,
-                              baseline_trials, selection, prompt, prompt_path, manual.sha256, lint_index,
-                              regression, result)
-        except BaseException:
-            gitops.delete_branch(repo, branch)
-            raise
-        if record.status != "accepted":
-            gitops.delete_branch(repo, branch)
-        _store_proposal(store, result, record, selection.agent, proposer.name, settings, manual.sha256)
-        log(f"proposal {number}: {record.status}: {record.reason}")
+    targeted: list[PlannedTrial]
+    rest: list[PlannedTrial]
 
-    accepted = [p for p in result.proposals if p.status == "accepted"]
-    if len(accepted) > 1:
-        best = max(accepted, key=lambda p: _targeted_gain(p.decision))
-        for other in accepted:
-            if other is not best:
-                other.status, other.reason = "superseded", f"accepted, but {best.branch} gained more"
-                gitops.delete_branch(repo, other.branch)
-                store.update_proposal(other.proposal_id, status=other.status, reason=other.reason)
-    result.status = "accepted" if result.accepted else "rejected"
-    report = _write_report(result)
-    store.update_iteration(result.iteration_id, status=result.status, summary_json=_summary(result, report))
+    @property
+    def confirm(self) -> list[PlannedTrial]:
+        return self.targeted
+
+    @classmethod
+    def build(cls, planned: list[PlannedTrial], targets: set[tuple[str, str]], agent: str,
+              fresh_trials: int) -> "StagePlan":
+        counts: dict[tuple[str, str], int] = {}
+        for item in planned:
+            key = (item.suite.name, item.task.id)
+            counts[key] = counts.get(key, 0) + 1
+
+        def is_targeted(item: PlannedTrial) -> bool:
+            return (item.suite.name, item.task.bucket) in targets and item.task.split != "holdout"
+
+        fresh, seen = [], set()
+        for item in planned:
+            key = (item.suite.name, item.task.id)
+            if is_targeted(item) and key not in seen:
+                seen.add(key)
+                fresh += [PlannedTrial(item.suite, item.task, counts[key] + offset) for offset in range(fresh_trials)]
+        rest = [item for item in planned if not is_targeted(item) and item.suite.spec.agent_name == agent]
+        return cls(targeted=fresh, rest=rest)
 
 
-def _baseline(ctx: LoopContext, settings: Settings, repo, suites, entries, prompt_paths, planned,
-              result: IterationResult) -> list[Trial]:
-    with tempfile.TemporaryDirectory(prefix="optimizer-base-") as folder:
-        prompt_root = Path(folder)
-        for name, entry in entries.items():
-            target = prompt_root / entry.prompt_file
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(gitops.read_at(repo, result.base.commit, prompt_paths[name]), encoding="utf-8")
-        wanted = fingerprints(suites, settings, prompt_root, planned)
-        reuse = ctx.store.find_reusable_run(wanted, len(planned))
+def gate_frames(baseline: list[Trial], confirm: list[Trial], after: list[Trial],
+                targets: set[tuple[str, str]]):
+    """(before, after) trial frames: the targeted train trials come from the fresh confirmation run."""
+    kept = [t for t in baseline if not ((t.suite, t.bucket) in targets and t.split != "holdout")]
+    return trials_frame(kept + confirm), trials_frame(after)
+
+
+class _Iteration:
+    def __init__(self, ctx: LoopContext, settings: Settings, repo, suites: list[Suite],
+                 prompt_paths: dict[str, str], planned: list[PlannedTrial], result: IterationResult,
+                 base_root: Path):
+        self.ctx, self.settings, self.repo, self.suites = ctx, settings, repo, suites
+        self.prompt_paths, self.planned, self.result, self.base_root = prompt_paths, planned, result, base_root
+        self.store, self.log = ctx.store, ctx.log
+        self.baseline: list[Trial] = []
+        self.confirm: list[Trial] | None = None
+        self.regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
+        self.gate = GateConfig(mode=settings.gate, max_bucket_drop=settings.max_bucket_drop, alpha=settings.alpha,
+                               alpha_harm=settings.alpha_harm)
+
+    def run(self, *, dry_run: bool, agent: str | None, rejected_ideas: list[str] | None) -> None:
+        result, store, base = self.result, self.store, self.result.base
+        for path in self.prompt_paths.values():
+            if gitops.differs_from_base(self.repo, base.commit, path):
+                self.log(f"note: {path} has uncommitted changes; the loop uses the committed version "
+                         f"at {base.commit[:12]}")
+        self.baseline = self._baseline()
+        selection = select_targets(self.baseline, self.suites, max_targets=self.settings.target_buckets,
+                                   agent=agent)
+        if selection is None:
+            result.status = "nothing_to_fix"
+            self.log("no train trial failed: nothing to fix")
+            store.update_iteration(result.iteration_id, status="nothing_to_fix",
+                                   baseline_run_id=result.baseline_run_id, summary_json=_summary(result))
+            return
+        result.selection = selection
+        prompt_path = self.prompt_paths[selection.agent]
+        prompt = gitops.read_at(self.repo, base.commit, prompt_path)
+        manual = load_manual(self.ctx.project_root, selection.agent)
+        failures = failure_records(self.baseline, self.suites, selection)
+        request, omitted = render_request(
+            selection=selection, failures=failures, prompt=prompt, prompt_file=prompt_path, manual=manual,
+            iteration_id=result.iteration_id, base_commit=base.commit, agent_model=self.settings.agent_model,
+            max_changed_lines=self.settings.max_changed_lines, token_budget=self.settings.request_token_budget,
+            rejected_ideas=rejected_ideas)
+        result.request_path = result.run_dir / "request.md"
+        _write_text(result.request_path, request)
+        targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]
+        self.log(f"targets: {', '.join(targets)} ({len(failures)} failing task(s), {omitted} left out of the request)")
+        self.log(f"request: {result.request_path}")
+        store.update_iteration(result.iteration_id, agent=selection.agent, baseline_run_id=result.baseline_run_id,
+                               targets_json=targets, request_path=str(result.request_path),
+                               manual_sha256=manual.sha256)
+        if dry_run:
+            result.status = "dry_run"
+            store.update_iteration(result.iteration_id, status="dry_run", summary_json=_summary(result))
+            return
+
+        proposer = make_proposer(self.settings)
+        lint_index = LintIndex.from_suites(self.suites)
+        candidates = self.settings.candidates
+        for number in range(1, candidates + 1):
+            branch = f"optimizer/{result.iteration_id}/{selection.agent}-{number}"
+            record = ProposalRecord(ordinal=len(store.proposals()) + 1, branch=branch, status="running", reason="")
+            result.proposals.append(record)
+            self.log(f"proposal {number}/{candidates} on {branch} ({proposer.name} proposer)")
+            try:
+                with gitops.worktree(self.repo, branch=branch, base_commit=base.commit,
+                                     parent=self.ctx.project_root / self.settings.state_dir / "worktrees") as workdir:
+                    self._proposal(proposer, record, workdir, selection, prompt, prompt_path, lint_index)
+            except BaseException:
+                gitops.delete_branch(self.repo, branch)
+                raise
+            if record.status != "accepted":
+                gitops.delete_branch(self.repo, branch)
+            _store_proposal(store, result, record, selection.agent, proposer.name, self.settings, manual.sha256)
+            self.log(f"proposal {number}: {record.status}: {record.reason}")
+
+        accepted = [p for p in result.proposals if p.status == "accepted"]
+        if len(accepted) > 1:
+            best = max(accepted, key=lambda p: _targeted_gain(p.decision))
+            for other in accepted:
+                if other is not best:
+                    other.status, other.reason = "superseded", f"accepted, but {best.branch} gained more"
+                    gitops.delete_branch(self.repo, other.branch)
+                    store.update_proposal(other.proposal_id, status=other.status, reason=other.reason)
+        result.status = "accepted" if result.accepted else "rejected"
+        report = _write_report(result)
+        store.update_iteration(result.iteration_id, status=result.status, summary_json=_summary(result, report))
+
+    def _baseline(self) -> list[Trial]:
+        result = self.result
+        wanted = fingerprints(self.suites, self.settings, self.base_root, self.planned)
+        reuse = self.store.find_reusable_run(wanted, len(self.planned))
         if reuse:
-            ctx.log(f"baseline: reusing run {reuse} (same prompts, tasks, graders, models, trials, seed)")
+            self.log(f"baseline: reusing run {reuse} (same prompts, tasks, graders, models, trials, seed)")
             result.baseline_run_id, result.baseline_reused = reuse, True
-            return ctx.store.load_trials(reuse)
-        ctx.log(f"baseline: {len(planned)} trials at {result.base.commit[:12]}")
-        run = _run_trials(ctx, settings, suites, planned, prompt_root, kind="baseline", label="baseline")
-        finish(run, ctx.store)
+            return self.store.load_trials(reuse)
+        self.log(f"baseline: {len(self.planned)} trials at {result.base.commit[:12]}")
+        run = self._run(self.planned, self.base_root, kind="baseline", label="baseline")
+        finish(run, self.store)
         result.baseline_run_id = run.run_id
-        result.rollouts += len(planned)
+        result.rollouts += len(self.planned)
         return run.trials
+
+    def _confirm(self, stages: StagePlan) -> list[Trial]:
+        """Fresh base-prompt trials of the targeted tasks, once per iteration (shared by candidates)."""
+        if self.confirm is None:
+            self.log(f"confirmation: {len(stages.confirm)} fresh base-prompt trials of the targeted bucket(s)")
+            run = self._run(stages.confirm, self.base_root, kind="confirm", label="confirm")
+            finish(run, self.store)
+            self.result.rollouts += len(stages.confirm)
+            self.confirm = run.trials
+        return self.confirm
+
+    def _run(self, planned: list[PlannedTrial], prompt_root: Path, *, kind: str, label: str,
+             run_id: str | None = None) -> RunResult:
+        return _run_trials(self.ctx, self.settings, self.suites, planned, prompt_root, kind=kind, label=label,
+                           run_id=run_id)
+
+    def _proposal(self, proposer, record: ProposalRecord, workdir: Path, selection: Selection, prompt: str,
+                  prompt_path: str, lint_index: LintIndex) -> None:
+        result = self.result
+        proposal: Proposal = proposer.propose(ProposalRequest(
+            request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,
+            prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal))
+        record.rationale, record.diff, record.usage = proposal.rationale, proposal.diff, proposal.usage
+        if proposal.log:
+            _write_text(result.run_dir / f"proposal-{record.ordinal}.log", proposal.log)
+        if proposal.error and not proposal.changed_files:
+            record.status, record.reason = "no_patch", proposal.error
+            return
+        check = check_patch(changed_files=proposal.changed_files, allowed_file=prompt_path, base_prompt=prompt,
+                            diff=proposal.diff, max_changed_lines=self.settings.max_changed_lines, index=lint_index)
+        if not check.passed:
+            record.status, record.reason = "rejected_check", f"{check.rule}: {check.reason}"
+            return
+        headline = f"{selection.agent}: prompt patch for {', '.join(t.bucket for t in selection.targets)}"
+        record.commit_sha = gitops.commit_all(workdir, [prompt_path],
+                                              _commit_message(selection, None, record, result, headline=headline))
+
+        root = Path(self.ctx.project_root).resolve()
+        prompt_root = workdir / gitops.relative(self.repo, root) if root != Path(self.repo.working_tree_dir).resolve() \
+            else workdir
+        targets = {(t.suite, t.bucket) for t in selection.targets}
+        stages = StagePlan.build(self.planned, targets, selection.agent, self.settings.confirm_trials)
+        confirm = self._confirm(stages)
+        record.candidate_run_id = run_id = new_run_id()
+        self.log(f"rerun stage 1: {len(stages.targeted)} candidate trials of the targeted bucket(s)")
+        run = self._run(stages.targeted, prompt_root, kind="candidate", label="targeted", run_id=run_id)
+        record.rollouts = len(stages.targeted)
+        before, after = gate_frames(self.baseline, confirm, run.trials, targets)
+        decision = decide(before, after, targets=targets, regression_suites=self.regression, config=self.gate,
+                          stage="targeted")
+        if decision.accepted:
+            self.log(f"rerun stage 2: {len(stages.rest)} more trials (other buckets, holdout, regression)")
+            more = self._run(stages.rest, prompt_root, kind="candidate", label="rest", run_id=run_id)
+            record.rollouts += len(stages.rest)
+            run.trials.extend(more.trials)
+            reused = [t for t in self.baseline if self._agent_of(t.suite) != selection.agent]
+            for trial in reused:
+                self.store.record_trial(run_id, trial)
+            run.trials.extend(reused)
+            before, after = gate_frames(self.baseline, confirm, run.trials, targets)
+            decision = decide(before, after, targets=targets, regression_suites=self.regression, config=self.gate)
+        finish(run, self.store)
+        result.rollouts += record.rollouts
+        record.decision = decision
+        record.status = "accepted" if decision.accepted else "rejected_gate"
+        record.reason = decision.summary
+        record.commit_sha = gitops.amend_message(workdir, _commit_message(selection, decision, record, result,
+                                                                          headline=headline))
+        write_json(result.run_dir / f"decision-{record.ordinal}.json", decision.as_dict())
+
+    def _agent_of(self, suite_name: str) -> str:
+        return next(suite.spec.agent_name for suite in self.suites if suite.name == suite_name)
 
 
 def _run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_root: Path, *, kind: str,
@@ -247,64 +374,6 @@ def _run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_ro
     with ctx.make_progress(len(planned), label) as progress:
         runner.on_trial = progress.update
         return runner.run(suites, planned, run_id=run_id, kind=kind)
-
-
-def _one_proposal(ctx: LoopContext, settings: Settings, proposer, record: ProposalRecord, workdir: Path, repo,
-                  suites, entries, planned, baseline_trials, selection: Selection, prompt: str, prompt_path: str,
-                  manual_sha: str, lint_index: LintIndex, regression: set[str], result: IterationResult) -> None:
-    proposal: Proposal = proposer.propose(ProposalRequest(
-        request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,
-        prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal))
-    record.rationale, record.diff, record.usage = proposal.rationale, proposal.diff, proposal.usage
-    if proposal.log:
-        _write_text(result.run_dir / f"proposal-{record.ordinal}.log", proposal.log)
-    if proposal.error and not proposal.changed_files:
-        record.status, record.reason = "no_patch", proposal.error
-        return
-    check = check_patch(changed_files=proposal.changed_files, allowed_file=prompt_path, base_prompt=prompt,
-                        diff=proposal.diff, max_changed_lines=settings.max_changed_lines, index=lint_index)
-    if not check.passed:
-        record.status, record.reason = "rejected_check", f"{check.rule}: {check.reason}"
-        return
-    targets = ", ".join(t.bucket for t in selection.targets)
-    record.commit_sha = gitops.commit_all(workdir, [prompt_path], _commit_message(
-        selection, None, record, result, headline=f"{selection.agent}: prompt patch for {targets}"))
-
-    prompt_root = workdir / gitops.relative(repo, ctx.project_root) if \
-        Path(ctx.project_root).resolve() != Path(repo.working_tree_dir).resolve() else workdir
-    target_keys = {(t.suite, t.bucket) for t in selection.targets}
-    stage1 = [p for p in planned if (p.suite.name, p.task.bucket) in target_keys and p.task.split != "holdout"]
-    rest = [p for p in planned if p.suite.spec.agent_name == selection.agent and p not in stage1]
-    reused = [t for t in baseline_trials
-              if next(s for s in suites if s.name == t.suite).spec.agent_name != selection.agent]
-    config = GateConfig(mode=settings.gate, max_bucket_drop=settings.max_bucket_drop, alpha=settings.alpha,
-                        alpha_harm=settings.alpha_harm)
-    before = trials_frame(baseline_trials)
-    run_id = new_run_id()
-    record.candidate_run_id = run_id
-    ctx.log(f"rerun stage 1: {len(stage1)} trials of the targeted bucket(s)")
-    run = _run_trials(ctx, settings, suites, stage1, prompt_root, kind="candidate", label="targeted", run_id=run_id)
-    record.rollouts = len(stage1)
-    decision = decide(before, trials_frame(run.trials), targets=target_keys, regression_suites=regression,
-                      config=config, stage="targeted")
-    if decision.accepted:
-        ctx.log(f"rerun stage 2: {len(rest)} more trials (other buckets, holdout, regression)")
-        more = _run_trials(ctx, settings, suites, rest, prompt_root, kind="candidate", label="rest", run_id=run_id)
-        record.rollouts += len(rest)
-        run.trials.extend(more.trials)
-        for trial in reused:
-            ctx.store.record_trial(run_id, trial)
-        run.trials.extend(reused)
-        decision = decide(before, trials_frame(run.trials), targets=target_keys, regression_suites=regression,
-                          config=config, stage="full")
-    finish(run, ctx.store)
-    result.rollouts += record.rollouts
-    record.decision = decision
-    record.status = "accepted" if decision.accepted else "rejected_gate"
-    record.reason = decision.summary
-    record.commit_sha = gitops.amend_message(workdir, _commit_message(
-        selection, decision, record, result, headline=f"{selection.agent}: prompt patch for {targets}"))
-    write_json(result.run_dir / f"decision-{record.ordinal}.json", decision.as_dict())
 
 
 def _commit_message(selection: Selection, decision: Decision | None, record: ProposalRecord,

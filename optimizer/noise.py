@@ -1,8 +1,11 @@
 """`optimizer noise`: how often would the gate accept a patch that changes nothing?
 
-Each repeat evaluates the unchanged prompt twice with fresh seeds (an A/A pair), picks targets
-from the first run exactly as `optimizer run` would, and asks the gate whether the second run
-improved them. Every acceptance is a false accept. The strict gate must stay at or below 5%.
+Each repeat plays one iteration of `optimizer run` in which the "patch" changes nothing: a
+baseline run (seed a) picks the targets exactly as `optimizer run` would, fresh base-prompt
+trials of the targeted tasks are run for the confirmation (seed a), and the "candidate" is the
+same prompt sampled again with another seed (b), staged like a real candidate. The gate then
+decides as it would on a real patch; every acceptance is a false accept. The strict gate must
+stay at or below 5%.
 """
 
 from __future__ import annotations
@@ -11,11 +14,10 @@ from dataclasses import dataclass, field
 
 from optimizer.evaluate import finish
 from optimizer.gate import GateConfig, decide
-from optimizer.loop import LoopContext, loop_settings
+from optimizer.loop import LoopContext, StagePlan, gate_frames, loop_settings
 from optimizer.models import validate_model
 from optimizer.request import select_targets
 from optimizer.runner import Runner, plan
-from optimizer.scoring import trials_frame
 from optimizer.suites import load_suite
 
 SEED_STRIDE = 7919
@@ -49,21 +51,29 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
                         alpha_harm=settings.alpha_harm)
     lenient = GateConfig(mode="lenient")
     result = NoiseResult(repeats=repeats)
+    def run(seed: int, items) -> list:
+        seeded = settings.model_copy(update={"seed": seed})
+        runner = Runner(seeded, ctx.store, project_root=ctx.project_root, on_trial=ctx.on_trial)
+        done = runner.run(suites, items, kind="noise")
+        finish(done, ctx.store)
+        result.rollouts += len(items)
+        return done.trials
+
     for repeat in range(repeats):
-        runs = []
-        for side in (0, 1):
-            seeded = settings.model_copy(update={"seed": settings.seed + SEED_STRIDE * (2 * repeat + side + 1)})
-            runner = Runner(seeded, ctx.store, project_root=ctx.project_root, on_trial=ctx.on_trial)
-            run = runner.run(suites, planned, kind="noise")
-            finish(run, ctx.store)
-            runs.append(run)
-            result.rollouts += len(planned)
-        selection = select_targets(runs[0].trials, suites, max_targets=settings.target_buckets)
+        seed_a = settings.seed + SEED_STRIDE * (2 * repeat + 1)
+        seed_b = seed_a + SEED_STRIDE
+        baseline = run(seed_a, planned)
+        selection = select_targets(baseline, suites, max_targets=settings.target_buckets)
         if selection is None:
             result.skipped += 1
             continue
         targets = {(t.suite, t.bucket) for t in selection.targets}
-        before, after = trials_frame(runs[0].trials), trials_frame(runs[1].trials)
+        stages = StagePlan.build(planned, targets, selection.agent, settings.confirm_trials)
+        confirm = run(seed_a, stages.confirm)
+        candidate = run(seed_b, stages.targeted + stages.rest)
+        agents = {suite.name: suite.spec.agent_name for suite in suites}
+        candidate += [t for t in baseline if agents[t.suite] != selection.agent]
+        before, after = gate_frames(baseline, confirm, candidate, targets)
         strict_decision = decide(before, after, targets=targets, regression_suites=regression, config=strict)
         lenient_decision = decide(before, after, targets=targets, regression_suites=regression, config=lenient)
         result.strict_accepts += strict_decision.accepted

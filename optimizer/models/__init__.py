@@ -7,6 +7,7 @@ litellm model string works (`openai/...`, `anthropic/...`, `ollama/...`).
 from __future__ import annotations
 
 from optimizer.errors import ModelConfigError
+from optimizer.models import local
 from optimizer.models import mock
 from optimizer.models._context import TrialContext, register_trial, unregister_trial
 from optimizer.models._litellm import litellm_module, price_as_free, register_provider, registered_prefixes

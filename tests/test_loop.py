@@ -1,0 +1,238 @@
+"""`optimizer run` and `optimizer review` end to end, in a temporary git repository, on mock/sim
+with scripted proposals from mock/patcher (through dspy and litellm, like a real patcher)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT
+
+PROMPT = "agents/prompts/card_agent.md"
+DATA_LINE = "- data: fill the template's fields from the note itself; do not invent details."
+FACT_RULE = "- Keep times, URLs, amounts and names exactly as written in the note, because the user searches for them later."
+LINK_HARM = "- Never use link for a web page unless the note asks for it."
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "repo"
+    for folder in ("suites/card_agent", "agents/prompts", "prompt_manual", "fixtures"):
+        shutil.copytree(PROJECT_ROOT / folder, root / folder)
+    (root / "pyproject.toml").write_text("[tool.optimizer]\nconcurrency = 8\n")
+    (root / "notes.txt").write_text("committed\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.name", "Test User")
+    git(root, "config", "user.email", "test@example.com")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "initial")
+    (root / "notes.txt").write_text("committed\nplus an uncommitted edit\n")
+    (root / "scratch.txt").write_text("untracked\n")
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(root))
+    monkeypatch.setenv("OPTIMIZER_PATCHER_MODEL", "mock/patcher")
+    return root
+
+
+def script(tmp_path: Path, monkeypatch, *proposals: dict) -> Path:
+    path = tmp_path / "proposals.json"
+    path.write_text(json.dumps(list(proposals)))
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SCRIPT", str(path))
+    return path
+
+
+def after_data_line(*lines: str) -> dict:
+    return {"rationale": "Facts were paraphrased away.",
+            "edits": [{"search": DATA_LINE, "replace": "\n".join([DATA_LINE, *lines])}]}
+
+
+def snapshot(root: Path) -> dict:
+    """Everything of the user's checkout the loop must leave alone."""
+    files = {path.relative_to(root).as_posix(): path.read_bytes() for path in sorted(root.rglob("*"))
+             if path.is_file() and ".git" not in path.relative_to(root).parts}
+    return {"files": files, "index": (root / ".git" / "index").read_bytes(),
+            "head": (root / ".git" / "HEAD").read_text(), "status": git(root, "status", "--porcelain"),
+            "commit": git(root, "rev-parse", "HEAD")}
+
+
+def optimizer_branches(root: Path) -> list[str]:
+    return [line.strip(" *") for line in git(root, "branch", "--list", "optimizer/*").splitlines()]
+
+
+def test_a_general_rule_for_the_failing_bucket_is_accepted(cli, repo, tmp_path, monkeypatch):
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    before = snapshot(repo)
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["status"] == "accepted", summary
+    assert "targets: card_agent/fact_preservation" in err.replace("\n", " ")
+    branches = optimizer_branches(repo)
+    assert len(branches) == 1
+    base = before["commit"].strip()
+    assert git(repo, "diff", "--name-only", f"{base}..{branches[0]}").split() == [PROMPT]
+    assert FACT_RULE in git(repo, "diff", f"{base}..{branches[0]}")
+    message = git(repo, "log", "-1", "--format=%B", branches[0])
+    assert "Gate (strict, full): accepted" in message and "* card_agent/fact_preservation" in message
+    assert snapshot(repo) == before, "the user's checkout changed"
+    assert git(repo, "worktree", "list").count("\n") == 1
+
+    code, out, err = cli("review")
+    assert code == 0, out + err
+    assert FACT_RULE in out
+    row = next(line for line in out.splitlines() if "* card_agent/fact_preservation" in line)
+    cells = [cell.strip() for cell in row.split("│") if cell.strip()]
+    assert float(cells[3]) > float(cells[2]), row  # after > before
+    assert "pass improvement" in out and "request:" in out
+
+
+def test_a_patch_that_harms_another_bucket_is_rejected_naming_it(cli, repo, tmp_path, monkeypatch):
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE, LINK_HARM))
+    before = snapshot(repo)
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    proposal = json.loads((tmp_path / "run.json").read_text())["proposals"][0]
+    assert proposal["status"] == "rejected_gate"
+    assert "no_bucket_regression" in proposal["reason"] and "card_agent/template_link" in proposal["reason"]
+    assert "fact_preservation" not in proposal["reason"].split("no_bucket_regression")[1].split(";")[0]
+    assert optimizer_branches(repo) == [], "a rejected branch must be deleted"
+    assert snapshot(repo) == before
+
+    code, out, err = cli("review", proposal["branch"])
+    assert code == 0, out + err
+    assert "branch deleted" in out and LINK_HARM in out
+
+
+def test_a_patch_breaking_a_regression_task_is_vetoed(cli, repo, tmp_path, monkeypatch):
+    task = json.loads((repo / "suites/card_agent/tasks/card_link_recipe_bookmark.json").read_text()
+                      if (repo / "suites/card_agent/tasks/card_link_recipe_bookmark.json").exists() else
+                      next((repo / "suites/card_agent").rglob("card_link_recipe_bookmark.json")).read_text())
+    task["id"] = "regression_link_recipe"  # passes all four baseline trials under seed 0
+    regression = repo / "regression_suite"
+    (regression / "tasks").mkdir(parents=True)
+    (regression / "suite.json").write_text(json.dumps({"name": "card_regression", "agent_name": "card_agent",
+                                                       "kind": "regression"}))
+    (regression / "tasks" / "regression_link_recipe.json").write_text(json.dumps(task))
+    git(repo, "add", "regression_suite")
+    git(repo, "commit", "-qm", "regression suite")
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE, LINK_HARM))
+    code, out, err = cli("run", "--suite", "card_agent", "--suite", str(regression),
+                         "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    proposal = json.loads((tmp_path / "run.json").read_text())["proposals"][0]
+    assert proposal["status"] == "rejected_gate"
+    assert "regression_veto: regression task(s) no longer pass: card_regression/regression_link_recipe" \
+        in proposal["reason"]
+
+
+@pytest.mark.parametrize("added, offending", [
+    ("- Keep strings such as 10:30 and zoom exactly as they appear.", "graded substring '10:30'"),
+    ("- Notes like 'weighed the sourdough starter' are metrics.", "eval input words"),
+    ("- card_event_standup_zoom shows the event rule.", "task id 'card_event_standup_zoom'"),
+])
+def test_hard_coded_patches_are_rejected_before_any_rollout(cli, repo, tmp_path, monkeypatch, added, offending):
+    script(tmp_path, monkeypatch, after_data_line(added))
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    proposal = summary["proposals"][0]
+    assert proposal["status"] == "rejected_check"
+    assert proposal["reason"].startswith("hard_coding:") and offending in proposal["reason"]
+    assert proposal["rollouts"] == 0
+    assert summary["rollouts"] == 100, "only the baseline ran"
+    assert optimizer_branches(repo) == []
+
+
+def test_a_command_proposer_touching_another_file_is_rejected(cli, repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_PROPOSER", "command")
+    monkeypatch.setenv("OPTIMIZER_PROPOSER_COMMAND",
+                       f"printf '%s\\n' {json.dumps(FACT_RULE)} >> {PROMPT} && echo changed >> notes.txt "
+                       "&& test -f {request}")
+    before = snapshot(repo)
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    proposal = json.loads((tmp_path / "run.json").read_text())["proposals"][0]
+    assert proposal["status"] == "rejected_check"
+    assert proposal["reason"] == f"files: only {PROMPT} may change; the patch also changes notes.txt"
+    assert snapshot(repo) == before
+
+
+def test_the_command_proposer_patch_is_its_git_diff(cli, repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_PROPOSER", "command")
+    monkeypatch.setenv("OPTIMIZER_PROPOSER_COMMAND",
+                       f"grep -q 'Raw Input ID' {{request}} && printf '%s\\n' {json.dumps(FACT_RULE)} >> {{workdir}}/{PROMPT}")
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["status"] == "accepted", summary
+
+
+def test_the_checkout_is_untouched_after_a_crash_mid_iteration(repo, tmp_path, monkeypatch):
+    from optimizer import loop
+    from optimizer.config import load_settings
+    from optimizer.evaluate import open_store
+
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    before = snapshot(repo)
+    settings = load_settings(repo)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("simulated crash while gating")
+
+    monkeypatch.setattr(loop, "decide", crash)
+    store = open_store(settings, repo)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        loop.run_iteration(loop.LoopContext(settings=settings, project_root=repo, store=store, log=lambda m: None))
+    assert snapshot(repo) == before
+    assert optimizer_branches(repo) == []
+    assert git(repo, "worktree", "list").count("\n") == 1
+    assert store.iterations()[-1]["status"] == "crashed"
+
+
+def test_dry_run_writes_a_request_without_holdout_tasks(cli, repo, tmp_path, monkeypatch):
+    code, out, err = cli("run", "--dry-run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["status"] == "dry_run" and summary["proposals"] == []
+    request = Path(summary["request"]).read_text()
+    assert "card_fact_flight_details" in request and "LH 1234" in request  # a failing train task
+    holdout = [json.loads(path.read_text())["id"] for path in (repo / "suites/card_agent").rglob("*.json")
+               if path.name != "suite.json" and json.loads(path.read_text())["metadata"].get("split") == "holdout"]
+    assert holdout and not [task for task in holdout if task in request]
+    assert "Edit only `agents/prompts/card_agent.md`" in request
+    assert "## Prompt manual" in request and "Never write to the test" in request
+    assert optimizer_branches(repo) == []
+
+
+def test_refuses_to_start_when_the_base_commit_lacks_the_prompt(cli, repo, tmp_path, monkeypatch):
+    git(repo, "rm", "-q", "--cached", PROMPT)
+    git(repo, "commit", "-qm", "untrack the prompt")
+    code, out, err = cli("run", "--dry-run")
+    assert code == 2
+    assert f"does not contain {PROMPT}" in err and "commit the prompt file" in err
+
+
+def test_mock_patcher_without_a_script_is_a_configuration_error(cli, repo):
+    code, out, err = cli("run")
+    assert code == 2
+    assert "mock_patcher_script" in err
+
+
+def test_the_gate_false_accept_rate_on_mock_sim_is_at_most_five_percent(repo, monkeypatch):
+    from optimizer.config import load_settings
+    from optimizer.evaluate import open_store
+    from optimizer.loop import LoopContext
+    from optimizer.noise import measure_noise
+
+    settings = load_settings(repo)
+    result = measure_noise(LoopContext(settings=settings, project_root=repo, store=open_store(settings, repo),
+                                       log=lambda m: None), repeats=20)
+    assert result.tested == 20
+    assert result.rate(result.strict_accepts) <= 0.05
