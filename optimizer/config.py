@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from optimizer.errors import ConfigError
 
-DEFAULT_MODEL = "mock/sim"
+DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
+"""The embedded model (`optimizer model install`): every role works with no key and no network."""
 
 
 class Settings(BaseModel):

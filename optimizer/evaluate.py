@@ -28,7 +28,7 @@ class EvalPlan:
 
 
 def prepare(settings: Settings, project_root: Path, suite_names: list[str] | None = None,
-            task_glob: str | None = None) -> EvalPlan:
+            task_glob: str | list[str] | None = None) -> EvalPlan:
     """Load and check suites, tasks, graders and models. Writes nothing."""
     suites = [load_suite(name, project_root) for name in (suite_names or settings.suites)]
     planned = plan(suites, trials=settings.trials, task_glob=task_glob)

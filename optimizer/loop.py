@@ -24,7 +24,7 @@ from optimizer.config import Settings
 from optimizer.errors import ConfigError
 from optimizer.evaluate import finish, write_json
 from optimizer.gate import Decision, GateConfig, decide
-from optimizer.models import validate_model
+from optimizer.models import context_window, validate_model
 from optimizer.patch import LintIndex, check_patch
 from optimizer.proposers import Proposal, ProposalRequest, make_proposer
 from optimizer.registry import get_agent
@@ -227,10 +227,14 @@ class _Iteration:
         prompt = gitops.read_at(self.repo, base.commit, prompt_path)
         manual = load_manual(self.ctx.project_root, selection.agent)
         failures = failure_records(self.baseline, self.suites, selection)
+        budget = self.settings.request_token_budget
+        window = context_window(self.settings.patcher_model) if self.settings.proposer == "llm" else None
+        if window:  # half the patcher's context: the rest holds its instructions and the answer
+            budget = min(budget, window // 2)
         request, omitted = render_request(
             selection=selection, failures=failures, prompt=prompt, prompt_file=prompt_path, manual=manual,
             iteration_id=result.iteration_id, base_commit=base.commit, agent_model=self.settings.agent_model,
-            max_changed_lines=self.settings.max_changed_lines, token_budget=self.settings.request_token_budget,
+            max_changed_lines=self.settings.max_changed_lines, token_budget=budget,
             rejected_ideas=rejected_ideas)
         result.request_path = result.run_dir / "request.md"
         _write_text(result.request_path, request)

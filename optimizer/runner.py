@@ -24,7 +24,8 @@ from typing import Callable
 from optimizer.agent import AgentContext
 from optimizer.config import Settings
 from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialTimeout
-from optimizer.models import ModelClient, litellm_module, RetryPolicy, TrialContext, register_trial, unregister_trial
+from optimizer.models import (ModelClient, RetryPolicy, TrialContext, concurrency_limit, litellm_module, register_trial,
+                              unregister_trial)
 from optimizer.registry import AgentEntry, get_agent, get_grader
 from optimizer.scoring import trial_verdict
 from optimizer.store import Store
@@ -53,16 +54,19 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
-def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | None = None) -> list[PlannedTrial]:
+def plan(suites: list[Suite], *, trials: int | None = None,
+         task_glob: str | list[str] | None = None) -> list[PlannedTrial]:
+    """Trials to run: every task (or those whose id matches any of the globs) times its trials."""
+    globs = [task_glob] if isinstance(task_glob, str) else list(task_glob or [])
     planned = []
     for suite in suites:
         for task in suite.tasks:
-            if task_glob and not fnmatch.fnmatch(task.id, task_glob):
+            if globs and not any(fnmatch.fnmatch(task.id, glob) for glob in globs):
                 continue
             for index in range(trials or suite.trials_for(task)):
                 planned.append(PlannedTrial(suite, task, index))
     if not planned:
-        raise InputError(f"no task matches --task {task_glob!r}", field="--task",
+        raise InputError(f"no task matches --task {' '.join(globs)!r}", field="--task",
                          fix="use a glob that matches some task id, e.g. 'card_event_*'")
     return planned
 
@@ -106,6 +110,10 @@ class Runner:
         self.on_trial = on_trial
         self.workspace_parent = settings.workspace_dir or default_workspace_parent()
         retry = RetryPolicy(max_attempts=settings.retry_attempts, base_delay_s=settings.retry_base_delay)
+        limit = concurrency_limit(settings.agent_model)
+        self.workers = min(settings.concurrency, limit) if limit else settings.concurrency
+        """Trials in flight: the setting, or fewer when the agent model serves fewer calls at once
+        (more trials would only queue for the model while their timeouts run)."""
         self.agent_model = ModelClient(settings.agent_model, role="agent", cache=store if settings.cache else None,
                                        retry=retry, seed=settings.seed, temperature=settings.temperature)
 
@@ -127,7 +135,7 @@ class Runner:
                 started[number] = time.monotonic()
             return self._execute(run.run_id, item, prompts[item.suite.name])
 
-        pool = ThreadPoolExecutor(max_workers=self.settings.concurrency, thread_name_prefix="trial")
+        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trial")
         queue = iter(enumerate(planned))
         futures: dict[Future, tuple[int, PlannedTrial]] = {}
 
@@ -137,7 +145,7 @@ class Runner:
                 return
 
         try:
-            for _ in range(self.settings.concurrency):
+            for _ in range(self.workers):
                 submit_next()
             while futures:
                 done, _ = wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)

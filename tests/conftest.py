@@ -16,9 +16,10 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_STATE_DIR", str(state))
     monkeypatch.setenv("OPTIMIZER_RETRY_BASE_DELAY", "0.01")
     monkeypatch.setenv("OPTIMIZER_ROOT", str(PROJECT_ROOT))
-    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPTIMIZER_AGENT_MODEL", "OPTIMIZER_JUDGE_MODEL",
-                "OPTIMIZER_PATCHER_MODEL", "OPTIMIZER_TRIALS", "OPTIMIZER_SUITES"):
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPTIMIZER_TRIALS", "OPTIMIZER_SUITES"):
         monkeypatch.delenv(key, raising=False)
+    for role in ("AGENT", "JUDGE", "PATCHER"):  # the default, the embedded model, is for `make test-local`
+        monkeypatch.setenv(f"OPTIMIZER_{role}_MODEL", "mock/sim")
     return state
 
 

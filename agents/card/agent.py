@@ -52,7 +52,8 @@ def run(context: AgentContext) -> AgentRun:
     loop = ToolLoop(context, [saver.tool()], LIMITS,
                     completion_check=lambda: missing_parts(context.workspace, fact_id),
                     reminder=lambda missing: _template("card_agent.reminder.md").format(
-                        problems="\n".join(f"- {item}" for item in missing)).strip())
+                        problems="\n".join(f"- {item}" for item in missing)).strip(),
+                    tool_choice="required")
     messages = [{"role": "system", "content": context.system_prompt},
                 {"role": "user", "content": user_message(task)}]
     transcript = loop.run(messages)

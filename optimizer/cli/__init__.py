@@ -12,6 +12,7 @@ import typer
 
 from optimizer.cli import eval as eval_cmd
 from optimizer.cli import loop as loop_cmd
+from optimizer.cli import model as model_cmd
 from optimizer.cli import suites as suites_cmd
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -21,6 +22,7 @@ app.command("run")(loop_cmd.run_command)
 app.command("review")(loop_cmd.review_command)
 app.command("noise")(loop_cmd.noise_command)
 app.add_typer(suites_cmd.app, name="suites")
+app.add_typer(model_cmd.app, name="model")
 
 
 def main() -> None:

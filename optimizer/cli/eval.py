@@ -13,7 +13,7 @@ def eval_command(
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents [env OPTIMIZER_AGENT_MODEL]."),
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders [env OPTIMIZER_JUDGE_MODEL]."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (overrides task and suite defaults)."),
-    task: Optional[str] = typer.Option(None, "--task", help="Only tasks whose id matches this glob."),
+    task: Optional[list[str]] = typer.Option(None, "--task", help="Only tasks whose id matches this glob (repeatable)."),
     concurrency: Optional[int] = typer.Option(None, help="Trials run at once (default 8)."),
     seed: Optional[int] = typer.Option(None, help="Seed passed to the models."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Call the model even for identical requests."),

@@ -15,7 +15,18 @@ from optimizer.models.client import (Completion, MalformedResponse, ModelClient,
                                      ToolCallRequest)
 
 __all__ = ["Completion", "MalformedResponse", "ModelClient", "ResponseCache", "RetryPolicy", "ToolCallRequest",
-           "TrialContext", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
+           "TrialContext", "concurrency_limit", "context_window", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
+
+
+def concurrency_limit(model: str) -> int | None:
+    """How many calls `model` can serve at once when that is a property of the model (the
+    embedded model runs one sequence at a time); None when only the caller's setting limits it."""
+    return 1 if model.startswith(f"{local.PREFIX}/") else None
+
+
+def context_window(model: str) -> int | None:
+    """The context length in tokens when this process sets it (the embedded model); else None."""
+    return local.N_CTX if model.startswith(f"{local.PREFIX}/") else None
 
 
 def validate_model(model: str, *, field: str = "model") -> None:
@@ -29,6 +40,9 @@ def validate_model(model: str, *, field: str = "model") -> None:
             raise ModelConfigError(f"unknown mock model {model!r}", field=field,
                                    fix=f"use one of: {', '.join('mock/' + n for n in mock.MOCK_NAMES)}")
         price_as_free("mock", model)
+        return
+    if prefix == local.PREFIX:
+        local.validate(model, field=field)
         return
     if prefix in registered_prefixes():
         return

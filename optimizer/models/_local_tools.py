@@ -28,8 +28,13 @@ _ANY_VALUE = {"type": ["string", "number", "boolean", "object", "array", "null"]
 _DEFS = ("$defs", "definitions")
 
 
-def reply_schema(tools: list[dict]) -> dict[str, Any]:
-    """One JSON schema for the whole reply: a call of one of `tools`, or a final answer."""
+def reply_schema(tools: list[dict], tool_choice: Any = None) -> dict[str, Any]:
+    """One JSON schema for the whole reply: a call of one of `tools`, or a final answer.
+
+    `tool_choice` as in the OpenAI API: "required" leaves out the final answer, a named function
+    allows only that tool, "none" (or no tools) allows only the final answer.
+    """
+    tools = offered(tools, tool_choice)
     alternatives, definitions = [], {}
     for tool in tools:
         function = tool.get("function", tool)
@@ -38,11 +43,27 @@ def reply_schema(tools: list[dict]) -> dict[str, Any]:
             definitions.update({name: simplify(value) for name, value in (parameters.pop(key, None) or {}).items()})
         alternatives.append({"type": "object", "required": ["name", "arguments"], "properties": {
             "name": {"const": function["name"]}, "arguments": simplify(parameters)}})
-    alternatives.append({"type": "object", "required": ["final"], "properties": {"final": {"type": "string"}}})
+    if allows_final(tools, tool_choice):
+        alternatives.append({"type": "object", "required": ["final"], "properties": {"final": {"type": "string"}}})
     schema: dict[str, Any] = {"anyOf": alternatives}
     if definitions:
         schema["$defs"] = schema["definitions"] = definitions
     return schema
+
+
+def offered(tools: list[dict] | None, tool_choice: Any) -> list[dict]:
+    """The tools a reply may call under `tool_choice`."""
+    if not tools or tool_choice == "none":
+        return []
+    if isinstance(tool_choice, dict):
+        wanted = (tool_choice.get("function") or {}).get("name")
+        return [tool for tool in tools if tool.get("function", tool).get("name") == wanted] or tools
+    return tools
+
+
+def allows_final(tools: list[dict] | None, tool_choice: Any) -> bool:
+    """Whether a plain answer is allowed: not when a tool call is required or named."""
+    return not offered(tools, tool_choice) or not (tool_choice == "required" or isinstance(tool_choice, dict))
 
 
 def simplify(schema: Any) -> Any:
@@ -63,9 +84,11 @@ def simplify(schema: Any) -> Any:
     return kept or dict(_ANY_VALUE)
 
 
-def system_note() -> str:
-    """How a reply must look; appended to the system prompt whenever tools are offered."""
-    return NOTE_FILE.read_text(encoding="utf-8").strip()
+def system_note(allow_final: bool = True) -> str:
+    """How a reply must look; appended to the system prompt whenever tools are offered. The
+    note file's second line (the plain-answer form) is left out when a tool call is required."""
+    lines = NOTE_FILE.read_text(encoding="utf-8").strip().splitlines()
+    return "\n".join(lines if allow_final else lines[:1])
 
 
 def template_messages(messages: list[dict], note: str | None) -> list[dict]:

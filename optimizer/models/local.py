@@ -53,9 +53,11 @@ from optimizer.models._litellm import register_provider
 PREFIX = "local"
 NAME = "qwen2.5-coder-1.5b"
 MODEL = f"{PREFIX}/{NAME}"
-N_CTX = 8192
-"""The card prompt with its tool schema is ~1,000 tokens; a trial that needs reminders and retries
-grows by ~600 per turn over up to 8 turns, which 4,096 would not hold."""
+N_CTX = 12288
+"""The card prompt with its tool schema is ~1,000 tokens and a trial with reminders and retries
+grows by ~600 per turn over up to 8 turns; a patch request is capped at half of this window (the
+loop asks for that), leaving the rest for the patcher's instructions and its answer. The KV cache
+costs ~28 KB per token (~340 MB here), allocated once."""
 DEFAULT_MAX_TOKENS = 512
 QWEN_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
 """Qwen2.5's generation_config; used when the caller sets no temperature."""
@@ -88,20 +90,21 @@ class LocalModel:
 
     def complete(self, messages: list[dict], *, tools: list[dict] | None = None, max_tokens: int | None = None,
                  temperature: float | None = None, seed: int | None = None, response_format: dict | None = None,
-                 deadline: float | None = None) -> Reply:
+                 tool_choice: Any = None, deadline: float | None = None) -> Reply:
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not self._lock.acquire(timeout=-1 if wait is None else wait):
             raise _timeout("waited for the local model past the trial's deadline")
         try:
             llama = self._load()
-            note = _local_tools.system_note() if tools else None
+            tools = _local_tools.offered(tools, tool_choice)
+            note = _local_tools.system_note(_local_tools.allows_final(tools, tool_choice)) if tools else None
             prompt = self._formatter(messages=_local_tools.template_messages(messages, note), tools=tools or None).prompt
             tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
             cached = _reused_prefix(llama.input_ids[:llama.n_tokens].tolist(), tokens)
             sampling = dict(QWEN_SAMPLING) if temperature is None else {"temperature": temperature}
             output = llama.create_completion(
                 tokens, max_tokens=max_tokens or DEFAULT_MAX_TOKENS, seed=seed, repeat_penalty=1.0,
-                grammar=self._grammar(tools, response_format), stopping_criteria=_stop_at(deadline), **sampling)
+                grammar=self._grammar(tools, tool_choice, response_format), stopping_criteria=_stop_at(deadline), **sampling)
         finally:
             self._lock.release()
         if deadline is not None and time.monotonic() > deadline:
@@ -130,11 +133,13 @@ class LocalModel:
             self._llama = llama
         return self._llama
 
-    def _grammar(self, tools: list[dict] | None, response_format: dict | None) -> Any:
+    def _grammar(self, tools: list[dict] | None, tool_choice: Any, response_format: dict | None) -> Any:
         if tools:
-            schema = _local_tools.reply_schema(tools)
+            schema = _local_tools.reply_schema(tools, tool_choice)
         elif response_format and response_format.get("type") == "json_object":
             schema = _local_tools.simplify(response_format.get("schema") or {"type": "object"})
+        elif response_format and response_format.get("type") == "json_schema":
+            schema = _local_tools.simplify((response_format.get("json_schema") or {}).get("schema") or {"type": "object"})
         else:
             return None
         key = json.dumps(schema, sort_keys=True)
@@ -183,6 +188,15 @@ def _sample_seed(seed: int | None, key: str | None) -> int | None:
 _model = LocalModel()
 
 
+def smoke_test() -> str:
+    """Load the model and generate one token; a one-line report (used after installing)."""
+    started = time.monotonic()
+    llama = _model._load()
+    loaded = time.monotonic() - started
+    output = llama.create_completion("1 + 1 =", max_tokens=1, temperature=0.0)
+    return f"loaded in {loaded:.1f} s, answered {output['choices'][0]['text']!r} to '1 + 1 ='"
+
+
 def _completion(model: str, messages: list[dict], optional_params: dict | None = None,
                 litellm_params: dict | None = None, timeout: Any = None, **_: Any):
     from litellm.types.utils import ModelResponse
@@ -194,7 +208,8 @@ def _completion(model: str, messages: list[dict], optional_params: dict | None =
     deadline = time.monotonic() + float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
     reply = _model.complete(messages, tools=params.get("tools"), max_tokens=params.get("max_tokens"),
                             temperature=params.get("temperature"), seed=_sample_seed(params.get("seed"), key),
-                            response_format=params.get("response_format"), deadline=deadline)
+                            response_format=params.get("response_format"), tool_choice=params.get("tool_choice"),
+                            deadline=deadline)
     return ModelResponse(
         model=MODEL, choices=[{"message": reply.message, "finish_reason": reply.finish_reason}],
         usage={"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
