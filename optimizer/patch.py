@@ -49,11 +49,14 @@ class PatchCheck:
 
 
 def apply_edits(text: str, edits: Iterable[Edit]) -> str:
-    """Apply exact search/replace edits in order. Each search must occur exactly once."""
+    """Apply exact search/replace edits in order. Each search must occur exactly once; an empty
+    search appends `replace` at the end of the text (how a new rule is most simply added)."""
     for number, edit in enumerate(edits, 1):
         if not edit.search:
-            raise EditError(f"edit {number}: `search` is empty; quote the exact text to replace "
-                            f"(to append, search for the last line and repeat it in `replace`)")
+            if not edit.replace.strip():
+                raise EditError(f"edit {number}: both `search` and `replace` are empty; give the text to add")
+            text = text.rstrip("\n") + "\n" + edit.replace.rstrip("\n") + "\n"
+            continue
         count = text.count(edit.search)
         if count == 0:
             snippet = edit.search.strip().splitlines()[0][:80] if edit.search.strip() else edit.search[:80]

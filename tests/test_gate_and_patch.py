@@ -95,8 +95,9 @@ def test_edits_apply_exactly_once_or_say_why():
         apply_edits(text, [Edit("delta", "x")])
     with pytest.raises(EditError, match="occurs 2 times"):
         apply_edits(text, [Edit("beta", "x")])
+    assert apply_edits(text, [Edit("", "- new rule")]) == "alpha\nbeta\nbeta\n- new rule\n"
     with pytest.raises(EditError, match="empty"):
-        apply_edits(text, [Edit("", "x")])
+        apply_edits(text, [Edit("", "  ")])
 
 
 def _index() -> LintIndex:

@@ -35,6 +35,8 @@ def run_command(
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
     patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
+    confirm_trials: Optional[int] = typer.Option(
+        None, help="Fresh trials per targeted task on which base and candidate are compared (default 8)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit to start from (default HEAD)."),
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
@@ -49,7 +51,8 @@ def run_command(
     from optimizer.loop import run_iteration
 
     root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
-                               patcher_model=patcher_model, trials=trials, concurrency=concurrency)
+                               patcher_model=patcher_model, trials=trials, concurrency=concurrency,
+                               confirm_trials=confirm_trials)
     ctx = _context(settings, root)
     result = run_iteration(ctx, suite_names=suite or None, base_ref=base, dry_run=dry_run, agent=agent)
     for record in result.proposals:

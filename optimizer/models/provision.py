@@ -24,6 +24,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -32,9 +33,10 @@ from typing import Callable
 from optimizer.errors import ModelConfigError
 from optimizer.models import install
 
-BUILD_FLAGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+BUILD_FLAGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF"
 REBUILD_FIX = "run `optimizer model install --rebuild` (compiles llama-cpp-python again)"
 SMOKE_TIMEOUT_S = 300
+HEARTBEAT_S = 60.0
 
 Say = Callable[[str], None]
 
@@ -134,12 +136,23 @@ def _smoke(say: Say) -> None:
 
 
 def _pip(say: Say, arguments: list[str], environment: dict[str, str] | None = None) -> None:
+    """Run pip in this interpreter; says every minute that it is still working (a compile or a
+    1 GB download is otherwise silent); on failure raises with the end of pip's output."""
     command = [sys.executable, "-m", "pip", "--disable-pip-version-check", *arguments]
     started = time.monotonic()
-    result = subprocess.run(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if result.returncode != 0:
-        tail = "\n".join(result.stdout.strip().splitlines()[-15:])
-        raise ModelConfigError(f"`{shlex.join(command)}` failed (exit {result.returncode}):\n{tail}",
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as output:
+        process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True)
+        while True:
+            try:
+                process.wait(timeout=HEARTBEAT_S)
+                break
+            except subprocess.TimeoutExpired:
+                say(f"  pip {arguments[0]}: still working ({(time.monotonic() - started) / 60:.0f} min)")
+        output.seek(0)
+        text = output.read()
+    if process.returncode != 0:
+        tail = "\n".join(text.strip().splitlines()[-15:])
+        raise ModelConfigError(f"`{shlex.join(command)}` failed (exit {process.returncode}):\n{tail}",
                                field="local model", fix="read pip's message above; needs PyPI access, "
                                "a C/C++ compiler and cmake >= 3.21 for the compile step")
     say(f"  pip {arguments[0]}: done in {time.monotonic() - started:.0f} s")
