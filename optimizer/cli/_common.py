@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from typing import Any
 
 from rich.console import Console
@@ -26,6 +27,7 @@ class TrialProgress:
         self.total = total
         self.done = self.passed = self.scored = self.errored = self.tokens = 0
         self.cost = 0.0
+        self.started = time.monotonic()
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("eta"),
                                  TimeRemainingColumn(), console=err_console, disable=not interactive())
@@ -52,7 +54,15 @@ class TrialProgress:
         stats = f"pass {rate}  errored {self.errored}  tokens {self.tokens:,}  ${self.cost:.4f}"
         self.progress.update(self.task_id, advance=1, stats=stats)
         if not interactive() and (self.done % max(1, self.total // 10) == 0 or self.done == self.total):
-            err_console.print(f"{self.done}/{self.total} trials  {stats}", highlight=False)
+            elapsed = time.monotonic() - self.started
+            eta = elapsed / self.done * (self.total - self.done)
+            err_console.print(f"{self.done}/{self.total} trials  {stats}  elapsed {_clock(elapsed)}  eta {_clock(eta)}",
+                              highlight=False)
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
 
 
 def fmt(value: Any, kind: str = "ratio") -> str:
