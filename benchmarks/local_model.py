@@ -5,7 +5,8 @@ Needs `optimizer model install`. Prints, from one run on one loaded model:
 * prompt tokens/s: a ~1,000-token card prompt evaluated from an empty KV cache, max_tokens 1;
 * generation tokens/s: 128 tokens greedily generated after a cached prompt;
   each measured through `litellm.completion(model="local/qwen2.5-coder-1.5b")` and through
-  `Llama.create_completion` on the same instance, alternating, median of `--repeats`;
+  `Llama.create_completion` on the same instance, alternating which goes first, median of
+  `--repeats`;
 * over a 25-task card suite run (one trial per task, the real runner): the share of prompt
   tokens served from the reused prefix, seconds per card trial, pass rate;
 * the process's peak resident memory.
@@ -88,11 +89,15 @@ def throughput(repeats: int) -> None:
     for label, ours, theirs in (("prompt tokens/s", provider_prompt, direct_prompt),
                                 ("generation tokens/s", provider_generate, direct_generate)):
         mine, direct = [], []
-        for _ in range(repeats):
-            mine.append(ours())
-            direct.append(theirs())
+        for repeat in range(repeats):  # alternate which side goes first
+            if repeat % 2:
+                direct.append(theirs())
+                mine.append(ours())
+            else:
+                mine.append(ours())
+                direct.append(theirs())
         rows.append((label, statistics.median(mine), statistics.median(direct)))
-    print(f"card prompt: {len(card)} tokens; generation: {GENERATE} tokens; median of {repeats}; "
+    print(f"card prompt (system + user, no tool schema): {len(card)} tokens; generation: {GENERATE} tokens; median of {repeats}; "
           f"{len(os.sched_getaffinity(0))} threads")
     print(f"{'figure':<22} {'provider':>9} {'direct':>9} {'ratio':>7}")
     for label, mine, direct in rows:

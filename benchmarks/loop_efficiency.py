@@ -61,7 +61,7 @@ def main() -> None:
         repo = make_repo(Path(folder))
         os.environ.update({
             "OPTIMIZER_ROOT": str(repo), "OPTIMIZER_STATE_DIR": str(Path(folder) / "state"),
-            "OPTIMIZER_PROPOSER": "command",
+            "OPTIMIZER_AGENT_MODEL": "mock/sim", "OPTIMIZER_PROPOSER": "command",
             "OPTIMIZER_PROPOSER_COMMAND": f"{sys.executable} {ROOT / 'benchmarks/sim_patcher.py'} "
                                           f"{{request}} {{workdir}} {PROMPT}"})
         settings = load_settings(repo)

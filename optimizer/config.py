@@ -54,6 +54,10 @@ class Settings(BaseModel):
     confirm_trials: int = Field(default=8, ge=1)
     """Fresh trials per targeted task on which base prompt and candidate are compared: the
     targeted buckets are few tasks, so more trials there buy the improvement test its power."""
+    confirm_pairs: int = Field(default=16, ge=0)
+    """At least this many fresh pairs per targeted bucket: a bucket of one task gets
+    `confirm_pairs` confirmation trials, one of two tasks `confirm_pairs / 2` each (never fewer
+    than `confirm_trials`)."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
     proposer: Literal["llm", "command"] = "llm"

@@ -154,9 +154,11 @@ class StagePlan:
     Targets are chosen from the baseline's failures, so comparing the candidate with those same
     baseline trials would favour any patch: a bucket picked for its bad luck tends to look better
     on a rerun (regression to the mean). The targeted buckets' train tasks are therefore compared
-    on *fresh* trials (indexes k..k+n-1, n = `confirm_trials`), run once for the base prompt
-    (the confirmation) and once for the candidate; everything else is paired with the baseline's
-    own trials (indexes 0..k-1).
+    on *fresh* trials (indexes k..k+n-1), run once for the base prompt (the confirmation) and
+    once for the candidate; everything else is paired with the baseline's own trials (indexes
+    0..k-1). n is `confirm_trials`, raised so that each targeted bucket has at least
+    `confirm_pairs` pairs: with pass/fail outcomes a one-task bucket on 8 pairs often cannot
+    reach significance however much it improved.
     """
 
     targeted: list[PlannedTrial]
@@ -168,7 +170,7 @@ class StagePlan:
 
     @classmethod
     def build(cls, planned: list[PlannedTrial], targets: set[tuple[str, str]], agent: str,
-              fresh_trials: int) -> "StagePlan":
+              fresh_trials: int, min_pairs: int = 0) -> "StagePlan":
         counts: dict[tuple[str, str], int] = {}
         for item in planned:
             key = (item.suite.name, item.task.id)
@@ -177,12 +179,18 @@ class StagePlan:
         def is_targeted(item: PlannedTrial) -> bool:
             return (item.suite.name, item.task.bucket) in targets and item.task.split != "holdout"
 
+        bucket_tasks: dict[tuple[str, str], set[str]] = {}
+        for item in planned:
+            if is_targeted(item):
+                bucket_tasks.setdefault((item.suite.name, item.task.bucket), set()).add(item.task.id)
         fresh, seen = [], set()
         for item in planned:
             key = (item.suite.name, item.task.id)
             if is_targeted(item) and key not in seen:
                 seen.add(key)
-                fresh += [PlannedTrial(item.suite, item.task, counts[key] + offset) for offset in range(fresh_trials)]
+                tasks = len(bucket_tasks[(item.suite.name, item.task.bucket)])
+                trials = max(fresh_trials, -(-min_pairs // tasks))
+                fresh += [PlannedTrial(item.suite, item.task, counts[key] + offset) for offset in range(trials)]
         rest = [item for item in planned if not is_targeted(item) and item.suite.spec.agent_name == agent]
         return cls(targeted=fresh, rest=rest)
 
@@ -336,7 +344,8 @@ class _Iteration:
         prompt_root = workdir / gitops.relative(self.repo, root) if root != Path(self.repo.working_tree_dir).resolve() \
             else workdir
         targets = {(t.suite, t.bucket) for t in selection.targets}
-        stages = StagePlan.build(self.planned, targets, selection.agent, self.settings.confirm_trials)
+        stages = StagePlan.build(self.planned, targets, selection.agent, self.settings.confirm_trials,
+                                 self.settings.confirm_pairs)
         confirm = self._confirm(stages)
         record.candidate_run_id = run_id = new_run_id()
         self.log(f"rerun stage 1: {len(stages.targeted)} candidate trials of the targeted bucket(s)")

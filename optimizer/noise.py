@@ -68,7 +68,7 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
             result.skipped += 1
             continue
         targets = {(t.suite, t.bucket) for t in selection.targets}
-        stages = StagePlan.build(planned, targets, selection.agent, settings.confirm_trials)
+        stages = StagePlan.build(planned, targets, selection.agent, settings.confirm_trials, settings.confirm_pairs)
         confirm = run(seed_a, stages.confirm)
         candidate = run(seed_b, stages.targeted + stages.rest)
         agents = {suite.name: suite.spec.agent_name for suite in suites}

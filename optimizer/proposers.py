@@ -28,6 +28,11 @@ from optimizer.types import Usage
 
 PROPOSAL_KEY = "optimizer_proposal"
 SCRIPT_KEY = "optimizer_patcher_script"
+FEEDBACK = Path(__file__).parent / "templates" / "patcher_feedback.md"
+"""What the patcher is told when its edits do not apply (once, before the proposal is given up)."""
+MAX_ANSWER_TOKENS = 2000
+"""A rationale and edits within the 40-line budget fit in well under this; the cap stops a small
+model that repeats itself from generating for minutes."""
 
 
 @dataclass
@@ -83,7 +88,7 @@ class LLMProposer:
         if self.script:
             metadata[SCRIPT_KEY] = self.script
         lm = dspy.LM(self.model, cache=False, temperature=self.temperature, num_retries=self.retry_attempts,
-                     metadata=metadata, max_tokens=4000)
+                     metadata=metadata, max_tokens=MAX_ANSWER_TOKENS)
         target = request.workdir / request.prompt_file
         base = target.read_text(encoding="utf-8")
         proposal = Proposal()
@@ -105,7 +110,7 @@ class LLMProposer:
             try:
                 patched = apply_edits(base, edits)
             except EditError as exc:
-                feedback = f"Your edits were not applied: {exc}"
+                feedback = FEEDBACK.read_text(encoding="utf-8").format(error=exc)
                 proposal.error = str(exc)
                 continue
             proposal.error = None

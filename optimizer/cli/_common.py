@@ -57,7 +57,7 @@ class TrialProgress:
             elapsed = time.monotonic() - self.started
             eta = elapsed / self.done * (self.total - self.done)
             err_console.print(f"{self.done}/{self.total} trials  {stats}  elapsed {_clock(elapsed)}  eta {_clock(eta)}",
-                              highlight=False)
+                              highlight=False, soft_wrap=True)
 
 
 def _clock(seconds: float) -> str:

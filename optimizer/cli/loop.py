@@ -23,7 +23,7 @@ def _context(settings, root, *, quiet: bool = False):
     store = evaluate.open_store(settings, root)
     return LoopContext(settings=settings, project_root=root, store=store,
                        log=(lambda message: None) if quiet else
-                       (lambda message: err_console.print(message, highlight=False, markup=False)),
+                       (lambda message: err_console.print(message, highlight=False, markup=False, soft_wrap=True)),
                        make_progress=lambda total, label: TrialProgress(total, label))
 
 
