@@ -275,7 +275,8 @@ class _Iteration:
             if record.status != "accepted":
                 gitops.delete_branch(self.repo, branch)
             _store_proposal(store, result, record, selection.agent, proposer.name, self.settings, manual.sha256)
-            self.log(f"proposal {number}: {record.status}: {record.reason}")
+            detail = record.reason.removeprefix("accepted: ").removeprefix("rejected: ")
+            self.log(f"proposal {number}: {record.status}: {detail}")
 
         accepted = [p for p in result.proposals if p.status == "accepted"]
         if len(accepted) > 1:

@@ -20,6 +20,10 @@ def interactive() -> bool:
     return sys.stderr.isatty() and not os.environ.get("CI")
 
 
+PLAIN_LINE_EVERY_S = 5.0
+"""Without a terminal, a progress line at each tenth of the trials, at most one per this many seconds."""
+
+
 class TrialProgress:
     """done/total, pass rate, tokens, cost and ETA while trials finish."""
 
@@ -27,7 +31,7 @@ class TrialProgress:
         self.total = total
         self.done = self.passed = self.scored = self.errored = self.tokens = 0
         self.cost = 0.0
-        self.started = time.monotonic()
+        self.started = self.last_line = time.monotonic()
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("eta"),
                                  TimeRemainingColumn(), console=err_console, disable=not interactive())
@@ -53,8 +57,11 @@ class TrialProgress:
         rate = f"{self.passed / self.scored:.0%}" if self.scored else "-"
         stats = f"pass {rate}  errored {self.errored}  tokens {self.tokens:,}  ${self.cost:.4f}"
         self.progress.update(self.task_id, advance=1, stats=stats)
-        if not interactive() and (self.done % max(1, self.total // 10) == 0 or self.done == self.total):
-            elapsed = time.monotonic() - self.started
+        now = time.monotonic()
+        step_done = self.done % max(1, self.total // 10) == 0 and now - self.last_line >= PLAIN_LINE_EVERY_S
+        if not interactive() and (step_done or self.done == self.total):
+            self.last_line = now
+            elapsed = now - self.started
             eta = elapsed / self.done * (self.total - self.done)
             err_console.print(f"{self.done}/{self.total} trials  {stats}  elapsed {_clock(elapsed)}  eta {_clock(eta)}",
                               highlight=False, soft_wrap=True)

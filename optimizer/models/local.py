@@ -37,6 +37,7 @@ That path has neither this module's grammar over the tool schemas nor cached-tok
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -118,6 +119,14 @@ class LocalModel:
         return Reply(message=message, finish_reason=finish, prompt_tokens=len(tokens),
                      completion_tokens=output["usage"]["completion_tokens"], cached_tokens=cached)
 
+    def close(self) -> None:
+        """Free the model while llama_cpp is still importable (llama-cpp-python's own finalizer,
+        run during interpreter shutdown, fails noisily)."""
+        with self._lock:
+            if self._llama is not None:
+                self._llama.close()
+                self._llama = None
+
     def _load(self) -> Any:
         if self._llama is None:
             path = install.require_ready()
@@ -131,6 +140,7 @@ class LocalModel:
                 template=llama.metadata["tokenizer.chat_template"],
                 eos_token=model.token_get_text(llama.token_eos()), bos_token=model.token_get_text(llama.token_bos()))
             self._llama = llama
+            atexit.register(self.close)
         return self._llama
 
     def _grammar(self, tools: list[dict] | None, tool_choice: Any, response_format: dict | None) -> Any:
