@@ -5,8 +5,10 @@ with `benchmarks/sim_patcher.py` as a command proposer (it appends the sim's gen
 targeted bucket). Each accepted branch is merged (`optimizer review --merge`) so the next
 iteration starts from it, as a nightly job would.
 
-Prints, per iteration: status, rollouts spent (baseline + confirmation + staged candidate), and
-the ratio to the naive cost of two full runs; then the cumulative rollouts until no train
+Prints, per iteration: status, rollouts spent (baseline + confirmation + staged candidate) and
+how many of them called the model (the rest were served from the response cache, e.g. the part
+of a new baseline the accepted candidate already ran), each with its ratio to the naive cost of
+two full runs; then the cumulative rollouts until no train
 failure can be fixed, and the mean train score before and after. Stops when nothing is left to fix or after `--patience`
 rejections in a row (the loop keeps targeting the worst bucket, so a bucket the rule cannot lift
 would otherwise be retried until `--iterations`).
@@ -68,10 +70,11 @@ def main() -> None:
         store = open_store(settings, repo)
         ctx = LoopContext(settings=settings, project_root=repo, store=store, log=lambda message: None)
         full = None
-        total = rejected_in_a_row = 0
+        total = total_model = rejected_in_a_row = 0
         first_score = last_score = None
         started = time.perf_counter()
-        print(f"{'iter':>4}  {'status':<15} {'target':<24} {'rollouts':>8}  {'vs naive':>8}")
+        print(f"{'iter':>4}  {'status':<15} {'target':<24} {'rollouts':>8}  {'vs naive':>8}  "
+              f"{'model':>5}  {'vs naive':>8}")
         for number in range(1, args.iterations + 1):
             result = run_iteration(ctx)
             baseline = store.run_record(result.baseline_run_id)
@@ -81,18 +84,22 @@ def main() -> None:
             first_score = train if first_score is None else first_score
             last_score = train
             total += result.rollouts
+            total_model += result.model_rollouts
             target = result.selection.targets[0].bucket if result.selection else "-"
             naive = 2 * full
             reason = result.proposals[0].reason if result.proposals and result.status != "accepted" else ""
             print(f"{number:>4}  {result.status:<15} {target:<24} {result.rollouts:>8}  "
-                  f"{result.rollouts / naive:>7.2f}x  {reason[:110]}", flush=True)
+                  f"{result.rollouts / naive:>7.2f}x  {result.model_rollouts:>5}  "
+                  f"{result.model_rollouts / naive:>7.2f}x  {reason[:90]}", flush=True)
             if result.status == "accepted":
                 review(settings, repo, result.accepted.branch, merge=True)
             rejected_in_a_row = 0 if result.status == "accepted" else rejected_in_a_row + 1
             if result.status == "nothing_to_fix" or rejected_in_a_row >= args.patience:
                 break
         print(f"full run = {full} rollouts; naive iteration = {2 * full} rollouts (two full runs)")
-        print(f"cumulative rollouts: {total}; train mean score {first_score:.3f} -> {last_score:.3f}; "
+        print(f"mean per iteration: {total / number:.0f} rollouts = {total / number / (2 * full):.2f}x naive; "
+              f"{total_model / number:.0f} that called the model = {total_model / number / (2 * full):.2f}x")
+        print(f"cumulative rollouts: {total} ({total_model} called the model); train mean score {first_score:.3f} -> {last_score:.3f}; "
               f"{time.perf_counter() - started:.1f} s")
 
 

@@ -51,6 +51,8 @@ class ProposalRecord:
     candidate_run_id: str | None = None
     commit_sha: str | None = None
     rollouts: int = 0
+    model_rollouts: int = 0
+    """Of `rollouts`, the trials that called the model (the rest were served from the cache)."""
     usage: Usage = field(default_factory=Usage)
     proposal_id: int | None = None
 
@@ -68,6 +70,9 @@ class IterationResult:
     request_path: Path | None = None
     proposals: list[ProposalRecord] = field(default_factory=list)
     rollouts: int = 0
+    """Trials run by this iteration (baseline unless reused, confirmation, candidates)."""
+    model_rollouts: int = 0
+    """Of `rollouts`, the trials that called the model (the rest were served from the cache)."""
 
     @property
     def accepted(self) -> ProposalRecord | None:
@@ -195,6 +200,11 @@ class StagePlan:
         return cls(targeted=fresh, rest=rest)
 
 
+def _called_model(trials: list[Trial]) -> int:
+    """Trials that made at least one model call (not served wholly from the response cache)."""
+    return sum(1 for trial in trials if trial.transcript.usage.calls > 0)
+
+
 def gate_frames(baseline: list[Trial], confirm: list[Trial], after: list[Trial],
                 targets: set[tuple[str, str]]):
     """(before, after) trial frames: the targeted train trials come from the fresh confirmation run."""
@@ -303,6 +313,7 @@ class _Iteration:
         finish(run, self.store)
         result.baseline_run_id = run.run_id
         result.rollouts += len(self.planned)
+        result.model_rollouts += _called_model(run.trials)
         return run.trials
 
     def _confirm(self, stages: StagePlan) -> list[Trial]:
@@ -312,6 +323,7 @@ class _Iteration:
             run = self._run(stages.confirm, self.base_root, kind="confirm", label="confirm")
             finish(run, self.store)
             self.result.rollouts += len(stages.confirm)
+            self.result.model_rollouts += _called_model(run.trials)
             self.confirm = run.trials
         return self.confirm
 
@@ -352,6 +364,7 @@ class _Iteration:
         self.log(f"rerun stage 1: {len(stages.targeted)} candidate trials of the targeted bucket(s)")
         run = self._run(stages.targeted, prompt_root, kind="candidate", label="targeted", run_id=run_id)
         record.rollouts = len(stages.targeted)
+        record.model_rollouts = _called_model(run.trials)
         before, after = gate_frames(self.baseline, confirm, run.trials, targets)
         decision = decide(before, after, targets=targets, regression_suites=self.regression, config=self.gate,
                           stage="targeted")
@@ -359,6 +372,7 @@ class _Iteration:
             self.log(f"rerun stage 2: {len(stages.rest)} more trials (other buckets, holdout, regression)")
             more = self._run(stages.rest, prompt_root, kind="candidate", label="rest", run_id=run_id)
             record.rollouts += len(stages.rest)
+            record.model_rollouts += _called_model(more.trials)
             run.trials.extend(more.trials)
             reused = [t for t in self.baseline if self._agent_of(t.suite) != selection.agent]
             for trial in reused:
@@ -368,6 +382,7 @@ class _Iteration:
             decision = decide(before, after, targets=targets, regression_suites=self.regression, config=self.gate)
         finish(run, self.store)
         result.rollouts += record.rollouts
+        result.model_rollouts += record.model_rollouts
         record.decision = decision
         record.status = "accepted" if decision.accepted else "rejected_gate"
         record.reason = decision.summary
