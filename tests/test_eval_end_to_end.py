@@ -77,3 +77,15 @@ def test_nested_task_layout_with_fixture_dir_loads_and_runs(cli, tmp_path):
                          str(tmp_path / "o.json"))
     assert code == 0, out + err
     assert json.loads((tmp_path / "o.json").read_text())["totals"]["passed"] == 1
+
+
+def test_exit_codes_asked_for_reach_the_shell(cli, tmp_path, monkeypatch):
+    code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/oracle", "--task", "card_event_*",
+                         "--fail-under", "1.01")
+    assert code == 1, out + err
+    code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/oracle", "--task", "card_event_*",
+                         "--fail-under", "1.0")
+    assert code == 0, out + err
+    monkeypatch.setenv("OPTIMIZER_MODEL_DIR", str(tmp_path / "no-model"))
+    code, out, err = cli("model", "status")
+    assert code == 2 and "optimizer model install" in out, out + err

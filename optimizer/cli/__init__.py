@@ -29,7 +29,7 @@ def main() -> None:
     from optimizer.errors import EXIT_HARNESS, OptimizerError
 
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # without standalone mode click returns an Exit's code
     except OptimizerError as exc:
         typer.secho(f"error: {exc.render()}", fg="red", err=True)
         sys.exit(exc.exit_code)
@@ -45,4 +45,4 @@ def main() -> None:
             exc.show()
             sys.exit(exc.exit_code)
         raise
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
