@@ -61,11 +61,16 @@ def finish(run: RunResult, store: Store) -> dict[str, Any]:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write atomically: a reader never sees half a file."""
+    write_text(path, json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write atomically (a temporary file beside it, then a rename): a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2, ensure_ascii=False, default=str)
+            out.write(text)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -36,6 +36,8 @@ from typing import Any, Iterable, Literal
 import numpy as np
 import pandas as pd
 
+from optimizer.scoring import mean_interval, trial_value
+
 GateMode = Literal["strict", "lenient"]
 EXACT_LIMIT = 16
 DRAWS = 20_000
@@ -141,17 +143,11 @@ def holm(pvalues: list[float]) -> list[float]:
 
 
 # ---------------------------------------------------------------- pairing
-def _trial_score(row: pd.Series) -> float:
-    if row["score"] is not None and not (isinstance(row["score"], float) and math.isnan(row["score"])):
-        return float(row["score"])
-    return 1.0 if row["status"] == "passed" else 0.0
-
-
 def pair_trials(before: pd.DataFrame, after: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """Join on (suite, task_id, trial_index); drop pairs with an errored side (returned count)."""
     keys = ["suite", "task_id", "trial_index"]
-    left = before.assign(value=before.apply(_trial_score, axis=1) if len(before) else [])
-    right = after.assign(value=after.apply(_trial_score, axis=1) if len(after) else [])
+    left = before.assign(value=[trial_value(score, status) for score, status in zip(before["score"], before["status"])])
+    right = after.assign(value=[trial_value(score, status) for score, status in zip(after["score"], after["status"])])
     merged = left[keys + ["bucket", "split", "status", "value"]].merge(
         right[keys + ["status", "value"]], on=keys, suffixes=("_before", "_after"))
     usable = merged["status_before"].ne("errored") & merged["status_after"].ne("errored")
@@ -174,19 +170,9 @@ def group_change(pairs: pd.DataFrame, suite: str, bucket: str, *, targeted: bool
     before = float(np.dot(weights, pairs["value_before"]))
     after = float(np.dot(weights, pairs["value_after"]))
     p_up, p_down = permutation_pvalues(pairs["diff"].to_numpy(dtype=float), weights)
-    low, high = change_interval(pairs.groupby(["suite", "task_id"])["diff"].mean().tolist())
+    low, _, high = mean_interval(pairs.groupby(["suite", "task_id"])["diff"].mean().tolist(), clip=False)
     return BucketChange(suite, bucket, pairs.groupby(["suite", "task_id"]).ngroups, len(pairs),
                         before, after, after - before, p_up, p_down, targeted, ci_low=low, ci_high=high)
-
-
-def change_interval(changes: list[float], confidence: float = 0.95) -> tuple[float, float]:
-    if len(changes) < 2:
-        return math.nan, math.nan
-    from scipy.stats import t
-
-    values = np.asarray(changes, dtype=float)
-    half = t.ppf(0.5 + confidence / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
-    return float(values.mean() - half), float(values.mean() + half)
 
 
 # ---------------------------------------------------------------- the gate

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from optimizer import gitops
 from optimizer.config import Settings
 from optimizer.errors import ConfigError
-from optimizer.evaluate import finish, write_json
+from optimizer.evaluate import finish, write_json, write_text
 from optimizer.gate import Decision, GateConfig, decide
 from optimizer.models import context_window, validate_model
 from optimizer.patch import LintIndex, check_patch
@@ -255,7 +255,7 @@ class _Iteration:
             max_changed_lines=self.settings.max_changed_lines, token_budget=budget,
             rejected_ideas=rejected_ideas)
         result.request_path = result.run_dir / "request.md"
-        _write_text(result.request_path, request)
+        write_text(result.request_path, request)
         targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]
         self.log(f"targets: {', '.join(targets)} ({len(failures)} failing task(s), {omitted} left out of the request)")
         self.log(f"request: {result.request_path}")
@@ -340,7 +340,7 @@ class _Iteration:
             prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal))
         record.rationale, record.diff, record.usage = proposal.rationale, proposal.diff, proposal.usage
         if proposal.log:
-            _write_text(result.run_dir / f"proposal-{record.ordinal}.log", proposal.log)
+            write_text(result.run_dir / f"proposal-{record.ordinal}.log", proposal.log)
         if proposal.error and not proposal.changed_files:
             record.status, record.reason = "no_patch", proposal.error
             return
@@ -482,12 +482,6 @@ def _write_report(result: IterationResult) -> Path:
             lines += [f"- {reason}" for reason in record.decision.reasons]
             lines.append("")
     path = result.run_dir / "report.md"
-    _write_text(path, "\n".join(lines))
+    write_text(path, "\n".join(lines))
     return path
 
-
-def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)

@@ -23,11 +23,10 @@ from typing import Protocol
 
 from optimizer.errors import ConfigError
 from optimizer.gitops import changed_files, diff_of
+from optimizer.models._context import PROPOSAL_KEY, SCRIPT_KEY
 from optimizer.patch import Edit, EditError, apply_edits
 from optimizer.types import Usage
 
-PROPOSAL_KEY = "optimizer_proposal"
-SCRIPT_KEY = "optimizer_patcher_script"
 FEEDBACK = Path(__file__).parent / "templates" / "patcher_feedback.md"
 """What the patcher is told when its edits do not apply (once, before the proposal is given up)."""
 MAX_ANSWER_TOKENS = 2000

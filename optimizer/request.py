@@ -20,6 +20,7 @@ from typing import Any
 
 import jinja2
 
+from optimizer.scoring import trial_value
 from optimizer.types import Suite, Trial
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -66,9 +67,7 @@ def load_manual(project_root: Path, agent: str) -> Manual:
 
 
 def _trial_value(trial: Trial) -> float:
-    if trial.score is not None:
-        return trial.score
-    return 1.0 if trial.status == "passed" else 0.0
+    return trial_value(trial.score, trial.status)
 
 
 def bucket_status(trials: list[Trial], suite_names: set[str]) -> list[dict[str, Any]]:

@@ -69,8 +69,17 @@ def group_table(tasks: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mean_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """Mean with a t-interval, clipped to [0, 1]; NaN bounds when fewer than two values."""
+def trial_value(score: float | None, status: str) -> float:
+    """What a trial counts for in a mean: its score, or 1/0 by its verdict when it has none."""
+    if score is not None and not (isinstance(score, float) and math.isnan(score)):
+        return float(score)
+    return 1.0 if status == "passed" else 0.0
+
+
+def mean_interval(values: list[float], confidence: float = 0.95, *,
+                  clip: bool = True) -> tuple[float, float, float]:
+    """Mean with a t-interval, clipped to [0, 1] unless `clip` is off (for changes, which may be
+    negative); NaN bounds when fewer than two values."""
     if not values:
         return math.nan, math.nan, math.nan
     mean = sum(values) / len(values)
@@ -80,6 +89,8 @@ def mean_interval(values: list[float], confidence: float = 0.95) -> tuple[float,
 
     variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
     half = t.ppf(0.5 + confidence / 2, len(values) - 1) * math.sqrt(variance / len(values))
+    if not clip:
+        return mean - half, mean, mean + half
     return max(0.0, mean - half), mean, min(1.0, mean + half)
 
 

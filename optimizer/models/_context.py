@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from optimizer.types import Task
 
 METADATA_KEY = "optimizer_trial"
+PROPOSAL_KEY = "optimizer_proposal"
+"""Metadata of a patcher call: the proposal's ordinal (which entry `mock/patcher` answers with)."""
+SCRIPT_KEY = "optimizer_patcher_script"
+"""Metadata of a patcher call: the `mock/patcher` script file."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from optimizer.models._context import METADATA_KEY, trial_context
+from optimizer.models._context import METADATA_KEY, PROPOSAL_KEY, SCRIPT_KEY, trial_context
 from optimizer.models._litellm import register_provider
 
 MOCK_NAMES = ("oracle", "sim", "patcher")
@@ -76,11 +76,11 @@ def _response(model: str, messages: list[dict], message: dict, finish: str):
 
 
 def _patcher_reply(metadata: dict) -> str:
-    path = metadata.get("optimizer_patcher_script")
+    path = metadata.get(SCRIPT_KEY)
     if not path:
         raise ValueError("mock/patcher needs a script: set mock_patcher_script (OPTIMIZER_MOCK_PATCHER_SCRIPT)")
     script = json.loads(Path(path).read_text(encoding="utf-8"))
-    ordinal = int(metadata.get("optimizer_proposal") or 1)
+    ordinal = int(metadata.get(PROPOSAL_KEY) or 1)
     entry = script[ordinal - 1] if 0 < ordinal <= len(script) else {
         "rationale": "The script has no more proposals.", "edits": []}
     if "raw" in entry:

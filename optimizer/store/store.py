@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, create_engine, event, insert, select, update
+from sqlalchemy import Engine, create_engine, event, func, insert, select, update
 
 from optimizer.store import schema
 from optimizer.store.migrations import migrate
@@ -146,7 +146,8 @@ class Store:
             for run_id, stored in rows:
                 if json.dumps(json.loads(stored), sort_keys=True, default=str) != wanted:
                     continue
-                count = len(conn.execute(select(schema.trials.c.id).where(schema.trials.c.run_id == run_id)).all())
+                count = conn.execute(select(func.count()).select_from(schema.trials)
+                                     .where(schema.trials.c.run_id == run_id)).scalar_one()
                 if count == trial_count:
                     return run_id
         return None
