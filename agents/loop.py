@@ -54,6 +54,9 @@ class ToolLoop:
     reminder: Callable[[list[str]], str] | None = None
     tool_choice: str | None = None
     """"required" when the agent's job can only end with a tool call (no chat reply counts)."""
+    system_note: Callable[[], str] | None = None
+    """Computed before each model call; when it differs from the last note sent (and is not
+    empty) it is appended to the conversation as a system message."""
 
     def run(self, messages: list[dict[str, Any]]) -> Transcript:
         transcript = Transcript(messages=messages)
@@ -72,10 +75,15 @@ class ToolLoop:
         schemas = [tool.schema for tool in self.tools]
         messages = transcript.messages
         turns = reminders = 0
+        last_note = ""
         while True:
             self.context.check_deadline()
             if turns >= self.limits.max_turns:
                 raise AgentLimitError(f"the agent used all {self.limits.max_turns} turns without finishing")
+            note = self.system_note() if self.system_note else ""
+            if note and note != last_note:
+                messages.append({"role": "system", "content": note})
+            last_note = note
             completion = self.context.model.complete(messages, schemas, tool_choice=self.tool_choice)
             messages.append(completion.message)
             turns += 1

@@ -24,6 +24,7 @@ from typing import Protocol
 from optimizer.errors import ConfigError
 from optimizer.gitops import changed_files, diff_of
 from optimizer.models._context import PROPOSAL_KEY, SCRIPT_KEY
+from optimizer.models._dspy import dspy_lm, lm_usage
 from optimizer.patch import Edit, EditError, apply_edits
 from optimizer.types import Usage
 
@@ -71,23 +72,17 @@ class LLMProposer:
         self.temperature = temperature
         self.retry_attempts = retry_attempts
 
-    def _predictor(self):
-        from optimizer.models import litellm_module
-
-        litellm_module()  # our providers (mock/patcher) must be registered before dspy calls litellm
+    def propose(self, request: ProposalRequest) -> Proposal:
+        metadata = {PROPOSAL_KEY: request.ordinal}
+        if self.script:
+            metadata[SCRIPT_KEY] = self.script
+        lm = dspy_lm(self.model, metadata=metadata, max_tokens=MAX_ANSWER_TOKENS,
+                     retry_attempts=self.retry_attempts, temperature=self.temperature)
         import dspy
 
         from optimizer.patch_signature import signature
 
-        return dspy, dspy.Predict(signature())
-
-    def propose(self, request: ProposalRequest) -> Proposal:
-        dspy, predictor = self._predictor()
-        metadata = {PROPOSAL_KEY: request.ordinal}
-        if self.script:
-            metadata[SCRIPT_KEY] = self.script
-        lm = dspy.LM(self.model, cache=False, temperature=self.temperature, num_retries=self.retry_attempts,
-                     metadata=metadata, max_tokens=MAX_ANSWER_TOKENS)
+        predictor = dspy.Predict(signature())
         target = request.workdir / request.prompt_file
         base = target.read_text(encoding="utf-8")
         proposal = Proposal()
@@ -100,7 +95,7 @@ class LLMProposer:
                 proposal.error = f"the patcher gave no usable answer: {type(exc).__name__}: {str(exc)[:300]}"
                 break
             finally:
-                proposal.usage.add(_usage(lm))
+                proposal.usage.add(lm_usage(lm))
             proposal.rationale = str(answer.rationale or "").strip()
             edits = [Edit(edit.search, edit.replace) for edit in answer.edits or []]
             if not edits:
@@ -118,17 +113,6 @@ class LLMProposer:
         proposal.changed_files = changed_files(request.workdir)
         proposal.diff = diff_of(request.workdir)
         return proposal
-
-
-def _usage(lm) -> Usage:
-    total = Usage()
-    for entry in lm.history:
-        usage = entry.get("usage") or {}
-        total.add(Usage(prompt_tokens=usage.get("prompt_tokens") or 0,
-                        completion_tokens=usage.get("completion_tokens") or 0,
-                        cost_usd=float(entry.get("cost") or 0.0), calls=1))
-    lm.history.clear()
-    return total
 
 
 class CommandProposer:

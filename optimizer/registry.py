@@ -81,16 +81,17 @@ def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = Non
     return register
 
 
-def grader(name: str, *, config: type[BaseModel] | None = None, version: str = "1"):
+def grader(name: str, *, config: type[BaseModel] | None = None, version: str = "1", rubric_hash: str = ""):
     """Register a grader: a function `(task, trial, config) -> GraderResult`.
 
     `config` is a pydantic model (extra keys forbidden) validated when a suite loads, so a bad
-    config fails before any trial runs.
+    config fails before any trial runs. An LLM judge passes its rubric's hash, so a changed rubric
+    changes the grader's fingerprint (and a stored baseline is not reused).
     """
 
     def register(func):
         source = _source(func)
-        digest = hashlib.sha256(f"{name}:{version}:{inspect.getsource(func)}".encode()).hexdigest()[:12]
+        digest = hashlib.sha256(f"{name}:{version}:{rubric_hash}:{inspect.getsource(func)}".encode()).hexdigest()[:12]
         _graders[name] = GraderEntry(name=name, func=func, config_model=config or NoConfig,
                                      version=version, source=source, fingerprint=digest)
         return func

@@ -24,6 +24,7 @@ from typing import Callable
 from optimizer.agent import AgentContext
 from optimizer.config import Settings
 from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialTimeout
+from optimizer.judging import JudgeSettings, judging
 from optimizer.models import (ModelClient, RetryPolicy, TrialContext, concurrency_limit, litellm_module, register_trial,
                               unregister_trial)
 from optimizer.registry import AgentEntry, get_agent, get_grader
@@ -110,10 +111,13 @@ class Runner:
         self.on_trial = on_trial
         self.workspace_parent = settings.workspace_dir or default_workspace_parent()
         retry = RetryPolicy(max_attempts=settings.retry_attempts, base_delay_s=settings.retry_base_delay)
-        limit = concurrency_limit(settings.agent_model)
-        self.workers = min(settings.concurrency, limit) if limit else settings.concurrency
-        """Trials in flight: the setting, or fewer when the agent model serves fewer calls at once
-        (more trials would only queue for the model while their timeouts run)."""
+        limits = [limit for limit in (concurrency_limit(settings.agent_model), concurrency_limit(settings.judge_model))
+                  if limit]
+        self.workers = min([settings.concurrency, *limits])
+        """Trials in flight: the setting, or fewer when the agent or judge model serves fewer calls
+        at once (more trials would only queue for the model while their timeouts run)."""
+        self.judge = JudgeSettings(model=settings.judge_model, cache=store if settings.cache else None,
+                                   retry_attempts=settings.retry_attempts)
         self.agent_model = ModelClient(settings.agent_model, role="agent", cache=store if settings.cache else None,
                                        retry=retry, seed=settings.seed, temperature=settings.temperature)
 
@@ -215,7 +219,8 @@ class Runner:
         entry = get_grader(spec.name)
         try:
             config = entry.parse_config(spec.config, path=task.path, where=f"graders[{index}]")
-            result = entry.func(task, trial, config)
+            with judging(self.judge):
+                result = entry.func(task, trial, config)
         except OptimizerError as exc:
             return GraderResult(grader=spec.name, errored=True, rationale=str(exc))
         except Exception as exc:

@@ -45,3 +45,7 @@ def unregister_trial(key: str) -> None:
 def trial_context(key: str | None) -> TrialContext | None:
     with _lock:
         return _trials.get(key) if key else None
+JUDGE_KEY = "optimizer_judge"
+"""Metadata of a judge call: the judge's name (the mock models answer it offline)."""
+JUDGE_INPUTS_KEY = "optimizer_judge_inputs"
+"""Metadata of a judge call: the inputs the judge was given."""

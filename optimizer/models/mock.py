@@ -5,6 +5,9 @@
 * `mock/sim` plays the agent as its registered `SimProfile` says (see `optimizer.sim`): seeded,
   prompt-sensitive, reproducible.
 
+* As judge models, `mock/oracle` and `mock/sim` answer with the judge's documented offline
+  heuristic (see `optimizer.judging`), so suites with LLM judges run without a model.
+
 * `mock/patcher` answers the `llm` proposer from a JSON script (`mock_patcher_script`): a list
   of proposals `{"rationale": ..., "edits": [{"search": ..., "replace": ...}]}`, the n-th answer
   for the n-th proposal recorded in the store; past the end of the script it proposes no edit.
@@ -22,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from optimizer.models._context import METADATA_KEY, PROPOSAL_KEY, SCRIPT_KEY, trial_context
+from optimizer.models._context import (JUDGE_INPUTS_KEY, JUDGE_KEY, METADATA_KEY, PROPOSAL_KEY, SCRIPT_KEY,
+                                      trial_context)
 from optimizer.models._litellm import register_provider
 
 MOCK_NAMES = ("oracle", "sim", "patcher")
@@ -48,6 +52,11 @@ def _completion(model: str, messages: list[dict], **kwargs: Any):
     metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
     if name == "patcher":
         return _response(model, messages, {"role": "assistant", "content": _patcher_reply(metadata)}, "stop")
+    if metadata.get(JUDGE_KEY):
+        from optimizer.judging import offline_reply
+
+        reply = offline_reply(metadata[JUDGE_KEY], metadata.get(JUDGE_INPUTS_KEY) or {})
+        return _response(model, messages, {"role": "assistant", "content": reply}, "stop")
     context = trial_context(metadata.get(METADATA_KEY))
     if context is None:
         raise ValueError(f"mock/{name} needs a registered trial (metadata {METADATA_KEY!r})")

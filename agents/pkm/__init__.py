@@ -1,0 +1,7 @@
+"""PKM Agent: files one raw note into a PARA Markdown knowledge base."""
+
+from agents.pkm import agent as _agent
+from agents.pkm.sim import PROFILE
+from optimizer import agent
+
+run = agent("pkm_agent", prompt_file="agents/prompts/pkm_agent.md", sim_profile=PROFILE)(_agent.run)

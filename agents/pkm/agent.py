@@ -1,0 +1,103 @@
+"""PKM Agent: files one raw note into a PARA Markdown knowledge base, or skips it.
+
+The trial workspace holds `PKM/` (a copy of the task's fixture) and `.pkm/edit_history.json`
+(the files edited in the last runs, for the catch-all reminder). The agent works only through
+the sandboxed tools; the run ends when the model stops, when `skip_pkm_organization` succeeds,
+at the turn limit (an errored trial), or at the trial deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from agents.loop import LoopLimits, ToolLoop
+from agents.pkm.reminders import load_history, reminders
+from agents.pkm.sandbox import Sandbox
+from agents.pkm.state import build_state, has_marker, snapshot
+from agents.pkm.tools import PKMTools
+from optimizer import AgentContext, AgentRun, Outcome, Task
+
+PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
+MAX_TURNS = 25
+"""Model turns a trial may take (a task may set `metadata.max_turns`); past it the trial is errored."""
+MAX_REMINDERS = 2
+PARA_ROOTS = ("Projects", "Areas", "Resources", "Archives")
+
+
+def _template(name: str) -> str:
+    return (PROMPTS / name).read_text(encoding="utf-8")
+
+
+def user_message(task: Task) -> str:
+    return _template("pkm_agent.user.md").format(
+        content=task.input.content,
+        fact_id=task.input.resolved_fact_id(),
+        published_at=task.input.resolved_published_at().isoformat(),
+    ).strip() + "\n"
+
+
+def settle_mtimes(pkm: Path, task: Task) -> None:
+    """Give every fixture file the same time (the day before the note), so `Glob`'s newest-first
+    order does not depend on when the project was checked out."""
+    stamp = task.input.resolved_published_at().timestamp() - 86_400
+    for path in pkm.rglob("*"):
+        os.utime(path, (stamp, stamp), follow_symlinks=False)
+
+
+def missing_parts(tools: PKMTools, pkm: Path) -> list[str]:
+    if tools.skip_evidence is not None:
+        return []
+    missing = []
+    filed = any(has_marker(path.read_text(encoding="utf-8", errors="replace"), tools.fact_id)
+                for root in PARA_ROOTS for path in (pkm / root).rglob("*.md") if path.is_file())
+    if not filed:
+        missing.append(f"no file under {', '.join(PARA_ROOTS)} carries the marker <!-- fact_id: {tools.fact_id} -->")
+    if tools.insight is None:
+        missing.append("the timeline card insight was not updated")
+    return missing
+
+
+def run(context: AgentContext) -> AgentRun:
+    task = context.task
+    fact_id = task.input.resolved_fact_id()
+    pkm = context.workspace / "PKM"
+    state_dir = context.workspace / ".pkm"
+    sandbox = Sandbox(pkm)
+    settle_mtimes(pkm, task)
+    before = snapshot(pkm)
+    history = load_history(state_dir)
+    tools = PKMTools(sandbox, fact_id)
+    shown: list[str] = []
+
+    def system_note() -> str:
+        note = "\n".join(reminders(pkm, history))
+        if note and note not in shown:
+            shown.append(note)
+        return note
+
+    limits = LoopLimits(max_turns=int(task.metadata.get("max_turns", MAX_TURNS)), max_reminders=MAX_REMINDERS)
+    loop = ToolLoop(context, tools.tools(), limits,
+                    completion_check=lambda: missing_parts(tools, pkm),
+                    reminder=lambda missing: _template("pkm_agent.reminder.md").format(
+                        problems="\n".join(f"- {item}" for item in missing)).strip(),
+                    system_note=system_note)
+    messages = [{"role": "system", "content": context.system_prompt},
+                {"role": "user", "content": user_message(task)}]
+    transcript = loop.run(messages)
+    after = snapshot(pkm)
+    state = build_state(fact_id=fact_id, before=before, after=after, events=tools.events,
+                        insight=tools.insight.__dict__ if tools.insight else None,
+                        skip_evidence=tools.skip_evidence, reminders=shown)
+    record_history(state_dir, task, state["created"] + state["modified"], history)
+    return AgentRun(transcript=transcript, outcome=Outcome(environment_state=state))
+
+
+def record_history(state_dir: Path, task: Task, edited: list[str], history: list[dict]) -> None:
+    """Append this run to the workspace's edit history (the last five runs are kept)."""
+    if not edited:
+        return
+    state_dir.mkdir(parents=True, exist_ok=True)
+    runs = history + [{"date": task.input.resolved_published_at().date().isoformat(), "edited": edited}]
+    (state_dir / "edit_history.json").write_text(json.dumps({"runs": runs[-5:]}, indent=2) + "\n", encoding="utf-8")

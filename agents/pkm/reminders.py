@@ -1,0 +1,70 @@
+"""System reminders: observations about the knowledge base, computed before each model call.
+
+They are data the agent sees, not rules the harness enforces:
+
+* a file of >= 2000 lines must be restructured; one of > 1000 lines might be;
+* a folder with more than 5 files that each hold at most one fact_id marker is fragmented;
+* a file whose name contains a date (`20\\d{2}-?\\d{2}-?\\d{2}`) looks like a log;
+* a file edited in 3 of the last 5 runs is becoming a catch-all (from `.pkm/edit_history.json`,
+  which the agent appends to at the end of each trial).
+
+The wording lives in `agents/prompts/pkm_agent.reminders.yaml`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+TEXTS = Path(__file__).resolve().parent.parent / "prompts" / "pkm_agent.reminders.yaml"
+MARKER = re.compile(r"<!--\s*fact_id:\s*([^\s>]+?)\s*-->")
+DATE_NAME = re.compile(r"20\d{2}-?\d{2}-?\d{2}")
+MUST_SPLIT, CONSIDER_SPLIT = 2000, 1000
+FRAGMENT_FILES = 5
+CATCH_ALL_EDITS, HISTORY_RUNS = 3, 5
+
+
+def load_history(state_dir: Path) -> list[dict]:
+    path = state_dir / "edit_history.json"
+    if not path.is_file():
+        return []
+    try:
+        runs = json.loads(path.read_text(encoding="utf-8")).get("runs", [])
+    except (json.JSONDecodeError, AttributeError):
+        return []
+    return [run for run in runs if isinstance(run, dict)][-HISTORY_RUNS:]
+
+
+def reminders(pkm: Path, history: list[dict]) -> list[str]:
+    """The reminder lines for the knowledge base as it is now (empty when nothing stands out)."""
+    texts = yaml.safe_load(TEXTS.read_text(encoding="utf-8"))
+    notes: list[str] = []
+    per_folder: dict[str, list[int]] = defaultdict(list)
+    for path in sorted(pkm.rglob("*.md")):
+        if not path.is_file():
+            continue
+        relative = path.relative_to(pkm).as_posix()
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        if lines >= MUST_SPLIT:
+            notes.append(texts["must_restructure"].format(path=relative, lines=lines))
+        elif lines > CONSIDER_SPLIT:
+            notes.append(texts["consider_restructure"].format(path=relative, lines=lines))
+        if DATE_NAME.search(path.name):
+            notes.append(texts["date_named"].format(path=relative))
+        per_folder[path.parent.relative_to(pkm).as_posix()].append(len(MARKER.findall(text)))
+    for folder, counts in sorted(per_folder.items()):
+        if len(counts) > FRAGMENT_FILES and all(count <= 1 for count in counts):
+            notes.append(texts["fragmented"].format(folder=folder if folder != "." else "PKM/", count=len(counts)))
+    edits: dict[str, int] = defaultdict(int)
+    for run in history:
+        for edited in set(run.get("edited") or []):
+            edits[edited] += 1
+    for path, count in sorted(edits.items()):
+        if count >= CATCH_ALL_EDITS and (pkm / path).is_file():
+            notes.append(texts["catch_all"].format(path=path, edits=count, runs=len(history)))
+    return [texts["header"], *notes] if notes else []

@@ -1,0 +1,175 @@
+"""LLM judges: a dspy signature run on the judge model at temperature 0, with typed outputs.
+
+A judge is declared once (`Judge`) by the module that grades with it: its rubric file (the
+instructions the judge model reads; versioned by content hash), the dspy signature, how to check
+and score an answer, a deterministic offline answer (what `mock/sim` and `mock/oracle` reply, so
+tests and `suites validate` need no model) and its human-labelled calibration examples.
+
+`ask` runs a judge on the judge model of the current grading context (the runner sets it), caches
+the checked answer in the store by content hash (model, judge, rubric hash, inputs), and raises
+`JudgeError` when the model cannot produce a valid answer; the runner records that as an
+*errored* grader, never as a fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from optimizer.errors import OptimizerError
+from optimizer.models._context import JUDGE_INPUTS_KEY, JUDGE_KEY
+from optimizer.models.client import ResponseCache
+from optimizer.types import Usage
+
+PASS_THRESHOLD = 0.6
+CALIBRATION_BAR = 0.7
+"""Spearman correlation with the human labels a judge needs before its verdicts may gate."""
+
+
+class JudgeError(OptimizerError):
+    """The judge model gave no valid answer (after retries)."""
+
+
+@dataclass(frozen=True)
+class Judge:
+    name: str
+    rubric: Path
+    signature: Callable[[str], type]
+    """Builds the dspy signature class from the rubric text (dspy is imported lazily)."""
+    output_fields: tuple[str, ...]
+    """The signature's output fields, in the order the model writes them (rationale first)."""
+    check: Callable[[dict[str, Any]], dict[str, Any]]
+    """Validates and normalises the typed outputs; raises ValueError on an unusable answer."""
+    score: Callable[[dict[str, Any]], float]
+    offline: Callable[[dict[str, str]], dict[str, Any]]
+    """The deterministic answer of the mock models (a documented heuristic, not a real judgment)."""
+    calibration: Path | None = None
+    """JSON Lines of human-labelled examples: {"id", "inputs", "label", "note"}."""
+    max_tokens: int = 400
+
+    @property
+    def rubric_text(self) -> str:
+        return self.rubric.read_text(encoding="utf-8")
+
+    @property
+    def rubric_hash(self) -> str:
+        return hashlib.sha256(self.rubric.read_bytes()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    model: str
+    cache: ResponseCache | None = None
+    retry_attempts: int = 4
+
+
+@dataclass
+class Verdict:
+    outputs: dict[str, Any]
+    score: float
+    model: str
+    rubric_hash: str
+    cached: bool = False
+    usage: Usage = field(default_factory=Usage)
+
+    def details(self, judge: Judge) -> dict[str, Any]:
+        return {"judge_model": self.model, "rubric": judge.rubric.name, "rubric_hash": self.rubric_hash,
+                "judge_outputs": self.outputs, "judge_cached": self.cached,
+                "judge_usage": self.usage.model_dump()}
+
+
+_registry: dict[str, Judge] = {}
+_registry_lock = threading.Lock()
+_current: ContextVar[JudgeSettings | None] = ContextVar("optimizer_judge_settings", default=None)
+
+
+def register_judge(judge: Judge) -> Judge:
+    with _registry_lock:
+        _registry[judge.name] = judge
+    return judge
+
+
+def get_judge(name: str) -> Judge:
+    from optimizer.registry import load_plugins
+
+    load_plugins()
+    if name not in _registry:
+        raise JudgeError(f"unknown judge {name!r} (known: {', '.join(sorted(_registry)) or 'none'})")
+    return _registry[name]
+
+
+def judges() -> dict[str, Judge]:
+    from optimizer.registry import load_plugins
+
+    load_plugins()
+    return dict(_registry)
+
+
+@contextmanager
+def judging(settings: JudgeSettings) -> Iterator[None]:
+    """Run graders inside this block with `settings` as their judge model."""
+    token = _current.set(settings)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def current_settings() -> JudgeSettings:
+    settings = _current.get()
+    if settings is None:
+        raise JudgeError("no judge model is configured for this grading run")
+    return settings
+
+
+def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = None) -> Verdict:
+    settings = settings or current_settings()
+    key = "judge:" + hashlib.sha256(json.dumps(
+        {"judge": judge.name, "model": settings.model, "rubric": judge.rubric_hash, "inputs": inputs},
+        sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    if settings.cache is not None:
+        hit = settings.cache.get(key)
+        if hit is not None:
+            return Verdict(hit["outputs"], hit["score"], settings.model, judge.rubric_hash, cached=True,
+                           usage=Usage(cache_hits=1))
+    from optimizer.models._dspy import dspy_lm, lm_usage
+
+    lm = dspy_lm(settings.model, metadata={JUDGE_KEY: judge.name, JUDGE_INPUTS_KEY: inputs},
+                 max_tokens=judge.max_tokens, retry_attempts=settings.retry_attempts)
+    import dspy
+
+    predictor = dspy.Predict(judge.signature(judge.rubric_text))
+    try:
+        with dspy.context(lm=lm):
+            prediction = predictor(**inputs)
+    except Exception as exc:  # a reply no adapter can parse, or a model fault after retries
+        raise JudgeError(f"judge {judge.name} on {settings.model} gave no usable answer: "
+                         f"{type(exc).__name__}: {str(exc)[:300]}") from None
+    finally:
+        usage = lm_usage(lm)
+    try:
+        outputs = judge.check({name: getattr(prediction, name, None) for name in judge.output_fields})
+        score = judge.score(outputs)
+    except (ValueError, TypeError) as exc:
+        raise JudgeError(f"judge {judge.name} on {settings.model} answered out of range: {exc}") from None
+    if settings.cache is not None:
+        settings.cache.put(key, settings.model, {"outputs": outputs, "score": score})
+    return Verdict(outputs, score, settings.model, judge.rubric_hash, usage=usage)
+
+
+def offline_reply(name: str, inputs: dict[str, str]) -> str:
+    """The mock models' answer to a judge call, in dspy's field-marker format."""
+    judge = get_judge(name)
+    answer = judge.offline(inputs)
+    parts = []
+    for field_name in judge.output_fields:
+        if field_name in answer:
+            value = answer[field_name]
+            parts.append(f"[[ ## {field_name} ## ]]\n{json.dumps(value) if not isinstance(value, str) else value}")
+    return "\n\n".join(parts) + "\n\n[[ ## completed ## ]]"
