@@ -12,7 +12,8 @@ from typing import Any, Callable
 from optimizer.config import Settings
 from optimizer.models import validate_model
 from optimizer.report import summarize
-from optimizer.registry import get_agent
+from optimizer.calibration import judge_status
+from optimizer.registry import get_agent, get_grader
 from optimizer.runner import PlannedTrial, Runner, plan, read_prompt
 from optimizer.store import Store, default_url
 from optimizer.suites import load_suite
@@ -35,6 +36,8 @@ def prepare(settings: Settings, project_root: Path, suite_names: list[str] | Non
     for suite in suites:
         read_prompt(get_agent(suite.spec.agent_name), project_root)
     validate_model(settings.agent_model, field="agent_model")
+    if judges_used(suites):
+        validate_model(settings.judge_model, field="judge_model")
     return EvalPlan(settings=settings, project_root=project_root, suites=suites, trials=planned)
 
 
@@ -51,9 +54,19 @@ def execute(eval_plan: EvalPlan, store: Store, *, prompt_root: Path | None = Non
     return run, finish(run, store)
 
 
+def judges_used(suites: list[Suite]) -> list[str]:
+    """The LLM judges behind the graders of these suites."""
+    names = {get_grader(spec.name).judge for suite in suites for task in suite.tasks for spec in task.graders}
+    return sorted(name for name in names if name)
+
+
 def finish(run: RunResult, store: Store) -> dict[str, Any]:
-    """Summarize a run and mark it finished in the store."""
+    """Summarize a run (with the calibration status of the judges it used) and mark it finished."""
     summary = summarize(run)
+    graders = {result.grader for trial in run.trials for result in trial.grader_results}
+    judges = [get_grader(name).judge for name in sorted(graders)]
+    model = run.settings.get("judge_model") or ""
+    summary["judges"] = judge_status(store, [name for name in judges if name], model) if model else []
     status = "errored" if run.trials and summary["totals"]["errored"] == len(run.trials) else "completed"
     store.finish_run(run.run_id, status, summary)
     return summary

@@ -51,6 +51,8 @@ class GraderEntry:
     version: str
     source: str = ""
     fingerprint: str = field(default="")
+    judge: str | None = None
+    """The LLM judge the grader asks (its calibration is reported with every run that uses it)."""
 
     def parse_config(self, config: dict[str, Any], *, path: Path | None, where: str) -> BaseModel:
         try:
@@ -81,19 +83,22 @@ def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = Non
     return register
 
 
-def grader(name: str, *, config: type[BaseModel] | None = None, version: str = "1", rubric_hash: str = ""):
+def grader(name: str, *, config: type[BaseModel] | None = None, version: str = "1", judge=None):
     """Register a grader: a function `(task, trial, config) -> GraderResult`.
 
     `config` is a pydantic model (extra keys forbidden) validated when a suite loads, so a bad
-    config fails before any trial runs. An LLM judge passes its rubric's hash, so a changed rubric
-    changes the grader's fingerprint (and a stored baseline is not reused).
+    config fails before any trial runs. A grader that asks an LLM judge names it (`judge`, an
+    `optimizer.judging.Judge`): the rubric's hash joins the grader's fingerprint, so a changed
+    rubric is never mistaken for a stored baseline.
     """
 
     def register(func):
         source = _source(func)
-        digest = hashlib.sha256(f"{name}:{version}:{rubric_hash}:{inspect.getsource(func)}".encode()).hexdigest()[:12]
+        rubric = judge.rubric_hash if judge else ""
+        digest = hashlib.sha256(f"{name}:{version}:{rubric}:{inspect.getsource(func)}".encode()).hexdigest()[:12]
         _graders[name] = GraderEntry(name=name, func=func, config_model=config or NoConfig,
-                                     version=version, source=source, fingerprint=digest)
+                                     version=version, source=source, fingerprint=digest,
+                                     judge=judge.name if judge else None)
         return func
 
     return register

@@ -7,11 +7,12 @@ import json
 from optimizer.store import Store, default_url
 
 
-def test_suites_validate_passes_for_the_card_suite(cli):
+def test_suites_validate_passes_for_both_suites(cli):
     code, out, err = cli("suites", "validate")
     assert code == 0, out + err
     assert "card_agent: 25 tasks, ok" in out
-    assert "25 tasks in 1 suite(s); 25 score 1.0 under mock/oracle" in out
+    assert "pkm_agent: 32 tasks, ok" in out
+    assert "57 tasks in 2 suite(s); 57 score 1.0 under mock/oracle" in out
 
 
 def test_eval_writes_json_store_and_a_rerun_is_served_from_the_cache(cli, isolated, tmp_path):

@@ -86,11 +86,12 @@ class PKMTools:
         paths = args.get("paths")
         if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
             raise SandboxError("paths must be a non-empty list of paths relative to PKM/")
-        parts = []
+        parts, failed = [], False
         for raw in paths[:20]:
             result = _guarded(self.read)({"path": raw})
+            failed = failed or result.is_error
             parts.append(f"==> {raw} <==\n{result.text}")
-        return ToolOutput("\n\n".join(parts))
+        return ToolOutput("\n\n".join(parts), is_error=failed)
 
     def ls(self, args: dict[str, Any]) -> ToolOutput:
         folder = self.sandbox.resolve(args.get("path") or "", allow_root=True)

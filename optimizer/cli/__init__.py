@@ -11,6 +11,7 @@ import sys
 import typer
 
 from optimizer.cli import eval as eval_cmd
+from optimizer.cli import judges as judges_cmd
 from optimizer.cli import loop as loop_cmd
 from optimizer.cli import model as model_cmd
 from optimizer.cli import suites as suites_cmd
@@ -23,6 +24,7 @@ app.command("review")(loop_cmd.review_command)
 app.command("noise")(loop_cmd.noise_command)
 app.add_typer(suites_cmd.app, name="suites")
 app.add_typer(model_cmd.app, name="model")
+app.add_typer(judges_cmd.app, name="judges")
 
 
 def main() -> None:

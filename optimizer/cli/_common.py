@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -116,6 +117,14 @@ def print_summary(summary: dict[str, Any]) -> None:
     for error in summary["errors"][:10]:
         console.print(f"  errored: {error['suite']}/{error['task_id']} #{error['trial']}: {error['error']}",
                       highlight=False, markup=False)
+    print_judges(summary.get("judges") or [])
+
+
+def print_judges(judges: list[dict[str, Any]]) -> None:
+    """One line per LLM judge a run used; a flagged judge's verdicts should not be trusted to gate."""
+    for judge in judges:
+        mark = "[yellow]FLAGGED[/yellow]" if judge["flagged"] else "[green]calibrated[/green]"
+        console.print(f"judge {judge['judge']}: {mark}: {escape(judge['reason'])}", highlight=False)
 
 
 def render_decision(decision) -> Table:

@@ -20,9 +20,14 @@ def _loop(conn: Connection) -> None:
     schema.metadata.create_all(conn, tables=[schema.iterations, schema.proposals])
 
 
+def _judges(conn: Connection) -> None:
+    schema.metadata.create_all(conn, tables=[schema.judge_calibrations])
+
+
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
     ("0001_initial", _initial),
     ("0002_loop", _loop),
+    ("0003_judge_calibrations", _judges),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -114,3 +114,17 @@ proposals = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("iteration_id", "ordinal"),
 )
+
+judge_calibrations = Table(
+    "judge_calibrations", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("judge", String, nullable=False, index=True),
+    Column("model", String, nullable=False),
+    Column("rubric_hash", String, nullable=False),
+    Column("examples", Integer, nullable=False),
+    Column("errored", Integer, nullable=False),
+    Column("spearman", Float),
+    Column("agreement", Float),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("rows_json", Text, nullable=False),
+)

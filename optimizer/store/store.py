@@ -216,6 +216,22 @@ class Store:
         with self.engine.connect() as conn:
             return [_decode_run(row) for row in conn.execute(query).mappings().all()]
 
+    # ------------------------------------------------------- judge calibration
+    def record_calibration(self, **values: Any) -> None:
+        self.flush()
+        with self.engine.begin() as conn:
+            conn.execute(insert(schema.judge_calibrations).values(created_at=datetime.now(timezone.utc),
+                                                                  **_encode(values)))
+
+    def latest_calibration(self, judge: str, model: str, rubric_hash: str) -> dict[str, Any] | None:
+        table = schema.judge_calibrations
+        self.flush()
+        with self.engine.connect() as conn:
+            row = conn.execute(select(table).where(table.c.judge == judge, table.c.model == model,
+                                                   table.c.rubric_hash == rubric_hash)
+                               .order_by(table.c.id.desc()).limit(1)).mappings().first()
+        return _decode_run(row) if row else None
+
     def runs_frame(self) -> pd.DataFrame:
         self.flush()
         with self.engine.connect() as conn:

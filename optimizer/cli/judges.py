@@ -1,0 +1,73 @@
+"""`optimizer judges ...`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Calibrate the LLM judges against their human labels.")
+
+
+@app.command("calibrate")
+def calibrate_command(
+    judge_model: Optional[str] = typer.Option(None, help="Model to calibrate [env OPTIMIZER_JUDGE_MODEL]."),
+    judge: Optional[list[str]] = typer.Option(None, "--judge", help="Only this judge (repeatable; default all)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Ask the model even for answers already stored."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here."),
+    fail_under: Optional[float] = typer.Option(None, help="Exit 1 when a judge's Spearman is below this."),
+) -> None:
+    """Run each judge over its labelled examples; report Spearman correlation and pass/fail agreement."""
+    from rich.table import Table
+
+    from optimizer import calibration, evaluate
+    from optimizer.cli._common import console
+    from optimizer.config import find_project_root, load_settings
+    from optimizer.errors import EXIT_FAILED, InputError
+    from optimizer.judging import CALIBRATION_BAR, JudgeSettings, judges
+    from optimizer.models import validate_model
+
+    root = find_project_root()
+    settings = load_settings(root, {"judge_model": judge_model, "cache": False if no_cache else None})
+    validate_model(settings.judge_model, field="judge_model")
+    known = judges()
+    names = judge or sorted(known)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise InputError(f"unknown judge {', '.join(unknown)} (known: {', '.join(sorted(known))})",
+                         field="--judge", fix="pick one of the known judges")
+    for name in names:
+        calibration.load_examples(known[name])  # bad example files fail before any model call
+    store = evaluate.open_store(settings, root)
+    judge_settings = JudgeSettings(model=settings.judge_model, cache=store if settings.cache else None,
+                                   retry_attempts=settings.retry_attempts)
+    table = Table(title=f"judge calibration on {settings.judge_model}", title_justify="left")
+    for column in ("judge", "examples", "errored", "Spearman", "agreement", "verdict"):
+        table.add_column(column, justify="left" if column in ("judge", "verdict") else "right")
+    reports = []
+    for name in names:
+        done = []
+
+        def progress(row, name=name, done=done):
+            done.append(row)
+            if len(done) % 5 == 0:
+                console.print(f"{name}: {len(done)} examples judged", highlight=False)
+
+        report = calibration.calibrate(known[name], judge_settings, on_example=progress)
+        calibration.save(store, report)
+        reports.append(report)
+        verdict = ("[yellow]FLAGGED[/yellow] below " if report.flagged else "[green]ok[/green] meets ") + \
+            f"{CALIBRATION_BAR}"
+        table.add_row(name, str(len(report.rows)), str(report.errored),
+                      "–" if report.spearman is None else f"{report.spearman:.2f}",
+                      "–" if report.agreement is None else f"{report.agreement:.0%}", verdict)
+    console.print(table)
+    store.close()
+    if json_path:
+        evaluate.write_json(json_path, {"model": settings.judge_model, "bar": CALIBRATION_BAR, "judges": [
+            {"judge": r.judge, "rubric_hash": r.rubric_hash, "examples": len(r.rows), "errored": r.errored,
+             "spearman": r.spearman, "agreement": r.agreement, "flagged": r.flagged, "rows": r.rows,
+             "usage": r.usage.model_dump()} for r in reports]})
+    if fail_under is not None and any(r.spearman is None or r.spearman < fail_under for r in reports):
+        raise typer.Exit(EXIT_FAILED)
