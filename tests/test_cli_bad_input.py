@@ -92,3 +92,16 @@ def test_bad_metadata_split(cli, isolated, tmp_path):
 def test_bad_setting_in_environment(cli, isolated, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_CONCURRENCY", "many")
     assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "OPTIMIZER_", "concurrency")
+
+
+def test_unknown_option_is_a_usage_error(cli, isolated):
+    code, out, err = cli("eval", "--suite", "card_agent", "--no-such-flag")
+    assert code == 2 and "No such option" in err and "Traceback" not in err
+    assert not (isolated / "optimizer.db").exists()
+
+
+def test_pkm_grader_config_outside_its_choices(cli, isolated, tmp_path):
+    task = {"id": "pkm_x", "input": {"content": "hi", "base_fixture": "fresh"},
+            "graders": [{"name": "pkm_completion", "config": {"expect": "maybe"}}]}
+    suite = write_suite(tmp_path / "s", [task], agent_name="pkm_agent")
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "graders[0].config.expect", "pkm_completion")

@@ -40,11 +40,19 @@ def main() -> None:
     except typer.Abort:
         typer.secho("aborted", err=True)
         sys.exit(130)
-    except Exception as exc:  # click usage errors carry their own exit code (2)
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:  # usage errors carry their own exit code (2)
+        if _is_usage_error(exc):
             exc.show()
             sys.exit(exc.exit_code)
         raise
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _is_usage_error(exc: Exception) -> bool:
+    """A click exception, from click itself or from the copy of click that newer typer releases
+    ship inside their own package (a different class with the same shape)."""
+    import click
+
+    if isinstance(exc, click.ClickException):
+        return True
+    return any(cls.__name__ == "ClickException" for cls in type(exc).__mro__) and hasattr(exc, "show")

@@ -33,6 +33,7 @@ def run_command(
     candidates: Optional[int] = typer.Option(None, help="Proposals to evaluate; the best accepted one is kept."),
     gate: Optional[str] = typer.Option(None, help="strict (default) or lenient."),
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
+    judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
     confirm_trials: Optional[int] = typer.Option(
@@ -51,7 +52,7 @@ def run_command(
     from optimizer.loop import run_iteration
 
     root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
-                               patcher_model=patcher_model, trials=trials, concurrency=concurrency,
+                               judge_model=judge_model, patcher_model=patcher_model, trials=trials, concurrency=concurrency,
                                confirm_trials=confirm_trials)
     ctx = _context(settings, root)
     result = run_iteration(ctx, suite_names=suite or None, base_ref=base, dry_run=dry_run, agent=agent)
@@ -90,13 +91,14 @@ def noise_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
     repeats: int = typer.Option(20, min=1, help="A/A pairs to run."),
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
+    judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
 ) -> None:
     """Run the baseline against itself and report how often the gate would accept (false accepts)."""
     from optimizer.cli._common import console
     from optimizer.noise import measure_noise
 
-    root, settings = _settings(agent_model=agent_model, trials=trials)
+    root, settings = _settings(agent_model=agent_model, judge_model=judge_model, trials=trials)
     ctx = _context(settings, root)
     result = measure_noise(ctx, repeats=repeats, suite_names=suite or None)
     console.print(f"A/A repeats: {result.repeats} ({result.skipped} with nothing to target); "
