@@ -51,7 +51,8 @@ def _result(name: str, score: float | None, passed: bool, rationale: str, **deta
     return GraderResult(grader=name, score=score, passed=passed, rationale=rationale, details=details)
 
 
-def _skip_path(state: dict) -> bool:
+def skip_path(state: dict) -> bool:
+    """The trial skipped and changed nothing (the graders that judge filing do not apply)."""
     return bool(state.get("skipped")) and not state.get("mutated")
 
 
@@ -66,7 +67,7 @@ def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> Grader
     filed = [path for path in state.get("filed_in") or [] if segments(path)[:1] and segments(path)[0] in PARA_ROOTS]
     insight = bool((state.get("insight") or {}).get("text"))
     persisted = bool(filed) and insight
-    skipped = _skip_path(state)
+    skipped = skip_path(state)
     if config.expect == "skip" or (config.expect == "any" and state.get("skipped")):
         if skipped:
             return _result("pkm_completion", 1.0, True, "skipped with no change to the knowledge base",
@@ -86,7 +87,7 @@ def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> Grader
 @grader("pkm_routed_correctly", config=RoutingConfig, version="1")
 def pkm_routed_correctly(task: Task, trial: Trial, config: RoutingConfig) -> GraderResult:
     state = _state(trial)
-    if _skip_path(state):
+    if skip_path(state):
         return _result("pkm_routed_correctly", None, True, "not applicable: the trial skipped")
     changed = list(state.get("created") or []) + list(state.get("modified") or [])
     destinations = list(state.get("filed_in") or []) or changed
@@ -162,7 +163,7 @@ def pkm_no_overwrite(task: Task, trial: Trial, config: NoOverwriteConfig) -> Gra
 @grader("pkm_fact_id_preserved", version="1")
 def pkm_fact_id_preserved(task: Task, trial: Trial, config: BaseModel) -> GraderResult:
     state = _state(trial)
-    if _skip_path(state):
+    if skip_path(state):
         return _result("pkm_fact_id_preserved", None, True, "not applicable: the trial skipped")
     filed = state.get("filed_in") or []
     if filed:

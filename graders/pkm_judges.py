@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.pkm.state import segments
+from graders.pkm import skip_path
 from optimizer import GraderResult, Task, Trial, grader
 from optimizer.judging import PASS_THRESHOLD, Judge, JudgeError, ask, register_judge
 
@@ -268,10 +269,6 @@ def _edited_existing(state: dict) -> list[tuple[str, str, str]]:
     return edited[:MAX_FILES]
 
 
-def _skip_path(state: dict) -> bool:
-    return bool(state.get("skipped")) and not state.get("mutated")
-
-
 def _judged(name: str, score: float | None, passed: bool, rationale: str, **details) -> GraderResult:
     return GraderResult(grader=name, score=score, passed=passed, rationale=rationale, details=details)
 
@@ -279,7 +276,7 @@ def _judged(name: str, score: float | None, passed: bool, rationale: str, **deta
 @grader("pkm_insight_quality", config=JudgeConfig, version="1", judge=INSIGHT_JUDGE)
 def pkm_insight_quality(task: Task, trial: Trial, config: JudgeConfig) -> GraderResult:
     state = trial.outcome.environment_state
-    if _skip_path(state):
+    if skip_path(state):
         return _judged("pkm_insight_quality", None, True, "not applicable: the trial skipped")
     insight = (state.get("insight") or {}).get("text") or ""
     if not insight.strip():

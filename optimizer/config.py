@@ -60,6 +60,9 @@ class Settings(BaseModel):
     than `confirm_trials`)."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
+    bucket_patience: int = Field(default=2, ge=1)
+    """Rejected proposals for a bucket at the same base commit after which the loop targets the
+    next failing bucket instead (the prompt must change before it tries that bucket again)."""
     proposer: Literal["llm", "command"] = "llm"
     proposer_command: str | None = None
     """Coding-agent command line for `--proposer command`; `{request}` and `{workdir}` are

@@ -22,13 +22,14 @@ from typing import Any, Callable
 from optimizer import gitops
 from optimizer.config import Settings
 from optimizer.errors import ConfigError
-from optimizer.evaluate import finish, write_json, write_text
+from optimizer.evaluate import finish, judges_used, write_json, write_text
 from optimizer.gate import Decision, GateConfig, decide
 from optimizer.models import context_window, validate_model
 from optimizer.patch import LintIndex, check_patch
 from optimizer.proposers import Proposal, ProposalRequest, make_proposer
 from optimizer.registry import get_agent
-from optimizer.request import Selection, failure_records, load_manual, render_request, select_targets
+from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
+                               render_request, select_targets)
 from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id, plan
 from optimizer.scoring import trials_frame
 from optimizer.store import Store
@@ -100,8 +101,7 @@ def _rel(repo, project_root: Path, prompt_file: str) -> str:
 
 
 def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, base_ref: str | None = None,
-                  dry_run: bool = False, agent: str | None = None,
-                  rejected_ideas: list[str] | None = None) -> IterationResult:
+                  dry_run: bool = False, agent: str | None = None) -> IterationResult:
     settings = loop_settings(ctx.settings)
     root = ctx.project_root
     repo = gitops.open_repo(root)
@@ -111,6 +111,8 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     prompt_paths = {name: _rel(repo, root, entry.prompt_file) for name, entry in entries.items()}
     gitops.require_files(repo, base, list(prompt_paths.values()))
     validate_model(settings.agent_model, field="agent_model")
+    if judges_used(suites):
+        validate_model(settings.judge_model, field="judge_model")
     if not dry_run:
         _check_proposer(settings)
     planned = plan(suites, trials=settings.trials)
@@ -131,7 +133,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(gitops.read_at(repo, base.commit, prompt_paths[name]), encoding="utf-8")
             _Iteration(ctx, settings, repo, suites, prompt_paths, planned, result, base_root).run(
-                dry_run=dry_run, agent=agent, rejected_ideas=rejected_ideas)
+                dry_run=dry_run, agent=agent)
     except BaseException as exc:
         ctx.store.update_iteration(iteration_id, status="crashed",
                                    summary_json={"error": f"{type(exc).__name__}: {exc}"})
@@ -225,18 +227,24 @@ class _Iteration:
         self.gate = GateConfig(mode=settings.gate, max_bucket_drop=settings.max_bucket_drop, alpha=settings.alpha,
                                alpha_harm=settings.alpha_harm)
 
-    def run(self, *, dry_run: bool, agent: str | None, rejected_ideas: list[str] | None) -> None:
+    def run(self, *, dry_run: bool, agent: str | None) -> None:
         result, store, base = self.result, self.store, self.result.base
         for path in self.prompt_paths.values():
             if gitops.differs_from_base(self.repo, base.commit, path):
                 self.log(f"note: {path} has uncommitted changes; the loop uses the committed version "
                          f"at {base.commit[:12]}")
         self.baseline = self._baseline()
+        rejected = store.rejected_proposals()
+        exhausted = exhausted_buckets(rejected, base.commit, self.settings.bucket_patience)
+        if exhausted:
+            self.log(f"not targeted ({self.settings.bucket_patience}+ rejected proposals at this base): "
+                     + ", ".join(sorted("/".join(key) for key in exhausted)))
         selection = select_targets(self.baseline, self.suites, max_targets=self.settings.target_buckets,
-                                   agent=agent)
+                                   agent=agent, skip=exhausted)
         if selection is None:
             result.status = "nothing_to_fix"
-            self.log("no train trial failed: nothing to fix")
+            self.log("no train trial failed: nothing to fix" if not exhausted else
+                     "every failing bucket already had its rejected proposals at this base: nothing new to try")
             store.update_iteration(result.iteration_id, status="nothing_to_fix",
                                    baseline_run_id=result.baseline_run_id, summary_json=_summary(result))
             return
@@ -253,7 +261,7 @@ class _Iteration:
             selection=selection, failures=failures, prompt=prompt, prompt_file=prompt_path, manual=manual,
             iteration_id=result.iteration_id, base_commit=base.commit, agent_model=self.settings.agent_model,
             max_changed_lines=self.settings.max_changed_lines, token_budget=budget,
-            rejected_ideas=rejected_ideas)
+            rejected_ideas=rejected_ideas(rejected, {f"{t.suite}/{t.bucket}" for t in selection.targets}))
         result.request_path = result.run_dir / "request.md"
         write_text(result.request_path, request)
         targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]

@@ -85,8 +85,10 @@ def bucket_status(trials: list[Trial], suite_names: set[str]) -> list[dict[str, 
 
 
 def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int = 1,
-                   agent: str | None = None) -> Selection | None:
-    """The agent and buckets to work on, or None when no train trial failed."""
+                   agent: str | None = None, skip: set[tuple[str, str]] | None = None) -> Selection | None:
+    """The agent and buckets to work on, or None when no train trial failed (buckets in `skip`,
+    as (suite, bucket), are not targeted; they still count as failing in the status list)."""
+    skip = skip or set()
     capability = [suite for suite in suites if suite.spec.kind == "capability"]
     by_agent: dict[str, list[str]] = {}
     for suite in capability:
@@ -97,8 +99,8 @@ def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int
         if agent and agent_name != agent:
             continue
         rows = bucket_status(trials, set(names))
-        failing = sorted((row for row in rows if row["failed"]), key=lambda r: (-r["failed"], r["mean_score"],
-                                                                                 r["suite"], r["bucket"]))
+        failing = sorted((row for row in rows if row["failed"] and (row["suite"], row["bucket"]) not in skip),
+                         key=lambda r: (-r["failed"], r["mean_score"], r["suite"], r["bucket"]))
         if not failing:
             continue
         key = (-sum(row["failed"] for row in failing), agent_name)
@@ -109,6 +111,32 @@ def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int
             others = [row for row in rows if (row["suite"], row["bucket"]) not in chosen]
             best, best_key = Selection(agent_name, names, targets, others), key
     return best
+
+
+def exhausted_buckets(rejected: list[dict[str, Any]], base_commit: str, patience: int) -> set[tuple[str, str]]:
+    """Buckets with at least `patience` rejected proposals made against this base commit."""
+    counts: dict[str, int] = {}
+    for row in rejected:
+        if row["base_commit"] == base_commit:
+            for target in row["targets"] or []:
+                counts[target] = counts.get(target, 0) + 1
+    return {tuple(target.split("/", 1)) for target, count in counts.items() if count >= patience}
+
+
+def rejected_ideas(rejected: list[dict[str, Any]], targets: set[str], limit: int = 5) -> list[str]:
+    """One line per earlier rejected proposal for any of these buckets (newest last): what it
+    tried and why it did not help, for the "already tried" section of the request."""
+    ideas = []
+    for row in rejected:
+        if not targets & set(row["targets"] or []):
+            continue
+        added = [line[1:].strip() for line in (row["diff"] or "").splitlines()
+                 if line.startswith("+") and not line.startswith("+++") and line[1:].strip()]
+        change = "; ".join(_trim(line, 160) for line in added[:2]) or "no textual change"
+        rationale = _trim(" ".join((row["rationale"] or "").split()), 240)
+        ideas.append(f"Added: \"{change}\"" + (f" (rationale: {rationale})" if rationale else "") +
+                     f". Outcome: {_trim(row['reason'] or row['status'], 240)}")
+    return ideas[-limit:]
 
 
 def _trim(text: str, limit: int) -> str:

@@ -236,3 +236,25 @@ def test_the_gate_false_accept_rate_on_mock_sim_is_at_most_five_percent(repo, mo
                                        log=lambda m: None), repeats=20)
     assert result.tested == 20
     assert result.rate(result.strict_accepts) <= 0.05
+
+
+def test_rejected_ideas_are_remembered_and_an_exhausted_bucket_is_set_aside(cli, repo, tmp_path, monkeypatch):
+    irrelevant = {"rationale": "Try a title rule.", "edits": [
+        {"search": DATA_LINE, "replace": DATA_LINE + "\n- Write titles in sentence case, under sixty characters."}]}
+    script(tmp_path, monkeypatch, irrelevant, irrelevant, irrelevant)
+    targets, requests = [], []
+    for number in range(3):
+        code, out, err = cli("run", "--json", str(tmp_path / f"run{number}.json"))
+        assert code == 0, out + err
+        summary = json.loads((tmp_path / f"run{number}.json").read_text())
+        assert summary["status"] == "rejected"
+        request = Path(summary["request"]).read_text()
+        requests.append(request)
+        targets.append(request.split("## Targeted buckets\n")[1].split("\n")[0])
+    assert "fact_preservation" in targets[0] and targets[1] == targets[0]
+    assert "Already tried" not in requests[0]
+    memory = requests[1].split("Already tried for these buckets")[1].split("## Failures")[0]
+    assert "sentence case" in memory and "Outcome:" in memory
+    # two rejections at this base commit: the third iteration works on another bucket
+    assert "fact_preservation" not in targets[2]
+    assert "not targeted (2+ rejected proposals at this base): card_agent/fact_preservation" in err.replace("\n", " ")

@@ -200,6 +200,22 @@ class Store:
             conn.execute(update(schema.proposals).where(schema.proposals.c.id == proposal_id)
                          .values(**_encode(values)))
 
+    def rejected_proposals(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """Rejected proposals (of one agent, or all), oldest first, each with its iteration's
+        targets and base commit."""
+        proposals, iterations = schema.proposals, schema.iterations
+        query = (select(proposals.c.id, proposals.c.iteration_id, proposals.c.status, proposals.c.reason,
+                        proposals.c.rationale, proposals.c.diff, proposals.c.created_at, iterations.c.targets_json,
+                        iterations.c.base_commit)
+                 .join(iterations, iterations.c.iteration_id == proposals.c.iteration_id)
+                 .where(proposals.c.status.like("rejected%"))
+                 .order_by(proposals.c.id))
+        if agent:
+            query = query.where(proposals.c.agent == agent)
+        self.flush()
+        with self.engine.connect() as conn:
+            return [_decode_run(row) for row in conn.execute(query).mappings().all()]
+
     def iterations(self) -> list[dict[str, Any]]:
         self.flush()
         with self.engine.connect() as conn:
