@@ -3,6 +3,7 @@ environment variables, then command-line flags, each overriding the one before."
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from pathlib import Path
@@ -60,6 +61,9 @@ class Settings(BaseModel):
     than `confirm_trials`)."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
+    model_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    """USD per million input and output tokens, by model string (overrides litellm's price map;
+    how a self-hosted model gets a price). Environment: JSON, e.g. '{"mock/sim": [1, 2]}'."""
     bucket_patience: int = Field(default=2, ge=1)
     """Rejected proposals for a bucket at the same base commit after which the loop targets the
     next failing bucket instead (the prompt must change before it tries that bucket again)."""
@@ -116,7 +120,16 @@ def _env_settings() -> dict[str, Any]:
         raw = os.environ.get(f"OPTIMIZER_{name.upper()}")
         if raw is None or raw == "":
             continue
-        values[name] = [part.strip() for part in raw.split(",") if part.strip()] if name == "suites" else raw
+        if name == "suites":
+            values[name] = [part.strip() for part in raw.split(",") if part.strip()]
+        elif name == "model_prices":
+            try:
+                values[name] = json.loads(raw)
+            except json.JSONDecodeError:
+                raise ConfigError("not valid JSON", path="environment (OPTIMIZER_*)", field="OPTIMIZER_MODEL_PRICES",
+                                  fix='e.g. OPTIMIZER_MODEL_PRICES=\'{"openai/gpt-4.1-mini": [0.4, 1.6]}\'') from None
+        else:
+            values[name] = raw
     return values
 
 

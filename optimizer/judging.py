@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from optimizer.errors import OptimizerError
+from optimizer.ledger import current as current_ledger
+from optimizer.ledger import estimate_tokens
 from optimizer.models._context import JUDGE_INPUTS_KEY, JUDGE_KEY
 from optimizer.models.client import ResponseCache
 from optimizer.types import Usage
@@ -67,6 +69,8 @@ class JudgeSettings:
     model: str
     cache: ResponseCache | None = None
     retry_attempts: int = 4
+    run_id: str | None = None
+    """The run the judged trials belong to (for the cost ledger)."""
 
 
 @dataclass
@@ -145,6 +149,9 @@ def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = N
     import dspy
 
     predictor = dspy.Predict(judge.signature(judge.rubric_text))
+    ledger = current_ledger()
+    reservation = ledger.reserve("judge", settings.model, estimate_tokens(judge.rubric_text, inputs),
+                                 judge.max_tokens) if ledger else None
     try:
         with dspy.context(lm=lm):
             prediction = predictor(**inputs)
@@ -153,6 +160,8 @@ def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = N
                          f"{type(exc).__name__}: {str(exc)[:300]}") from None
     finally:
         usage = lm_usage(lm)
+        if ledger:
+            ledger.settle(reservation, "judge", settings.model, usage, run_id=settings.run_id)
     try:
         outputs = judge.check({name: getattr(prediction, name, None) for name in judge.output_fields})
         score = judge.score(outputs)

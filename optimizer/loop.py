@@ -24,6 +24,7 @@ from optimizer.config import Settings
 from optimizer.errors import ConfigError
 from optimizer.evaluate import finish, judges_used, write_json, write_text
 from optimizer.gate import Decision, GateConfig, decide
+from optimizer.ledger import current as current_ledger
 from optimizer.models import context_window, validate_model
 from optimizer.patch import LintIndex, check_patch
 from optimizer.proposers import Proposal, ProposalRequest, make_proposer
@@ -120,6 +121,9 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     state_dir = root / settings.state_dir
     gitops.ignore_state_dir(state_dir)
     iteration_id = new_run_id()
+    ledger = current_ledger()
+    if ledger is not None:
+        ledger.scope["iteration_id"] = iteration_id
     run_dir = state_dir / "runs" / iteration_id
     run_dir.mkdir(parents=True, exist_ok=True)
     result = IterationResult(iteration_id=iteration_id, status="running", base=base, run_dir=run_dir)

@@ -23,6 +23,8 @@ from typing import Protocol
 
 from optimizer.errors import ConfigError
 from optimizer.gitops import changed_files, diff_of
+from optimizer.ledger import current as current_ledger
+from optimizer.ledger import estimate_tokens
 from optimizer.models._context import PROPOSAL_KEY, SCRIPT_KEY
 from optimizer.models._dspy import dspy_lm, lm_usage
 from optimizer.patch import Edit, EditError, apply_edits
@@ -87,7 +89,10 @@ class LLMProposer:
         base = target.read_text(encoding="utf-8")
         proposal = Proposal()
         feedback = ""
+        ledger = current_ledger()
         for attempt in range(2):
+            reservation = ledger.reserve("patcher", self.model, estimate_tokens(request.request, feedback),
+                                         MAX_ANSWER_TOKENS) if ledger else None
             try:
                 with dspy.context(lm=lm):
                     answer = predictor(request=request.request, feedback=feedback)
@@ -95,7 +100,10 @@ class LLMProposer:
                 proposal.error = f"the patcher gave no usable answer: {type(exc).__name__}: {str(exc)[:300]}"
                 break
             finally:
-                proposal.usage.add(lm_usage(lm))
+                used = lm_usage(lm)
+                proposal.usage.add(used)
+                if ledger:
+                    ledger.settle(reservation, "patcher", self.model, used)
             proposal.rationale = str(answer.rationale or "").strip()
             edits = [Edit(edit.search, edit.replace) for edit in answer.edits or []]
             if not edits:

@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -25,6 +25,7 @@ from optimizer.agent import AgentContext
 from optimizer.config import Settings
 from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialTimeout
 from optimizer.judging import JudgeSettings, judging
+from optimizer.ledger import BudgetExceeded
 from optimizer.models import (ModelClient, RetryPolicy, TrialContext, concurrency_limit, litellm_module, register_trial,
                               unregister_trial)
 from optimizer.registry import AgentEntry, get_agent, get_grader
@@ -129,6 +130,7 @@ class Runner:
                         settings=self.settings.model_dump(),
                         fingerprints=fingerprints(suites, self.settings, self.prompt_root, planned))
         litellm_module()  # import once, before the workers start, not inside each of them
+        self.judge = replace(self.judge, run_id=run.run_id)
         if not (run_id and self.store.has_run(run_id)):
             self.store.start_run(run, kind)
         started: dict[int, float] = {}
@@ -183,7 +185,7 @@ class Runner:
         workspace = Path(tempfile.mkdtemp(prefix="optimizer-trial-", dir=self.workspace_parent))
         begun = time.monotonic()
         deadline = begun + task.timeout_seconds
-        client = self.agent_model.bind(trial_key=key, trial_index=item.index, deadline=deadline)
+        client = self.agent_model.bind(trial_key=key, trial_index=item.index, deadline=deadline, run_id=run_id)
         try:
             for source in fixture_paths(task, self.project_root):
                 shutil.copytree(source, workspace, dirs_exist_ok=True)
@@ -191,6 +193,8 @@ class Runner:
                                    trial_index=item.index, deadline=deadline)
             try:
                 result = entry.run(context)
+            except BudgetExceeded:
+                raise  # the job stops; this trial is not a result
             except (ModelCallError, TrialTimeout) as exc:
                 return _errored(item, f"{type(exc).__name__}: {exc}", time.monotonic() - begun, client)
             except Exception as exc:
@@ -221,6 +225,8 @@ class Runner:
             config = entry.parse_config(spec.config, path=task.path, where=f"graders[{index}]")
             with judging(self.judge):
                 result = entry.func(task, trial, config)
+        except BudgetExceeded:
+            raise
         except OptimizerError as exc:
             return GraderResult(grader=spec.name, errored=True, rationale=str(exc))
         except Exception as exc:

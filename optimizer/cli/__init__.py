@@ -11,9 +11,11 @@ import sys
 import typer
 
 from optimizer.cli import eval as eval_cmd
+from optimizer.cli import history as history_cmd
 from optimizer.cli import judges as judges_cmd
 from optimizer.cli import loop as loop_cmd
 from optimizer.cli import model as model_cmd
+from optimizer.cli import nightly as nightly_cmd
 from optimizer.cli import suites as suites_cmd
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -22,6 +24,8 @@ app.command("eval")(eval_cmd.eval_command)
 app.command("run")(loop_cmd.run_command)
 app.command("review")(loop_cmd.review_command)
 app.command("noise")(loop_cmd.noise_command)
+app.command("nightly")(nightly_cmd.nightly_command)
+app.command("history")(history_cmd.history_command)
 app.add_typer(suites_cmd.app, name="suites")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(judges_cmd.app, name="judges")

@@ -17,8 +17,17 @@ console = Console(stderr=False, width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True)
 
 
+def recording(settings, store):
+    """Charge every model call of a command to the cost ledger (no budget: budgets are the
+    nightly job's)."""
+    from optimizer.ledger import Ledger, charging
+
+    return charging(Ledger(store, prices=dict(settings.model_prices)))
+
+
 def interactive() -> bool:
-    return sys.stderr.isatty() and not os.environ.get("CI")
+    """Live progress bars on a terminal; plain lines under CI, cron (no terminal) or OPTIMIZER_PLAIN."""
+    return sys.stderr.isatty() and not os.environ.get("CI") and not os.environ.get("OPTIMIZER_PLAIN")
 
 
 PLAIN_LINE_EVERY_S = 5.0

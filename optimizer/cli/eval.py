@@ -22,7 +22,7 @@ def eval_command(
 ) -> None:
     """Run suites and print pass@k, pass^k and mean score per suite and per bucket."""
     from optimizer import evaluate
-    from optimizer.cli._common import TrialProgress, print_summary
+    from optimizer.cli._common import TrialProgress, print_summary, recording
     from optimizer.config import find_project_root, load_settings
     from optimizer.errors import EXIT_FAILED, EXIT_HARNESS
 
@@ -32,7 +32,7 @@ def eval_command(
                                     "cache": False if no_cache else None})
     eval_plan = evaluate.prepare(settings, root, suite or None, task)
     store = evaluate.open_store(settings, root)
-    with TrialProgress(len(eval_plan.trials)) as progress:
+    with TrialProgress(len(eval_plan.trials)) as progress, recording(settings, store):
         run, summary = evaluate.execute(eval_plan, store, on_trial=progress.update)
     print_summary(summary)
     if json_path:

@@ -22,7 +22,7 @@ def calibrate_command(
     from rich.table import Table
 
     from optimizer import calibration, evaluate
-    from optimizer.cli._common import console
+    from optimizer.cli._common import console, recording
     from optimizer.config import find_project_root, load_settings
     from optimizer.errors import EXIT_FAILED, InputError
     from optimizer.judging import CALIBRATION_BAR, JudgeSettings, judges
@@ -54,7 +54,8 @@ def calibrate_command(
             if len(done) % 5 == 0:
                 console.print(f"{name}: {len(done)} examples judged", highlight=False)
 
-        report = calibration.calibrate(known[name], judge_settings, on_example=progress)
+        with recording(settings, store):
+            report = calibration.calibrate(known[name], judge_settings, on_example=progress)
         calibration.save(store, report)
         reports.append(report)
         verdict = ("[yellow]FLAGGED[/yellow] below " if report.flagged else "[green]ok[/green] meets ") + \

@@ -46,7 +46,7 @@ def run_command(
     fail_on_reject: bool = typer.Option(False, help="Exit 1 when no proposal is accepted."),
 ) -> None:
     """One optimization iteration: baseline, request, proposal, branch, staged rerun, gate."""
-    from optimizer.cli._common import console, render_decision
+    from optimizer.cli._common import console, recording, render_decision
     from optimizer.errors import EXIT_FAILED
     from optimizer.evaluate import write_json
     from optimizer.loop import run_iteration
@@ -55,7 +55,8 @@ def run_command(
                                judge_model=judge_model, patcher_model=patcher_model, trials=trials, concurrency=concurrency,
                                confirm_trials=confirm_trials)
     ctx = _context(settings, root)
-    result = run_iteration(ctx, suite_names=suite or None, base_ref=base, dry_run=dry_run, agent=agent)
+    with recording(settings, ctx.store):
+        result = run_iteration(ctx, suite_names=suite or None, base_ref=base, dry_run=dry_run, agent=agent)
     for record in result.proposals:
         console.rule(f"proposal {record.ordinal}: {record.status}  ({record.branch})")
         if record.diff:
@@ -95,12 +96,13 @@ def noise_command(
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
 ) -> None:
     """Run the baseline against itself and report how often the gate would accept (false accepts)."""
-    from optimizer.cli._common import console
+    from optimizer.cli._common import console, recording
     from optimizer.noise import measure_noise
 
     root, settings = _settings(agent_model=agent_model, judge_model=judge_model, trials=trials)
     ctx = _context(settings, root)
-    result = measure_noise(ctx, repeats=repeats, suite_names=suite or None)
+    with recording(settings, ctx.store):
+        result = measure_noise(ctx, repeats=repeats, suite_names=suite or None)
     console.print(f"A/A repeats: {result.repeats} ({result.skipped} with nothing to target); "
                   f"rollouts {result.rollouts}", highlight=False)
     console.print(f"false-accept rate, strict gate:  {result.rate(result.strict_accepts):.1%} "

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from optimizer.errors import ModelCallError, TrialTimeout
+from optimizer.ledger import current as current_ledger
+from optimizer.ledger import estimate_tokens
 from optimizer.models._context import METADATA_KEY
 from optimizer.models._litellm import litellm_module
 from optimizer.types import Usage
@@ -109,13 +111,15 @@ class ModelClient:
     temperature: float | None = None
     seed: int | None = None
     trial_key: str | None = None
+    run_id: str | None = None
     trial_index: int = 0
     deadline: float | None = None
     usage: Usage = field(default_factory=Usage)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def bind(self, *, trial_key: str, trial_index: int, deadline: float | None) -> "ModelClient":
-        return replace(self, trial_key=trial_key, trial_index=trial_index, deadline=deadline,
+    def bind(self, *, trial_key: str, trial_index: int, deadline: float | None,
+             run_id: str | None = None) -> "ModelClient":
+        return replace(self, trial_key=trial_key, trial_index=trial_index, deadline=deadline, run_id=run_id,
                        usage=Usage(), _lock=threading.Lock())
 
     def remaining(self) -> float | None:
@@ -142,7 +146,17 @@ class ModelClient:
                 completion = Completion.from_cache(hit)
                 self._account(completion.usage)
                 return completion
-        completion = self._call_with_retries(messages, tools, params)
+        ledger = current_ledger()
+        reservation = ledger.reserve(self.role, self.model, estimate_tokens(messages, tools),
+                                     max_tokens) if ledger else None
+        try:
+            completion = self._call_with_retries(messages, tools, params)
+        except BaseException:
+            if ledger:
+                ledger.release(reservation)
+            raise
+        if ledger:
+            ledger.settle(reservation, self.role, self.model, completion.usage, run_id=self.run_id)
         if self.cache is not None:
             self.cache.put(key, self.model, completion.to_cache())
         return completion

@@ -24,10 +24,15 @@ def _judges(conn: Connection) -> None:
     schema.metadata.create_all(conn, tables=[schema.judge_calibrations])
 
 
+def _nightly(conn: Connection) -> None:
+    schema.metadata.create_all(conn, tables=[schema.ledger, schema.nightlies])
+
+
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
     ("0001_initial", _initial),
     ("0002_loop", _loop),
     ("0003_judge_calibrations", _judges),
+    ("0004_ledger_nightly", _nightly),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -128,3 +128,32 @@ judge_calibrations = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("rows_json", Text, nullable=False),
 )
+
+ledger = Table(
+    "ledger", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("role", String, nullable=False),
+    Column("model", String, nullable=False),
+    Column("run_id", String, index=True),
+    Column("iteration_id", String, index=True),
+    Column("nightly_id", String, index=True),
+    Column("calls", Integer, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+)
+
+nightlies = Table(
+    "nightlies", metadata,
+    Column("nightly_id", String, primary_key=True),
+    Column("branch", String, nullable=False),
+    Column("base_ref", String, nullable=False),
+    Column("base_commit", String, nullable=False),
+    Column("tip_commit", String, nullable=False),
+    Column("status", String, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("settings_json", Text, nullable=False),
+    Column("state_json", Text, nullable=False),
+)

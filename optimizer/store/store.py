@@ -78,7 +78,10 @@ class Store:
             try:
                 with self.engine.begin() as conn:
                     for kind, payload in batch:
-                        (self._write_trial if kind == "trial" else self._write_cache)(conn, *payload)
+                        if kind == "ledger":
+                            conn.execute(insert(schema.ledger).values(**payload[0]))
+                        else:
+                            (self._write_trial if kind == "trial" else self._write_cache)(conn, *payload)
             except BaseException as exc:  # surfaced by flush()
                 self._writer_error = exc
             finally:
@@ -231,6 +234,39 @@ class Store:
         self.flush()
         with self.engine.connect() as conn:
             return [_decode_run(row) for row in conn.execute(query).mappings().all()]
+
+    # ------------------------------------------------------------------ ledger
+    def record_ledger(self, row: dict[str, Any]) -> None:
+        self._enqueue("ledger", (row,))
+
+    def ledger_frame(self, **where: str) -> pd.DataFrame:
+        """Ledger rows (optionally of one run, iteration or nightly job) as a DataFrame."""
+        query = select(schema.ledger).order_by(schema.ledger.c.id)
+        for column, value in where.items():
+            query = query.where(schema.ledger.c[column] == value)
+        self.flush()
+        with self.engine.connect() as conn:
+            return pd.read_sql(query, conn)
+
+    # ------------------------------------------------------------ nightly jobs
+    def start_nightly(self, **values: Any) -> None:
+        self.flush()
+        with self.engine.begin() as conn:
+            conn.execute(insert(schema.nightlies).values(started_at=datetime.now(timezone.utc), **_encode(values)))
+
+    def update_nightly(self, nightly_id: str, **values: Any) -> None:
+        self.flush()
+        if values.get("status") and values["status"] != "running":
+            values.setdefault("finished_at", datetime.now(timezone.utc))
+        with self.engine.begin() as conn:
+            conn.execute(update(schema.nightlies).where(schema.nightlies.c.nightly_id == nightly_id)
+                         .values(**_encode(values)))
+
+    def nightlies(self) -> list[dict[str, Any]]:
+        self.flush()
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(schema.nightlies).order_by(schema.nightlies.c.started_at)).mappings().all()
+        return [_decode_run(row) for row in rows]
 
     # ------------------------------------------------------- judge calibration
     def record_calibration(self, **values: Any) -> None:

@@ -1,0 +1,62 @@
+"""`optimizer history`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def history_command(
+    limit: int = typer.Option(20, min=1, help="Most recent nightly jobs, iterations and runs to show."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the tables as JSON here."),
+) -> None:
+    """Nightly jobs, iterations and their decisions, runs with per-bucket scores, and cost per role."""
+    from rich.table import Table
+
+    from optimizer import evaluate
+    from optimizer.cli._common import console
+    from optimizer.config import find_project_root, load_settings
+    from optimizer.history import load_history
+
+    root = find_project_root()
+    settings = load_settings(root)
+    store = evaluate.open_store(settings, root)
+    history = load_history(store, limit)
+
+    def show(title: str, frame, columns: list[str] | None = None) -> None:
+        if frame.empty:
+            console.print(f"{title}: none", highlight=False)
+            return
+        table = Table(title=title, title_justify="left")
+        shown = columns or list(frame.columns)
+        for column in shown:
+            table.add_column(column, overflow="fold")
+        for row in frame[shown].itertuples(index=False):
+            table.add_row(*[_cell(value, column) for value, column in zip(row, shown)])
+        console.print(table)
+
+    show("nightly jobs", history.nightlies)
+    show("iterations", history.iterations)
+    show("runs", history.runs)
+    buckets = history.bucket_scores
+    show("bucket mean score per run (latest 6)", buckets[["bucket", *list(buckets.columns[1:])[-6:]]]
+         if not buckets.empty else buckets)
+    show("cost by role (all recorded calls)", history.cost_by_role)
+    if json_path:
+        evaluate.write_json(json_path, {name: getattr(history, name).to_dict(orient="records")
+                                        for name in ("nightlies", "iterations", "runs", "bucket_scores",
+                                                     "cost_by_role")})
+    store.close()
+
+
+def _cell(value, column: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        if column.endswith("usd"):
+            return f"${value:,.4f}"
+        return f"{value:,.0f}" if column in ("tokens", "calls") else f"{value:.2f}"
+    return str(value)

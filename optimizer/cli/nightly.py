@@ -1,0 +1,70 @@
+"""`optimizer nightly`."""
+
+from __future__ import annotations
+
+import os
+from datetime import date as Date
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def nightly_command(
+    suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
+    base: Optional[str] = typer.Option(None, help="Branch or commit the night starts from (default HEAD)."),
+    max_iterations: int = typer.Option(10, min=1, help="Stop after this many iterations."),
+    time_limit: Optional[str] = typer.Option(None, help="Stop starting iterations after this long: 90m, 8h, 3600s."),
+    budget_usd: Optional[float] = typer.Option(None, min=0, help="Refuse any model call that would pass this cost."),
+    budget_tokens: Optional[int] = typer.Option(None, min=0, help="Refuse any model call that would pass this many tokens."),
+    patience: int = typer.Option(3, min=1, help="Stop after this many consecutive rejected iterations."),
+    order: str = typer.Option("worst-first", help="worst-first (most failing trials) or alternate between agents."),
+    merge: bool = typer.Option(False, "--merge", help="Merge the nightly branch into the base branch when every "
+                                                     "commit on it passed the strict gate."),
+    agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
+    judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
+    patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
+    proposer: Optional[str] = typer.Option(None, help="llm (default) or command."),
+    trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
+    day: Optional[str] = typer.Option(None, "--date", help="Date in the branch name (default today), YYYY-MM-DD."),
+    plain: bool = typer.Option(False, "--plain", help="No progress bars: timestamped log lines (cron, CI)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the night's summary as JSON here."),
+) -> None:
+    """Unattended optimization: iterations until a limit, accepted patches stacked on optimizer/nightly-<date>."""
+    from optimizer.cli._common import console, err_console, interactive
+    from optimizer.cli.loop import _context, _settings
+    from optimizer.errors import InputError
+    from optimizer.evaluate import write_json
+    from optimizer.ledger import Budget
+    from optimizer.nightly import NightlyLimits, parse_duration, run_nightly
+
+    if order not in ("worst-first", "alternate"):
+        raise InputError(f"unknown order {order!r}", field="--order", fix="use worst-first or alternate")
+    try:
+        when = Date.fromisoformat(day) if day else None
+    except ValueError:
+        raise InputError(f"cannot read the date {day!r}", field="--date", fix="use YYYY-MM-DD") from None
+    if plain:
+        os.environ["OPTIMIZER_PLAIN"] = "1"
+    limits = NightlyLimits(max_iterations=max_iterations,
+                           time_limit_s=parse_duration(time_limit) if time_limit else None,
+                           budget=Budget(usd=budget_usd, tokens=budget_tokens), patience=patience, order=order)
+    root, settings = _settings(agent_model=agent_model, judge_model=judge_model, patcher_model=patcher_model,
+                               proposer=proposer, trials=trials)
+    ctx = _context(settings, root)
+    if not interactive():
+        ctx.log = lambda message: err_console.print(f"{datetime.now().isoformat(timespec='seconds')} {message}",
+                                                    highlight=False, markup=False, soft_wrap=True)
+    result = run_nightly(ctx, suite_names=suite or None, base_ref=base, limits=limits, merge=merge, day=when)
+    summary = result.as_dict()
+    if json_path:
+        write_json(json_path, summary)
+    console.print(f"nightly {result.nightly_id}: {len(result.iterations)} iteration(s), {len(result.accepted)} "
+                  f"accepted on {result.branch}; stopped: {result.stop_reason}; spent ${result.spent_usd:.4f}, "
+                  f"{result.spent_tokens:,} tokens{'; merged' if result.merged else ''}", highlight=False)
+    for row in result.iterations:
+        console.print(f"  {row['number']:>2}. {row['status']:<16} {', '.join(row.get('targets') or []) or '-'}"
+                      f"{'  ' + row['commit'][:12] if row.get('commit') else ''}", highlight=False, markup=False)
+    if result.accepted:
+        console.print(f"review it: git log -p {result.base_commit[:12]}..{result.branch}", highlight=False)

@@ -1,0 +1,145 @@
+"""The cost ledger: every model call (agent, judge, patcher) with its tokens and cost, and budgets.
+
+While a ledger is active (`charging`), each real model call (cache hits cost nothing and are not
+recorded) first *reserves* its worst case: the prompt's estimated tokens plus the call's
+`max_tokens` (or a default) at the model's price. When the spent amount plus everything reserved
+by calls in flight plus this reservation would pass a budget, the call is refused with
+`BudgetExceeded` before anything is sent. After the call the reservation is replaced by the
+actual tokens and cost, and one row goes to the store (`ledger` table) with the run, iteration
+and nightly job it belongs to. So a budget is never exceeded by more than the amount by which
+calls in flight exceed their own worst-case estimates.
+
+Prices: `model_prices` in the settings (USD per million input and output tokens; also how a
+self-hosted model is given a price), else litellm's offline cost map, else 0. A cost that the
+provider reports is used as is.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+from optimizer.errors import EXIT_FAILED, OptimizerError
+from optimizer.types import Usage
+
+DEFAULT_COMPLETION_TOKENS = 1024
+"""Worst-case answer length assumed for a call that sets no max_tokens."""
+
+
+class BudgetExceeded(OptimizerError):
+    """A model call would pass the job's budget; the job stops cleanly."""
+
+    exit_code = EXIT_FAILED
+
+
+@dataclass(frozen=True)
+class Budget:
+    usd: float | None = None
+    tokens: int | None = None
+
+
+@dataclass
+class Reservation:
+    usd: float
+    tokens: int
+
+
+@dataclass
+class Ledger:
+    store: Any
+    budget: Budget = field(default_factory=Budget)
+    prices: dict[str, tuple[float, float]] = field(default_factory=dict)
+    scope: dict[str, str | None] = field(default_factory=dict)
+    """Ids every row is filed under: `nightly_id`, `iteration_id` (updated as the job goes)."""
+    spent_usd: float = 0.0
+    spent_tokens: int = 0
+    _reserved_usd: float = 0.0
+    _reserved_tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def price(self, model: str) -> tuple[float, float]:
+        """USD per input token and per output token."""
+        if model in self.prices:
+            per_million = self.prices[model]
+            return per_million[0] / 1e6, per_million[1] / 1e6
+        try:
+            from optimizer.models import litellm_module
+
+            info = litellm_module().model_cost.get(model) or {}
+            return float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
+        except Exception:  # an unknown model has no price
+            return 0.0, 0.0
+
+    def reserve(self, role: str, model: str, prompt_tokens: int, max_tokens: int | None) -> Reservation:
+        completion = max_tokens or DEFAULT_COMPLETION_TOKENS
+        price_in, price_out = self.price(model)
+        reservation = Reservation(usd=prompt_tokens * price_in + completion * price_out,
+                                  tokens=prompt_tokens + completion)
+        with self._lock:
+            if self.budget.usd is not None and \
+                    self.spent_usd + self._reserved_usd + reservation.usd > self.budget.usd:
+                raise BudgetExceeded(f"a model call ({role}, {model}, up to ${reservation.usd:.4f}) would pass the "
+                                     f"budget of ${self.budget.usd:.4f} (spent ${self.spent_usd:.4f})",
+                                     fix="raise --budget-usd or lower the trial counts")
+            if self.budget.tokens is not None and \
+                    self.spent_tokens + self._reserved_tokens + reservation.tokens > self.budget.tokens:
+                raise BudgetExceeded(f"a model call ({role}, {model}, up to {reservation.tokens:,} tokens) would pass "
+                                     f"the budget of {self.budget.tokens:,} tokens (spent {self.spent_tokens:,})",
+                                     fix="raise --budget-tokens or lower the trial counts")
+            self._reserved_usd += reservation.usd
+            self._reserved_tokens += reservation.tokens
+        return reservation
+
+    def settle(self, reservation: Reservation | None, role: str, model: str, usage: Usage,
+               run_id: str | None = None) -> None:
+        """Replace the reservation by what the call used, and record it."""
+        cost = usage.cost_usd
+        if not cost and model in self.prices:
+            price_in, price_out = self.price(model)
+            cost = usage.prompt_tokens * price_in + usage.completion_tokens * price_out
+        with self._lock:
+            if reservation is not None:
+                self._reserved_usd -= reservation.usd
+                self._reserved_tokens -= reservation.tokens
+            self.spent_usd += cost
+            self.spent_tokens += usage.total_tokens
+        self.store.record_ledger({
+            "at": datetime.now(timezone.utc), "role": role, "model": model, "run_id": run_id,
+            "iteration_id": self.scope.get("iteration_id"), "nightly_id": self.scope.get("nightly_id"),
+            "calls": max(usage.calls, 1), "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens, "cost_usd": cost})
+
+    def release(self, reservation: Reservation) -> None:
+        """A call that failed before it was answered uses nothing."""
+        with self._lock:
+            self._reserved_usd -= reservation.usd
+            self._reserved_tokens -= reservation.tokens
+
+
+_active: Ledger | None = None
+_active_lock = threading.Lock()
+
+
+def current() -> Ledger | None:
+    return _active
+
+
+@contextmanager
+def charging(ledger: Ledger) -> Iterator[Ledger]:
+    """Make `ledger` the process's ledger (model calls from every thread are charged to it)."""
+    global _active
+    with _active_lock:
+        previous, _active = _active, ledger
+    try:
+        yield ledger
+    finally:
+        with _active_lock:
+            _active = previous
+
+
+def estimate_tokens(*texts: Any) -> int:
+    """Prompt tokens estimated as characters / 4 (an upper-side guess for English text)."""
+    return sum(len(str(text)) for text in texts) // 4 + 1

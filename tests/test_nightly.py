@@ -1,0 +1,135 @@
+"""`optimizer nightly` on mock/sim + scripted mock/patcher proposals, in a temporary git repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+
+from tests.test_loop import (DATA_LINE, FACT_RULE, LINK_HARM, after_data_line, git, optimizer_branches, repo,  # noqa: F401
+                             script, snapshot)
+
+PERSON_RULE = "- Use person when the note is mainly about remembering someone the user met and details about them."
+METRIC_RULE = "- Use metric for a measured value with its unit, such as a reading the user tracks."
+
+
+def nightly(cli, tmp_path, *args: str) -> tuple[int, dict, str]:
+    out_json = tmp_path / "nightly.json"
+    code, out, err = cli("nightly", "--date", "2026-11-23", "--plain", "--json", str(out_json), *args)
+    summary = json.loads(out_json.read_text()) if out_json.exists() else {}
+    return code, summary, out + err
+
+
+def test_good_proposals_stack_on_the_nightly_branch_in_order(cli, repo, isolated, tmp_path, monkeypatch):
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE), after_data_line(LINK_HARM),
+           after_data_line(PERSON_RULE, METRIC_RULE))
+    before = snapshot(repo)
+    code, summary, output = nightly(cli, tmp_path, "--max-iterations", "3")
+    assert code == 0, output
+    assert [row["status"] for row in summary["iterations"]] == ["accepted", "rejected", "accepted"], output
+    assert summary["branch"] == "optimizer/nightly-2026-11-23"
+    assert summary["stop_reason"] == "max_iterations (3)"
+    base = before["commit"].strip()
+    log = git(repo, "log", "--format=%H %s", f"{base}..{summary['branch']}").splitlines()
+    assert len(log) == 2
+    newest, oldest = log[0].split(" ", 1), log[1].split(" ", 1)
+    assert newest[0] == summary["tip_commit"] == summary["iterations"][2]["commit"]
+    assert oldest[0] == summary["iterations"][0]["commit"]
+    first = git(repo, "show", oldest[0], "--", "agents/prompts/card_agent.md")
+    second = git(repo, "show", newest[0], "--", "agents/prompts/card_agent.md")
+    assert "+" + FACT_RULE in first and LINK_HARM not in first
+    assert "+" + PERSON_RULE in second and LINK_HARM not in second and "+" + FACT_RULE not in second
+    assert "fact_preservation" in oldest[1]
+    assert git(repo, "diff", "--name-only", f"{base}..{summary['branch']}").split() == ["agents/prompts/card_agent.md"]
+    # one branch is left: the night's; the proposal branches are gone, the checkout untouched
+    assert optimizer_branches(repo) == [summary["branch"]]
+    assert snapshot(repo) == before
+    assert (isolated / "optimizer.db").exists() and not (isolated / "nightly.lock").exists()
+    assert not (isolated / "worktrees").exists() or not any((isolated / "worktrees").iterdir())
+    with sqlite3.connect(isolated / "optimizer.db") as db:
+        status, state = db.execute("select status, state_json from nightlies").fetchone()
+        roles = {role for (role,) in db.execute("select distinct role from ledger")}
+    assert status == "finished" and json.loads(state)["accepted"] == 2
+    assert {"agent", "patcher"} <= roles
+
+
+def test_the_night_stops_after_consecutive_rejections(cli, repo, isolated, tmp_path, monkeypatch):
+    script(tmp_path, monkeypatch, after_data_line(LINK_HARM), after_data_line(LINK_HARM), after_data_line(FACT_RULE))
+    code, summary, output = nightly(cli, tmp_path, "--max-iterations", "5", "--patience", "2")
+    assert code == 0, output
+    assert [row["status"] for row in summary["iterations"]] == ["rejected", "rejected"]
+    assert summary["stop_reason"] == "2 consecutive rejected iterations"
+    assert git(repo, "rev-parse", summary["branch"]) == git(repo, "rev-parse", "main")
+
+
+def test_merge_lands_the_stack_on_the_base_branch(cli, repo, isolated, tmp_path, monkeypatch):
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    git(repo, "stash", "-u")  # a clean checkout, as a merge needs
+    code, summary, output = nightly(cli, tmp_path, "--max-iterations", "1", "--merge")
+    assert code == 0, output
+    assert summary["merged"] is True
+    assert FACT_RULE in (repo / "agents/prompts/card_agent.md").read_text()
+    assert "Merge optimizer/nightly-2026-11-23" in git(repo, "log", "-1", "--format=%s")
+
+
+def test_a_second_job_on_the_same_repository_exits_with_a_clear_message(cli, repo, isolated, tmp_path, monkeypatch):
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    lock = isolated / "nightly.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(["sleep", "30"])
+    try:
+        lock.write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(), "job": "optimizer nightly",
+                                    "started_at": "2026-11-23T01:00:00+00:00"}))
+        code, summary, output = nightly(cli, tmp_path)
+        assert code == 2 and summary == {}
+        assert "another job (optimizer nightly) is running on this repository" in output
+        assert str(holder.pid) in output
+        assert optimizer_branches(repo) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is gone: its lock is stale and the next job takes it over
+    code, summary, output = nightly(cli, tmp_path, "--max-iterations", "1")
+    assert code == 0, output
+    assert "taking over a stale lock" in output
+    assert not lock.exists()
+
+
+def test_a_usd_budget_is_never_passed(cli, repo, isolated, tmp_path, monkeypatch):
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE), after_data_line(PERSON_RULE))
+    monkeypatch.setenv("OPTIMIZER_MODEL_PRICES", json.dumps({"mock/sim": [10.0, 30.0]}))
+    budget = 3.0
+    code, summary, output = nightly(cli, tmp_path, "--max-iterations", "5", "--budget-usd", str(budget))
+    assert code == 0, output
+    assert summary["stop_reason"].startswith("budget:"), summary
+    assert summary["iterations"][-1]["status"] == "budget_exhausted"
+    with sqlite3.connect(isolated / "optimizer.db") as db:
+        spent, calls = db.execute("select sum(cost_usd), count(*) from ledger").fetchone()
+        largest = db.execute("select max(cost_usd) from ledger").fetchone()[0]
+    assert calls > 0 and 0 < spent <= budget, (spent, budget, summary, output[-3000:])
+    assert summary["spent_usd"] == spent or abs(summary["spent_usd"] - spent) < 1e-9
+    assert budget - spent < largest * 50, (spent, largest)  # it stopped near the budget, not far below it
+    assert optimizer_branches(repo) == [summary["branch"]]
+    assert not (isolated / "worktrees").exists() or not any((isolated / "worktrees").iterdir())
+
+
+def test_history_lists_the_night_its_iterations_scores_and_costs(cli, repo, isolated, tmp_path, monkeypatch):
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE), after_data_line(LINK_HARM))
+    monkeypatch.setenv("OPTIMIZER_MODEL_PRICES", json.dumps({"mock/sim": [1.0, 2.0], "mock/patcher": [3.0, 6.0]}))
+    code, summary, output = nightly(cli, tmp_path, "--max-iterations", "2")
+    assert code == 0, output
+    code, out, err = cli("history", "--json", str(tmp_path / "history.json"))
+    assert code == 0, out + err
+    assert "nightly jobs" in out and "bucket mean score per run" in out and "cost by role" in out
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert history["nightlies"][0]["accepted"] == 1 and history["nightlies"][0]["iterations"] == 2
+    statuses = [row["status"] for row in history["iterations"]]
+    assert statuses == ["accepted", "rejected"]
+    assert all(row["agent_usd"] > 0 and row["patcher_usd"] > 0 for row in history["iterations"])
+    roles = history["cost_by_role"][0]
+    assert roles["agent_usd"] > 0 and roles["patcher_usd"] > 0 and roles["judge_usd"] == 0
+    assert abs(roles["cost_usd"] - summary["spent_usd"]) < 1e-9
+    fact = next(row for row in history["bucket_scores"] if row["bucket"] == "card_agent/fact_preservation")
+    assert len([value for key, value in fact.items() if key != "bucket" and value is not None]) >= 3
