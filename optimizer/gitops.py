@@ -184,3 +184,30 @@ def delete_branch(repo, branch: str) -> None:
 
 def branch_exists(repo, branch: str) -> bool:
     return any(head.name == branch for head in repo.heads)
+
+
+def remove_stray_worktrees(repo, parent: Path) -> list[str]:
+    """Remove every worktree under `parent` (left by a killed job), prune git's records of them,
+    and clear ref locks a killed git left under `refs/heads/optimizer/`."""
+    removed = []
+    if parent.is_dir():
+        for path in sorted(parent.iterdir()):
+            _remove_worktree(repo, path)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    git = _git()
+    try:
+        repo.git.worktree("prune")
+    except git.GitCommandError:
+        pass
+    for lock in (Path(repo.git_dir) / "refs" / "heads" / "optimizer").rglob("*.lock"):
+        lock.unlink(missing_ok=True)
+    return removed
+
+
+def delete_branches(repo, prefix: str) -> list[str]:
+    """Delete every branch whose name starts with `prefix`; returns their names."""
+    names = [head.name for head in repo.heads if head.name.startswith(prefix)]
+    for name in names:
+        delete_branch(repo, name)
+    return names

@@ -15,6 +15,7 @@ keep their baseline trials (their prompts did not change).
 from __future__ import annotations
 
 import tempfile
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -102,7 +103,8 @@ def _rel(repo, project_root: Path, prompt_file: str) -> str:
 
 
 def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, base_ref: str | None = None,
-                  dry_run: bool = False, agent: str | None = None) -> IterationResult:
+                  dry_run: bool = False, agent: str | None = None,
+                  iteration_id: str | None = None) -> IterationResult:
     settings = loop_settings(ctx.settings)
     root = ctx.project_root
     repo = gitops.open_repo(root)
@@ -120,7 +122,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
 
     state_dir = root / settings.state_dir
     gitops.ignore_state_dir(state_dir)
-    iteration_id = new_run_id()
+    iteration_id = iteration_id or new_run_id()
     ledger = current_ledger()
     if ledger is not None:
         ledger.scope["iteration_id"] = iteration_id
@@ -213,9 +215,16 @@ def _called_model(trials: list[Trial]) -> int:
 
 def gate_frames(baseline: list[Trial], confirm: list[Trial], after: list[Trial],
                 targets: set[tuple[str, str]]):
-    """(before, after) trial frames: the targeted train trials come from the fresh confirmation run."""
+    """(before, after) trial frames: the targeted train trials come from the fresh confirmation run.
+
+    Both are in (suite, task, trial) order, not the order trials happened to finish in, so the
+    gate's sums (and so its numbers, to the last bit) do not depend on scheduling or on a resume."""
     kept = [t for t in baseline if not ((t.suite, t.bucket) in targets and t.split != "holdout")]
-    return trials_frame(kept + confirm), trials_frame(after)
+
+    def ordered(trials: list[Trial]) -> list[Trial]:
+        return sorted(trials, key=lambda t: (t.suite, t.task_id, t.index))
+
+    return trials_frame(ordered(kept + confirm)), trials_frame(ordered(after))
 
 
 class _Iteration:
@@ -387,8 +396,10 @@ class _Iteration:
             record.model_rollouts += _called_model(more.trials)
             run.trials.extend(more.trials)
             reused = [t for t in self.baseline if self._agent_of(t.suite) != selection.agent]
+            recorded = self.store.recorded_trials(run_id)
             for trial in reused:
-                self.store.record_trial(run_id, trial)
+                if (trial.suite, trial.task_id, trial.index) not in recorded:
+                    self.store.record_trial(run_id, trial)
             run.trials.extend(reused)
             before, after = gate_frames(self.baseline, confirm, run.trials, targets)
             decision = decide(before, after, targets=targets, regression_suites=self.regression, config=self.gate)
@@ -408,13 +419,34 @@ class _Iteration:
 
 def _run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_root: Path, *, kind: str,
                 label: str, run_id: str | None = None) -> RunResult:
-    runner = Runner(settings, ctx.store, project_root=ctx.project_root, prompt_root=prompt_root)
-    if ctx.make_progress is None:
+    """Run `planned` as (part of) a run. Trials already recorded are kept, not redone: those of
+    `run_id` when it exists, or of an unfinished run of this kind with the same fingerprints (a
+    job killed mid-run and resumed), whose id is then adopted."""
+    store = ctx.store
+    if run_id is None or not store.has_run(run_id):
+        unfinished = store.find_unfinished_run(fingerprints(suites, settings, prompt_root, planned), kind)
+        if unfinished:
+            run_id = unfinished
+    kept: list[Trial] = []
+    if run_id and store.has_run(run_id):
+        done = store.recorded_trials(run_id)
+        if done:
+            wanted = {(item.suite.name, item.task.id, item.index) for item in planned}
+            kept = [t for t in store.load_trials(run_id) if (t.suite, t.task_id, t.index) in wanted]
+            planned = [item for item in planned if (item.suite.name, item.task.id, item.index) not in done]
+            ctx.log(f"{label}: {len(kept)} trials already recorded in run {run_id} are kept")
+    runner = Runner(settings, store, project_root=ctx.project_root, prompt_root=prompt_root)
+    if not planned:
+        run = RunResult(run_id=run_id, started_at=datetime.now(timezone.utc), settings=settings.model_dump())
+    elif ctx.make_progress is None:
         runner.on_trial = ctx.on_trial
-        return runner.run(suites, planned, run_id=run_id, kind=kind)
-    with ctx.make_progress(len(planned), label) as progress:
-        runner.on_trial = progress.update
-        return runner.run(suites, planned, run_id=run_id, kind=kind)
+        run = runner.run(suites, planned, run_id=run_id, kind=kind)
+    else:
+        with ctx.make_progress(len(planned), label) as progress:
+            runner.on_trial = progress.update
+            run = runner.run(suites, planned, run_id=run_id, kind=kind)
+    run.trials[:0] = kept
+    return run
 
 
 def _commit_message(selection: Selection, decision: Decision | None, record: ProposalRecord,

@@ -11,8 +11,16 @@ chooses) or alternately. The night stops at whichever comes first: `max_iteratio
 limit (checked between iterations), a budget in USD or tokens (enforced before every model
 call, see `optimizer.ledger`), `patience` consecutive rejected iterations, or nothing left to
 try. With `merge`, the branch is merged into the base branch when every commit on it passed
-the strict gate. One job per repository (`optimizer.lock`). The state after each iteration is
-in the store (`nightlies` table), so a report can always say how far the night got.
+the strict gate. One job per repository (`optimizer.lock`).
+
+Crash safety: the night's state (iterations done, the one under way, the branch tip) is saved in
+the store before and after every iteration, each finished trial and proposal is in the store as
+soon as it exists, and the nightly branch only ever moves by a fast-forward to an accepted
+commit. `--resume` picks up the newest night that did not finish: it removes the worktrees and
+proposal branches a killed process left, completes the bookkeeping of an iteration that had
+finished (e.g. fast-forwards the branch to a patch that was accepted just before the kill), or
+runs an interrupted iteration again, keeping every trial already recorded (see
+`optimizer.loop._run_trials`). Spent budget and elapsed time carry over.
 """
 
 from __future__ import annotations
@@ -57,6 +65,12 @@ class NightlyResult:
     merged: bool = False
     spent_usd: float = 0.0
     spent_tokens: int = 0
+    started_epoch: float = field(default_factory=time.time)
+    current: dict[str, Any] | None = None
+    """The iteration under way: {number, iteration_id, agent}."""
+    suites: list[str] = field(default_factory=list)
+    merge: bool = False
+    resumed: int = 0
 
     @property
     def accepted(self) -> list[dict[str, Any]]:
@@ -66,7 +80,18 @@ class NightlyResult:
         return {"nightly_id": self.nightly_id, "branch": self.branch, "base_ref": self.base_ref,
                 "base_commit": self.base_commit, "tip_commit": self.tip_commit, "status": self.status,
                 "stop_reason": self.stop_reason, "merged": self.merged, "iterations": self.iterations,
-                "accepted": len(self.accepted), "spent_usd": self.spent_usd, "spent_tokens": self.spent_tokens}
+                "accepted": len(self.accepted), "spent_usd": self.spent_usd, "spent_tokens": self.spent_tokens,
+                "started_epoch": self.started_epoch, "current": self.current, "suites": self.suites,
+                "merge": self.merge, "resumed": self.resumed}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "NightlyResult":
+        state = record.get("state") or {}
+        fields = {name: state[name] for name in ("status", "stop_reason", "iterations", "merged", "spent_usd",
+                                                  "spent_tokens", "started_epoch", "current", "suites", "merge",
+                                                  "resumed") if name in state}
+        return cls(nightly_id=record["nightly_id"], branch=record["branch"], base_ref=record["base_ref"],
+                   base_commit=record["base_commit"], tip_commit=record["tip_commit"], **fields)
 
 
 def branch_name(day: Date, repo) -> str:
@@ -79,42 +104,65 @@ def branch_name(day: Date, repo) -> str:
 
 
 def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_ref: str | None = None,
-                limits: NightlyLimits = NightlyLimits(), merge: bool = False, day: Date | None = None) -> NightlyResult:
+                limits: NightlyLimits = NightlyLimits(), merge: bool = False, day: Date | None = None,
+                resume: bool = False) -> NightlyResult:
     settings = ctx.settings
     root = ctx.project_root
     repo = gitops.open_repo(root)
-    base = gitops.resolve_base(repo, base_ref)
-    if merge and (repo.head.is_detached or repo.active_branch.name != base.ref):
-        raise InputError(f"--merge merges into {base.ref!r}, which must be the checked-out branch", field="--merge",
-                         fix=f"git switch {base.ref} first, or run without --merge")
-    if merge and settings.gate != "strict":
-        raise InputError("--merge needs the strict gate", field="--merge",
-                         fix="drop --gate lenient, or merge by hand after review")
-    names = suite_names or settings.suites
-    agents = sorted({load_suite(name, root).spec.agent_name for name in names})
-    for agent in agents:
-        get_agent(agent)
     state_dir = root / settings.state_dir
     gitops.ignore_state_dir(state_dir)
     with job_lock(state_dir / "nightly.lock", "optimizer nightly", ctx.log):
-        branch = branch_name(day or Date.today(), repo)
-        repo.create_head(branch, base.commit)
-        result = NightlyResult(nightly_id=new_run_id(), branch=branch, base_ref=base.ref, base_commit=base.commit,
-                               tip_commit=base.commit)
-        ctx.store.start_nightly(nightly_id=result.nightly_id, branch=branch, base_ref=base.ref,
-                                base_commit=base.commit, tip_commit=base.commit, status="running",
-                                settings_json={**settings.model_dump(), "limits": _limits_dict(limits),
-                                               "host": socket.gethostname()},
-                                state_json=result.as_dict())
-        ctx.log(f"nightly {result.nightly_id}: branch {branch} at {base.commit[:12]} ({base.ref})")
+        if resume:
+            result, limits = _resumable(ctx)
+            base = gitops.Base(ref=result.base_ref, commit=result.base_commit)
+        else:
+            base = gitops.resolve_base(repo, base_ref)
+            result = None
+        merge = result.merge if result else merge
+        if merge and (repo.head.is_detached or repo.active_branch.name != base.ref):
+            raise InputError(f"--merge merges into {base.ref!r}, which must be the checked-out branch",
+                             field="--merge", fix=f"git switch {base.ref} first, or run without --merge")
+        if merge and settings.gate != "strict":
+            raise InputError("--merge needs the strict gate", field="--merge",
+                             fix="drop --gate lenient, or merge by hand after review")
+        names = result.suites if result else (suite_names or settings.suites)
+        agents = sorted({load_suite(name, root).spec.agent_name for name in names})
+        for agent in agents:
+            get_agent(agent)
+        stray = gitops.remove_stray_worktrees(repo, state_dir / "worktrees")
+        if stray:
+            ctx.log(f"removed {len(stray)} worktree(s) left by an earlier process")
+        if result is None:
+            branch = branch_name(day or Date.today(), repo)
+            result = NightlyResult(nightly_id=new_run_id(), branch=branch, base_ref=base.ref,
+                                   base_commit=base.commit, tip_commit=base.commit, suites=list(names), merge=merge)
+            ctx.store.start_nightly(nightly_id=result.nightly_id, branch=branch, base_ref=base.ref,
+                                    base_commit=base.commit, tip_commit=base.commit, status="running",
+                                    settings_json={**settings.model_dump(), "limits": _limits_dict(limits),
+                                                   "host": socket.gethostname()},
+                                    state_json=result.as_dict())
+            repo.create_head(branch, base.commit)
+            ctx.log(f"nightly {result.nightly_id}: branch {branch} at {base.commit[:12]} ({base.ref})")
+        else:
+            result.resumed += 1
+            result.status = "running"
+            if not gitops.branch_exists(repo, result.branch):  # killed before the branch was made
+                repo.create_head(result.branch, result.tip_commit)
+            ctx.log(f"resuming nightly {result.nightly_id} on {result.branch}: {len(result.iterations)} "
+                    f"iteration(s) done")
         ledger = Ledger(ctx.store, budget=limits.budget, prices=dict(settings.model_prices),
                         scope={"nightly_id": result.nightly_id})
+        ledger.spent_usd, ledger.spent_tokens = ctx.store.ledger_total(nightly_id=result.nightly_id)
         try:
+            if result.current:
+                _reconcile(ctx, repo, result)
+            _save(ctx, result, ledger)
             with charging(ledger):
                 _iterate(ctx, repo, result, limits, names, agents, ledger)
         except BaseException as exc:
-            result.status, result.stop_reason = "crashed", f"{type(exc).__name__}: {exc}"
-            _save(ctx, result, ledger)
+            if isinstance(exc, Exception):  # a kill or Ctrl-C leaves the night resumable as it is
+                result.status, result.stop_reason = "crashed", f"{type(exc).__name__}: {exc}"
+                _save(ctx, result, ledger)
             raise
         if merge:
             _merge(repo, result, ctx)
@@ -123,18 +171,77 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
         return result
 
 
+def _resumable(ctx: LoopContext) -> tuple[NightlyResult, NightlyLimits]:
+    unfinished = [row for row in ctx.store.nightlies() if row["status"] in ("running", "crashed")]
+    if not unfinished:
+        raise InputError("there is no unfinished nightly job to resume", field="--resume",
+                         fix="start a new night without --resume")
+    record = unfinished[-1]
+    stored = (record.get("settings") or {}).get("limits") or {}
+    limits = NightlyLimits(max_iterations=stored.get("max_iterations", 10), time_limit_s=stored.get("time_limit_s"),
+                           budget=Budget(usd=stored.get("budget_usd"), tokens=stored.get("budget_tokens")),
+                           patience=stored.get("patience", 3), order=stored.get("order", "worst-first"))
+    return NightlyResult.from_record(record), limits
+
+
+def _reconcile(ctx: LoopContext, repo, result: NightlyResult) -> None:
+    """Settle the iteration a killed process was in: finish its bookkeeping if it had decided,
+    otherwise clear what it left so that it runs again."""
+    current = result.current
+    iteration_id = current["iteration_id"]
+    record = ctx.store.iteration(iteration_id)
+    proposals = ctx.store.proposals(iteration_id=iteration_id)
+    expected = ((record or {}).get("settings") or {}).get("candidates", 1)
+    status = (record or {}).get("status")
+    if status in ("running", "crashed") and proposals and len(proposals) >= expected:
+        status = "accepted" if any(p["status"] == "accepted" for p in proposals) else "rejected"
+        ctx.store.update_iteration(iteration_id, status=status)
+    if status not in ("accepted", "rejected", "nothing_to_fix"):
+        deleted = gitops.delete_branches(repo, f"optimizer/{iteration_id}/")
+        if record is not None:
+            ctx.store.update_iteration(iteration_id, status="interrupted")
+        ctx.log(f"iteration {current['number']} was interrupted; it runs again"
+                + (f" (removed {', '.join(deleted)})" if deleted else ""))
+        result.current = None
+        return
+    row = {"number": current["number"], "iteration_id": iteration_id, "status": status,
+           "agent": (record or {}).get("agent") or current.get("agent"), "targets": (record or {}).get("targets") or [],
+           "commit": None, "gate": None, "rollouts": ((record or {}).get("summary") or {}).get("rollouts"),
+           "reason": "; ".join(p["reason"] for p in proposals)}
+    accepted = next((p for p in proposals if p["status"] == "accepted"), None)
+    if accepted:
+        row.update(commit=accepted["commit_sha"], gate=(accepted.get("decision") or {}).get("mode"),
+                   reason=accepted["reason"])
+        _advance(repo, result, accepted["commit_sha"], accepted["branch"])
+    result.iterations.append(row)
+    result.current = None
+    ctx.log(f"iteration {current['number']} had finished ({status}) before the interruption")
+
+
+def _advance(repo, result: NightlyResult, commit: str, proposal_branch: str) -> None:
+    """Fast-forward the nightly branch to an accepted commit (its parent is the tip) and drop the
+    proposal branch; safe to repeat."""
+    if repo.heads[result.branch].commit.hexsha != commit:
+        repo.heads[result.branch].commit = commit
+    gitops.delete_branch(repo, proposal_branch)
+    result.tip_commit = commit
+
+
 def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimits, names: list[str],
              agents: list[str], ledger: Ledger) -> None:
-    started = time.monotonic()
     rejections = 0
+    for row in reversed(result.iterations):
+        if row["status"] not in ("rejected",):
+            break
+        rejections += 1
     resting: set[str] = set()
     """Agents with nothing to try at the current tip."""
-    turn = 0
+    turn = len(result.iterations)
     while True:
         if len(result.iterations) >= limits.max_iterations:
             result.stop_reason = f"max_iterations ({limits.max_iterations})"
             return
-        if limits.time_limit_s is not None and time.monotonic() - started >= limits.time_limit_s:
+        if limits.time_limit_s is not None and time.time() - result.started_epoch >= limits.time_limit_s:
             result.stop_reason = f"time limit ({limits.time_limit_s:.0f} s)"
             return
         if rejections >= limits.patience:
@@ -149,23 +256,25 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
             agent = candidates[turn % len(candidates)]
             turn += 1
         number = len(result.iterations) + 1
+        result.current = {"number": number, "iteration_id": new_run_id(), "agent": agent}
+        _save(ctx, result, ledger)
         ctx.log(f"nightly iteration {number} ({agent or 'worst-first'}) on {result.branch} "
                 f"at {result.tip_commit[:12]}")
         try:
-            iteration = run_iteration(ctx, suite_names=names, base_ref=result.branch, agent=agent)
+            iteration = run_iteration(ctx, suite_names=names, base_ref=result.branch, agent=agent,
+                                      iteration_id=result.current["iteration_id"])
         except BudgetExceeded as exc:
-            result.iterations.append({"number": number, "agent": agent, "status": "budget_exhausted",
-                                      "reason": str(exc)})
+            gitops.delete_branches(repo, f"optimizer/{result.current['iteration_id']}/")
+            result.iterations.append({"number": number, "iteration_id": result.current["iteration_id"],
+                                      "agent": agent, "status": "budget_exhausted", "reason": str(exc)})
+            result.current = None
             result.stop_reason = f"budget: {exc}"
             ctx.log(f"stopping: {exc}")
             return
         row = _record(iteration, number, agent)
-        result.iterations.append(row)
         if iteration.status == "accepted":
             accepted = iteration.accepted
-            repo.heads[result.branch].commit = accepted.commit_sha  # fast-forward: its parent is the tip
-            gitops.delete_branch(repo, accepted.branch)
-            result.tip_commit = accepted.commit_sha
+            _advance(repo, result, accepted.commit_sha, accepted.branch)
             rejections = 0
             resting.clear()
             ctx.log(f"nightly iteration {number}: accepted, {result.branch} now at {accepted.commit_sha[:12]}")
@@ -174,6 +283,8 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
         else:
             rejections += 1
             ctx.log(f"nightly iteration {number}: {iteration.status} ({rejections} in a row)")
+        result.iterations.append(row)
+        result.current = None
         _save(ctx, result, ledger)
 
 

@@ -133,3 +133,96 @@ def test_history_lists_the_night_its_iterations_scores_and_costs(cli, repo, isol
     assert abs(roles["cost_usd"] - summary["spent_usd"]) < 1e-9
     fact = next(row for row in history["bucket_scores"] if row["bucket"] == "card_agent/fact_preservation")
     assert len([value for key, value in fact.items() if key != "bucket" and value is not None]) >= 3
+
+
+def _run_env(repo, state, script_path) -> dict:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OPTIMIZER_")}
+    env.update(OPTIMIZER_ROOT=str(repo), OPTIMIZER_STATE_DIR=str(state), OPTIMIZER_AGENT_MODEL="mock/sim",
+               OPTIMIZER_JUDGE_MODEL="mock/sim", OPTIMIZER_PATCHER_MODEL="mock/patcher",
+               OPTIMIZER_MOCK_PATCHER_SCRIPT=str(script_path), OPTIMIZER_RETRY_BASE_DELAY="0.01", CI="true")
+    return env
+
+
+def _final_state(repo, state, summary) -> dict:
+    """What must not depend on interruptions: the branch's commits (tree and subject), the
+    night's iteration outcomes, every proposal's decision."""
+    branch = summary["branch"]
+    commits = [line.split(" ", 1) for line in
+               git(repo, "log", "--format=%T %s", f"{summary['base_commit']}..{branch}").splitlines()]
+    with sqlite3.connect(state / "optimizer.db") as db:
+        proposals = db.execute("select status, reason, diff, decision_json from proposals order by id").fetchall()
+    iterations = [(row["status"], tuple(row.get("targets") or []), row.get("reason")) for row in summary["iterations"]]
+    return {"commits": commits, "iterations": iterations, "proposals": proposals,
+            "stop": summary["stop_reason"], "tip_tree": git(repo, "rev-parse", f"{branch}^{{tree}}")}
+
+
+def test_kill_9_at_ten_points_then_resume_ends_as_an_uninterrupted_night(repo, tmp_path):
+    import random
+    import shutil
+    import sys
+    import time
+    from pathlib import Path
+
+    proposals = [after_data_line(FACT_RULE), after_data_line(LINK_HARM), after_data_line(PERSON_RULE, METRIC_RULE)]
+    script_path = tmp_path / "proposals.json"
+    script_path.write_text(json.dumps(proposals))
+    optimizer = str(Path(sys.executable).parent / "optimizer")
+    args = ["nightly", "--date", "2026-11-23", "--plain", "--max-iterations", "3"]
+    git(repo, "stash", "-u")
+    killed_repo = tmp_path / "killed"
+    shutil.copytree(repo, killed_repo)
+    git(killed_repo, "status")  # a copied index is refreshed on first use; let that happen before the snapshot
+    before = snapshot(killed_repo)
+
+    reference_state = tmp_path / "reference-state"
+    done = subprocess.run([optimizer, *args, "--json", str(tmp_path / "reference.json")], cwd=repo,
+                          env=_run_env(repo, reference_state, script_path), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    reference = _final_state(repo, reference_state, json.loads((tmp_path / "reference.json").read_text()))
+    assert [status for status, _, _ in reference["iterations"]] == ["accepted", "rejected", "accepted"]
+
+    state = tmp_path / "killed-state"
+    env = _run_env(killed_repo, state, script_path)
+    rng = random.Random(20261123)
+
+    def trials_recorded() -> int:
+        try:
+            with sqlite3.connect(state / "optimizer.db", timeout=5) as db:
+                return db.execute("select count(*) from trials").fetchone()[0]
+        except sqlite3.Error:
+            return 0
+
+    kills, command = 0, [optimizer, *args]
+    while kills < 10:
+        process = subprocess.Popen(command, cwd=killed_repo, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        seen, waited = trials_recorded(), 0.0
+        while process.poll() is None and trials_recorded() <= seen and waited < 30:
+            time.sleep(0.05)
+            waited += 0.05
+        time.sleep(rng.uniform(0.0, 2.0))
+        if process.poll() is not None:  # the night finished before this kill: nothing left to interrupt
+            break
+        process.kill()  # SIGKILL
+        process.wait()
+        kills += 1
+        command = [optimizer, "nightly", "--resume", "--plain"]
+    assert kills >= 8, f"only {kills} kills landed before the night finished"
+    done = subprocess.run([optimizer, "nightly", "--resume", "--plain", "--json", str(tmp_path / "resumed.json")],
+                          cwd=killed_repo, env=env, capture_output=True, text=True, timeout=600)
+    if "no unfinished nightly job" in done.stderr:  # the last process finished the night itself
+        with sqlite3.connect(state / "optimizer.db") as db:
+            summary = json.loads(db.execute("select state_json from nightlies").fetchone()[0])
+    else:
+        assert done.returncode == 0, done.stdout + done.stderr
+        summary = json.loads((tmp_path / "resumed.json").read_text())
+    assert _final_state(killed_repo, state, summary) == reference
+    # nothing stray: no worktree, lock, temporary file or proposal branch; the checkout untouched
+    assert not (state / "worktrees").exists() or not any((state / "worktrees").iterdir())
+    assert len(git(killed_repo, "worktree", "list").splitlines()) == 1
+    assert not (state / "nightly.lock").exists()
+    assert not [path for path in state.rglob("*") if path.name.endswith(".tmp")]
+    assert optimizer_branches(killed_repo) == [summary["branch"]]
+    assert snapshot(killed_repo) == before
+    with sqlite3.connect(state / "optimizer.db") as db:
+        assert db.execute("select status from nightlies").fetchall() == [("finished",)]

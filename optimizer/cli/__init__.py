@@ -32,7 +32,7 @@ app.add_typer(judges_cmd.app, name="judges")
 
 
 def main() -> None:
-    from optimizer.errors import EXIT_HARNESS, OptimizerError
+    from optimizer.errors import OptimizerError
 
     try:
         code = app(standalone_mode=False)  # without standalone mode click returns an Exit's code

@@ -28,6 +28,8 @@ def nightly_command(
     proposer: Optional[str] = typer.Option(None, help="llm (default) or command."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
     day: Optional[str] = typer.Option(None, "--date", help="Date in the branch name (default today), YYYY-MM-DD."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the newest night that did not finish (its "
+                                                        "limits, suites and branch; finished trials are kept)."),
     plain: bool = typer.Option(False, "--plain", help="No progress bars: timestamped log lines (cron, CI)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the night's summary as JSON here."),
 ) -> None:
@@ -56,7 +58,8 @@ def nightly_command(
     if not interactive():
         ctx.log = lambda message: err_console.print(f"{datetime.now().isoformat(timespec='seconds')} {message}",
                                                     highlight=False, markup=False, soft_wrap=True)
-    result = run_nightly(ctx, suite_names=suite or None, base_ref=base, limits=limits, merge=merge, day=when)
+    result = run_nightly(ctx, suite_names=suite or None, base_ref=base, limits=limits, merge=merge, day=when,
+                         resume=resume)
     summary = result.as_dict()
     if json_path:
         write_json(json_path, summary)

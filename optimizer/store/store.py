@@ -155,6 +155,29 @@ class Store:
                     return run_id
         return None
 
+    def find_unfinished_run(self, fingerprints: dict[str, Any], kind: str) -> str | None:
+        """The newest run of this kind that never finished (its process was killed) and has exactly
+        these fingerprints: its recorded trials can be kept and only the rest run."""
+        wanted = json.dumps(fingerprints, sort_keys=True, default=str)
+        self.flush()
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.fingerprints_json)
+                                .where(schema.runs.c.status == "running", schema.runs.c.kind == kind)
+                                .order_by(schema.runs.c.started_at.desc())).all()
+        for run_id, stored in rows:
+            if json.dumps(json.loads(stored), sort_keys=True, default=str) == wanted:
+                return run_id
+        return None
+
+    def recorded_trials(self, run_id: str) -> set[tuple[str, str, int]]:
+        """(suite, task id, trial index) of every trial recorded under the run."""
+        self.flush()
+        table = schema.trials
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(table.c.suite, table.c.task_id, table.c.trial_index)
+                                .where(table.c.run_id == run_id)).all()
+        return {(suite, task, index) for suite, task, index in rows}
+
     def load_trials(self, run_id: str) -> list[Trial]:
         """The full trial records of a run, grader results included, in recording order."""
         self.flush()
@@ -218,6 +241,25 @@ class Store:
         self.flush()
         with self.engine.connect() as conn:
             return [_decode_run(row) for row in conn.execute(query).mappings().all()]
+
+    def iteration(self, iteration_id: str) -> dict[str, Any] | None:
+        self.flush()
+        with self.engine.connect() as conn:
+            row = conn.execute(select(schema.iterations).where(schema.iterations.c.iteration_id == iteration_id)
+                               ).mappings().first()
+        return _decode_run(row) if row else None
+
+    def ledger_total(self, **where: str) -> tuple[float, int]:
+        """(cost, tokens) of the ledger rows matching, e.g. nightly_id=..."""
+        table = schema.ledger
+        query = select(func.coalesce(func.sum(table.c.cost_usd), 0.0),
+                       func.coalesce(func.sum(table.c.prompt_tokens + table.c.completion_tokens), 0))
+        for column, value in where.items():
+            query = query.where(table.c[column] == value)
+        self.flush()
+        with self.engine.connect() as conn:
+            cost, tokens = conn.execute(query).one()
+        return float(cost), int(tokens)
 
     def iterations(self) -> list[dict[str, Any]]:
         self.flush()
