@@ -35,7 +35,7 @@ from optimizer.request import (Selection, exhausted_buckets, failure_records, lo
 from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id, plan
 from optimizer.scoring import trials_frame
 from optimizer.store import Store
-from optimizer.suites import load_suite
+from optimizer.suites import load_suite, with_regression_suites
 from optimizer.types import RunResult, Suite, Trial, Usage
 
 Log = Callable[[str], None]
@@ -109,7 +109,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     root = ctx.project_root
     repo = gitops.open_repo(root)
     base = gitops.resolve_base(repo, base_ref)
-    suites = [load_suite(name, root) for name in (suite_names or settings.suites)]
+    suites = with_regression_suites([load_suite(name, root) for name in (suite_names or settings.suites)], root)
     entries = {suite.spec.agent_name: get_agent(suite.spec.agent_name) for suite in suites}
     prompt_paths = {name: _rel(repo, root, entry.prompt_file) for name, entry in entries.items()}
     gitops.require_files(repo, base, list(prompt_paths.values()))

@@ -120,3 +120,19 @@ def _parse(model: type[M], path: Path, error: type[SuiteError] | type[TaskFileEr
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
         raise error(message + more, path=path, field=field,
                     fix="remove the key" if first["type"] == "extra_forbidden" else "correct the value") from None
+
+
+def with_regression_suites(suites: list[Suite], project_root: Path) -> list[Suite]:
+    """`suites` plus every regression suite under `<root>/suites/` for the same agents (graduated
+    tasks gate every later change to their agent's prompt, whether or not they were named)."""
+    agents = {suite.spec.agent_name for suite in suites}
+    names = {suite.name for suite in suites}
+    added = []
+    for path in sorted((project_root / "suites").glob("*/suite.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue  # a broken file fails properly when the suite is loaded by name
+        if data.get("kind") == "regression" and data.get("agent_name") in agents and data.get("name") not in names:
+            added.append(load_suite(path.parent.name, project_root))
+    return suites + added

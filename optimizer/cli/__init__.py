@@ -11,6 +11,7 @@ import sys
 import typer
 
 from optimizer.cli import eval as eval_cmd
+from optimizer.cli import graduate as graduate_cmd
 from optimizer.cli import history as history_cmd
 from optimizer.cli import judges as judges_cmd
 from optimizer.cli import loop as loop_cmd
@@ -26,6 +27,7 @@ app.command("review")(loop_cmd.review_command)
 app.command("noise")(loop_cmd.noise_command)
 app.command("nightly")(nightly_cmd.nightly_command)
 app.command("history")(history_cmd.history_command)
+app.command("graduate")(graduate_cmd.graduate_command)
 app.add_typer(suites_cmd.app, name="suites")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(judges_cmd.app, name="judges")
