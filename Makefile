@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup model run demo eval validate test test-local bench clean
+.PHONY: setup model run demo eval validate test test-local test-browser bench clean
 
 setup: $(VENV)/.installed
 
@@ -50,6 +50,13 @@ test: setup
 # Slow checks on the real embedded model (marker local_model).
 test-local: model
 	$(BIN)/python -m pytest -q -m local_model
+
+# The HTML report rendered in headless Chromium (marker browser); installs Debian's chromium
+# package when it is missing and apt-get may be used.
+test-browser: setup
+	@command -v chromium >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get install -y -q chromium >/dev/null; \
+		else echo "install Chromium first: sudo apt-get install chromium" >&2; exit 2; fi; }
+	$(BIN)/python -m pytest -q -m browser
 
 bench: setup
 	$(BIN)/python benchmarks/harness_overhead.py

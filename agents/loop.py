@@ -26,8 +26,12 @@ class Tool:
     schema: dict[str, Any]
     """OpenAI function schema: {"type": "function", "function": {name, description, parameters}}."""
     handler: Callable[[dict[str, Any]], ToolOutput]
-    terminal: bool = False
-    """A successful call ends the conversation (the agent's job is done)."""
+    terminal: bool | Callable[[], bool] = False
+    """A successful call ends the conversation (the agent's job is done); a callable decides at
+    the time of the call (e.g. only once the rest of the job is done)."""
+
+    def ends_run(self) -> bool:
+        return self.terminal() if callable(self.terminal) else self.terminal
 
     @property
     def name(self) -> str:
@@ -94,7 +98,7 @@ class ToolLoop:
                                                       result=output.text, is_error=output.is_error))
                 messages.append({"role": "tool", "tool_call_id": request.id, "name": request.name,
                                  "content": output.text})
-                finished = finished or (by_name[request.name].terminal and not output.is_error)
+                finished = finished or (not output.is_error and by_name[request.name].ends_run())
             if completion.tool_calls and not finished:
                 continue
             missing = self.completion_check() if self.completion_check else []

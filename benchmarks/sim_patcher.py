@@ -1,7 +1,8 @@
 """A stand-in coding agent for benchmarks: reads request.md, finds the targeted bucket, and
 appends the general rule `mock/sim` recognises for it (from sim_rules.json) to the prompt file.
 
-Usage (as a `proposer_command`): python benchmarks/sim_patcher.py {request} {workdir} PROMPT_FILE
+Usage (as a `proposer_command`): python benchmarks/sim_patcher.py {request} {workdir} [PROMPT_FILE]
+(without PROMPT_FILE, the file the request says to edit).
 """
 
 import json
@@ -12,8 +13,14 @@ from pathlib import Path
 RULES = json.loads((Path(__file__).parent / "sim_rules.json").read_text(encoding="utf-8"))
 
 
-def main(request_path: str, workdir: str, prompt_file: str) -> int:
+def main(request_path: str, workdir: str, prompt_file: str | None = None) -> int:
     request = Path(request_path).read_text(encoding="utf-8")
+    if prompt_file is None:
+        named = re.search(r"Edit only `([^`]+)`", request)
+        if not named:
+            print("the request names no prompt file", file=sys.stderr)
+            return 1
+        prompt_file = named.group(1)
     targets = re.findall(r"^- \*\*[^/]+/([a-z_]+)\*\*:", request, flags=re.MULTILINE)
     rules = [RULES[bucket] for bucket in targets if bucket in RULES]
     if not rules:

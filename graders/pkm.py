@@ -66,7 +66,6 @@ def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> Grader
     state = _state(trial)
     filed = [path for path in state.get("filed_in") or [] if segments(path)[:1] and segments(path)[0] in PARA_ROOTS]
     insight = bool((state.get("insight") or {}).get("text"))
-    persisted = bool(filed) and insight
     skipped = skip_path(state)
     if config.expect == "skip" or (config.expect == "any" and state.get("skipped")):
         if skipped:

@@ -94,8 +94,8 @@ class Ledger:
         return reservation
 
     def settle(self, reservation: Reservation | None, role: str, model: str, usage: Usage,
-               run_id: str | None = None) -> None:
-        """Replace the reservation by what the call used, and record it."""
+               run_id: str | None = None) -> float:
+        """Replace the reservation by what the call used, and record it; returns the call's cost."""
         cost = usage.cost_usd
         if not cost and model in self.prices:
             price_in, price_out = self.price(model)
@@ -111,6 +111,7 @@ class Ledger:
             "iteration_id": self.scope.get("iteration_id"), "nightly_id": self.scope.get("nightly_id"),
             "calls": max(usage.calls, 1), "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens, "cost_usd": cost})
+        return cost
 
     def release(self, reservation: Reservation) -> None:
         """A call that failed before it was answered uses nothing."""

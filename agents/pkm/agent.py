@@ -2,8 +2,11 @@
 
 The trial workspace holds `PKM/` (a copy of the task's fixture) and `.pkm/edit_history.json`
 (the files edited in the last runs, for the catch-all reminder). The agent works only through
-the sandboxed tools; the run ends when the model stops, when `skip_pkm_organization` succeeds,
-at the turn limit (an errored trial), or at the trial deadline.
+the sandboxed tools, and every turn must be a tool call (`tool_choice="required"`: only what is
+filed counts, never a chat reply). The run ends when `skip_pkm_organization` succeeds, when the
+insight is set once the note is filed (its marker is in a PARA file), when the model stops
+without a tool call (a provider that cannot force tool calls), at the turn limit (an errored
+trial), or at the trial deadline.
 """
 
 from __future__ import annotations
@@ -15,15 +18,14 @@ from pathlib import Path
 from agents.loop import LoopLimits, ToolLoop
 from agents.pkm.reminders import load_history, reminders
 from agents.pkm.sandbox import Sandbox
-from agents.pkm.state import build_state, has_marker, snapshot
-from agents.pkm.tools import PKMTools
+from agents.pkm.state import build_state, snapshot
+from agents.pkm.tools import PARA_ROOTS, PKMTools
 from optimizer import AgentContext, AgentRun, Outcome, Task
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 MAX_TURNS = 25
 """Model turns a trial may take (a task may set `metadata.max_turns`); past it the trial is errored."""
 MAX_REMINDERS = 2
-PARA_ROOTS = ("Projects", "Areas", "Resources", "Archives")
 
 
 def _template(name: str) -> str:
@@ -46,13 +48,11 @@ def settle_mtimes(pkm: Path, task: Task) -> None:
         os.utime(path, (stamp, stamp), follow_symlinks=False)
 
 
-def missing_parts(tools: PKMTools, pkm: Path) -> list[str]:
+def missing_parts(tools: PKMTools) -> list[str]:
     if tools.skip_evidence is not None:
         return []
     missing = []
-    filed = any(has_marker(path.read_text(encoding="utf-8", errors="replace"), tools.fact_id)
-                for root in PARA_ROOTS for path in (pkm / root).rglob("*.md") if path.is_file())
-    if not filed:
+    if not tools.filed():
         missing.append(f"no file under {', '.join(PARA_ROOTS)} carries the marker <!-- fact_id: {tools.fact_id} -->")
     if tools.insight is None:
         missing.append("the timeline card insight was not updated")
@@ -79,10 +79,10 @@ def run(context: AgentContext) -> AgentRun:
 
     limits = LoopLimits(max_turns=int(task.metadata.get("max_turns", MAX_TURNS)), max_reminders=MAX_REMINDERS)
     loop = ToolLoop(context, tools.tools(), limits,
-                    completion_check=lambda: missing_parts(tools, pkm),
+                    completion_check=lambda: missing_parts(tools),
                     reminder=lambda missing: _template("pkm_agent.reminder.md").format(
                         problems="\n".join(f"- {item}" for item in missing)).strip(),
-                    system_note=system_note)
+                    system_note=system_note, tool_choice="required")
     messages = [{"role": "system", "content": context.system_prompt},
                 {"role": "user", "content": user_message(task)}]
     transcript = loop.run(messages)

@@ -26,6 +26,7 @@ LS_LIMIT = 1000
 GLOB_LIMIT = 100
 GREP_LIMIT = 200
 MUTATIONS = ("write", "edit", "move", "remove")
+PARA_ROOTS = ("Projects", "Areas", "Resources", "Archives")
 
 
 @dataclass
@@ -56,13 +57,20 @@ class PKMTools:
     def mutated(self) -> bool:
         return any(event["op"] in MUTATIONS for event in self.events)
 
+    def filed(self) -> bool:
+        """Some Markdown file under a PARA folder carries the note's marker."""
+        marker = re.compile(r"<!--\s*fact_id:\s*" + re.escape(self.fact_id) + r"\s*-->")
+        return any(marker.search(path.read_text(encoding="utf-8", errors="replace"))
+                   for root in PARA_ROOTS for path in (self.sandbox.root / root).rglob("*.md") if path.is_file())
+
     def tools(self) -> list[Tool]:
         handlers: dict[str, Callable[[dict[str, Any]], ToolOutput]] = {
             "Read": self.read, "BatchRead": self.batch_read, "Write": self.write, "Edit": self.edit,
             "Move": self.move, "Remove": self.remove, "LS": self.ls, "Glob": self.glob, "Grep": self.grep,
             "update_timeline_card_insight": self.update_insight, "skip_pkm_organization": self.skip,
         }
-        return [Tool(SCHEMAS[name], _guarded(handler), terminal=name == "skip_pkm_organization")
+        terminal = {"skip_pkm_organization": True, "update_timeline_card_insight": self.filed}
+        return [Tool(SCHEMAS[name], _guarded(handler), terminal=terminal.get(name, False))
                 for name, handler in handlers.items()]
 
     # ------------------------------------------------------------ reading

@@ -65,7 +65,8 @@ def nightly_command(
         write_json(json_path, summary)
     console.print(f"nightly {result.nightly_id}: {len(result.iterations)} iteration(s), {len(result.accepted)} "
                   f"accepted on {result.branch}; stopped: {result.stop_reason}; spent ${result.spent_usd:.4f}, "
-                  f"{result.spent_tokens:,} tokens{'; merged' if result.merged else ''}", highlight=False)
+                  f"{result.spent_tokens:,} tokens{'; merged' if result.merged else ''}", highlight=False,
+                  soft_wrap=True)
     for row in result.iterations:
         console.print(f"  {row['number']:>2}. {row['status']:<16} {', '.join(row.get('targets') or []) or '-'}"
                       f"{'  ' + row['commit'][:12] if row.get('commit') else ''}", highlight=False, markup=False)

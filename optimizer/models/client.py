@@ -156,7 +156,10 @@ class ModelClient:
                 ledger.release(reservation)
             raise
         if ledger:
-            ledger.settle(reservation, self.role, self.model, completion.usage, run_id=self.run_id)
+            cost = ledger.settle(reservation, self.role, self.model, completion.usage, run_id=self.run_id)
+            if cost != completion.usage.cost_usd:  # priced by `model_prices`: the trial carries it too
+                self._account(Usage(cost_usd=cost - completion.usage.cost_usd))
+                completion.usage.cost_usd = cost
         if self.cache is not None:
             self.cache.put(key, self.model, completion.to_cache())
         return completion

@@ -1,0 +1,28 @@
+"""`optimizer report`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def report_command(
+    run_id: Optional[str] = typer.Argument(None, help="Nightly or iteration id (default: the latest night, "
+                                                      "else the latest iteration; see `optimizer history`)."),
+    html: Path = typer.Option(..., "--html", help="Write the self-contained HTML page here."),
+) -> None:
+    """A self-contained HTML report: bucket table, score charts, cost, proposals with diffs and gate reasons, failures."""
+    from optimizer import evaluate, html_report
+    from optimizer.cli._common import console
+    from optimizer.config import find_project_root, load_settings
+
+    root = find_project_root()
+    settings = load_settings(root)
+    store = evaluate.open_store(settings, root)
+    data = html_report.build(store, run_id)
+    store.close()
+    evaluate.write_text(html, html_report.render(data))
+    console.print(f"wrote {html} ({data['title']}: {len(data['iterations'])} iteration(s), "
+                  f"{data['accepted']} accepted)", highlight=False, soft_wrap=True)
