@@ -196,7 +196,8 @@ class Runner:
             except BudgetExceeded:
                 raise  # the job stops; this trial is not a result
             except (ModelCallError, TrialTimeout) as exc:
-                return _errored(item, f"{type(exc).__name__}: {exc}", time.monotonic() - begun, client)
+                return _errored(item, f"{type(exc).__name__}: {exc}", time.monotonic() - begun, client,
+                                getattr(exc, "partial_transcript", None))
             except Exception as exc:
                 detail = "".join(traceback.format_exception_only(exc)).strip()
                 return _errored(item, f"agent crashed: {detail}", time.monotonic() - begun, client)
@@ -236,8 +237,12 @@ class Runner:
         return result
 
 
-def _errored(item: PlannedTrial, error: str, duration: float, client: ModelClient | None = None) -> Trial:
-    transcript = Transcript(usage=client.usage, model=client.model) if client else Transcript()
+def _errored(item: PlannedTrial, error: str, duration: float, client: ModelClient | None = None,
+             partial: Transcript | None = None) -> Trial:
+    """An errored trial; it keeps the conversation so far (when the agent's loop had one) for diagnosis."""
+    transcript = partial or Transcript()
+    if client:
+        transcript.usage, transcript.model = client.usage, client.model
     return Trial(suite=item.suite.name, task_id=item.task.id, bucket=item.task.bucket, split=item.task.split,
                  index=item.index, status="errored", error=error, duration_s=duration,
                  transcript=transcript, outcome=Outcome())

@@ -138,3 +138,17 @@ def test_each_documented_rule_is_recognised_and_only_its_bucket_moves():
         assert sim.RULES[bucket].status(example) == "stated", bucket
         others = [other for other, rule in sim.RULES.items() if other != bucket and rule.status(example) == "stated"]
         assert others == [], (bucket, others)
+
+
+def test_an_errored_trial_keeps_the_conversation_so_far(cli, isolated, tmp_path):
+    calls = [{"name": "LS", "arguments": {}}] * 5
+    task = {"id": "pkm_runaway", "metadata": {"failure_bucket": "loop", "max_turns": "2"},
+            "input": {"content": "anything", "base_fixture": "fresh"},
+            "reference_solution": {"tool_calls": calls}, "graders": [{"name": "pkm_completion"}]}
+    suite = write_suite(tmp_path / "runaway", [task], name="runaway", agent_name="pkm_agent")
+    code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "mock/oracle")
+    assert code == 3
+    with sqlite3.connect(isolated / "optimizer.db") as db:
+        transcript = json.loads(db.execute("select transcript_json from trials").fetchone()[0])
+    assert [call["name"] for call in transcript["tool_calls"]] == ["LS", "LS"]
+    assert transcript["usage"]["calls"] == 2
