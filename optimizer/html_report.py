@@ -170,7 +170,9 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
     accepted = sum(1 for row in iterations for p in row["proposals"] if p["status"] == "accepted")
     total_cost = sum(row["cost_usd"] for row in iterations)
     last_baseline = next((row["baseline_run_id"] for row in reversed(iterations) if row["baseline_run_id"]), None)
-    return {"title": title, "header": header, "iterations": iterations, "table": table,
+    last_run = store.run_record(points[-1].run_id) if points else None
+    judges = ((last_run or {}).get("summary") or {}).get("judges") or []
+    return {"title": title, "header": header, "iterations": iterations, "table": table, "judges": judges,
             "chart_iterations": _chart(points, "Bucket scores over the iterations (* targeted)", targeted),
             "chart_nights": _chart(night_points, "Bucket scores at the end of each night", targeted),
             "cost_total": total_cost, "accepted": accepted,

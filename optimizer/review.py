@@ -22,7 +22,7 @@ def find_proposal(store, branch: str | None) -> dict:
 
 
 def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = False) -> dict:
-    from optimizer.cli._common import console, render_decision
+    from optimizer.cli._common import console, print_judges, render_decision
     from optimizer.evaluate import open_store
 
     store = open_store(settings, root)
@@ -48,6 +48,7 @@ def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = 
     agent_cost = (candidate or {}).get("summary", {}).get("totals", {}).get("cost_usd", 0.0) if candidate else 0.0
     console.print(f"cost: patcher ${usage.get('cost_usd', 0.0):.4f} ({usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0):,} tokens), "
                   f"rerun ${agent_cost:.4f} over {proposal['rollouts']} rollouts", highlight=False)
+    print_judges((candidate or {}).get("summary", {}).get("judges") or [])
     summary = iteration.get("summary") or {}
     report = summary.get("report")
     console.print(f"request: {iteration.get('request_path')}\nreport: {report}", highlight=False)

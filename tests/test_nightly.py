@@ -226,3 +226,32 @@ def test_kill_9_at_ten_points_then_resume_ends_as_an_uninterrupted_night(repo, t
     assert snapshot(killed_repo) == before
     with sqlite3.connect(state / "optimizer.db") as db:
         assert db.execute("select status from nightlies").fetchall() == [("finished",)]
+
+
+def test_two_real_nightly_processes_on_one_repository(repo, tmp_path):
+    import sys
+    import time
+    from pathlib import Path
+
+    script_path = tmp_path / "proposals.json"
+    script_path.write_text(json.dumps([after_data_line(FACT_RULE)]))
+    optimizer = str(Path(sys.executable).parent / "optimizer")
+    state = tmp_path / "state"
+    env = _run_env(repo, state, script_path)
+    first = subprocess.Popen([optimizer, "nightly", "--plain", "--max-iterations", "1"], cwd=repo, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        waited = 0.0
+        while not (state / "nightly.lock").exists() and first.poll() is None and waited < 60:
+            time.sleep(0.05)
+            waited += 0.05
+        assert (state / "nightly.lock").exists(), "the first job never took the lock"
+        second = subprocess.run([optimizer, "nightly", "--plain"], cwd=repo, env=env, capture_output=True,
+                                text=True, timeout=120)
+        assert second.returncode == 2
+        assert "another job (optimizer nightly) is running on this repository" in second.stderr
+        assert f"pid {first.pid}" in second.stderr and "Traceback" not in second.stderr
+    finally:
+        output, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, output
+    assert "1 iteration(s), 1 accepted" in output
