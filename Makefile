@@ -54,8 +54,9 @@ test-local: model
 # The HTML report rendered in headless Chromium (marker browser); installs Debian's chromium
 # package when it is missing and apt-get may be used.
 test-browser: setup
-	@command -v chromium >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get install -y -q chromium >/dev/null; \
-		else echo "install Chromium first: sudo apt-get install chromium" >&2; exit 2; fi; }
+	@command -v chromium >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -q >/dev/null && \
+		apt-get install -y -q chromium >/dev/null; else echo "install Chromium first: sudo apt-get install chromium" >&2; \
+		exit 2; fi; }
 	$(BIN)/python -m pytest -q -m browser
 
 bench: setup
