@@ -6,7 +6,8 @@ becomes the base of the next iteration and the branch ends as a stack of small c
 with its buckets, gate result and score changes in the message (the per-proposal branches are
 removed once their commit is on the nightly branch; their records stay in the store).
 
-Agents are worked on worst-first (the agent with the most failing train trials, as `run`
+By default the night covers every capability suite under `suites/` (so both agents); `--suite`
+narrows it. Agents are worked on worst-first (the agent with the most failing train trials, as `run`
 chooses) or alternately. The night stops at whichever comes first: `max_iterations`, the time
 limit (checked between iterations), a budget in USD or tokens (enforced before every model
 call, see `optimizer.ledger`), `patience` consecutive rejected iterations, or nothing left to
@@ -25,6 +26,7 @@ runs an interrupted iteration again, keeping every trial already recorded (see
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from dataclasses import dataclass, field
@@ -94,6 +96,22 @@ class NightlyResult:
                    base_commit=record["base_commit"], tip_commit=record["tip_commit"], **fields)
 
 
+def capability_suites(root) -> list[str]:
+    """Every capability suite under `suites/`: by default the night works on all agents."""
+    names = []
+    for path in sorted((root / "suites").glob("*/suite.json")):
+        try:
+            kind = json.loads(path.read_text(encoding="utf-8")).get("kind", "capability")
+        except (OSError, json.JSONDecodeError):
+            kind = "capability"  # a broken suite fails properly when it is loaded
+        if kind == "capability":
+            names.append(path.parent.name)
+    if not names:
+        raise InputError("no capability suite under suites/", path=root / "suites",
+                         fix="add suites/<name>/suite.json or pass --suite")
+    return names
+
+
 def branch_name(day: Date, repo) -> str:
     """`optimizer/nightly-<date>`, with `-2`, `-3`... when that name is taken."""
     name = f"optimizer/nightly-{day.isoformat()}"
@@ -125,7 +143,7 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
         if merge and settings.gate != "strict":
             raise InputError("--merge needs the strict gate", field="--merge",
                              fix="drop --gate lenient, or merge by hand after review")
-        names = result.suites if result else (suite_names or settings.suites)
+        names = result.suites if result else (suite_names or capability_suites(root))
         agents = sorted({load_suite(name, root).spec.agent_name for name in names})
         for agent in agents:
             get_agent(agent)

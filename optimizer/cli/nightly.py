@@ -12,7 +12,8 @@ import typer
 
 
 def nightly_command(
-    suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
+    suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable; "
+                                                                         "default: every capability suite)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit the night starts from (default HEAD)."),
     max_iterations: int = typer.Option(10, min=1, help="Stop after this many iterations."),
     time_limit: Optional[str] = typer.Option(None, help="Stop starting iterations after this long: 90m, 8h, 3600s."),
