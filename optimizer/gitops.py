@@ -3,7 +3,7 @@
 The user's working tree, index and current branch are never touched: proposals are committed in
 worktrees under `<state_dir>/worktrees/`, which is git-ignored from inside (`<state_dir>/.gitignore`
 holds `*`), so `git status` in the user's checkout does not change either. Only `review --merge`
-writes to the user's branch, and only when asked.
+and `nightly --merge` write to the user's branch, and only when asked.
 """
 
 from __future__ import annotations
@@ -211,3 +211,26 @@ def delete_branches(repo, prefix: str) -> list[str]:
     for name in names:
         delete_branch(repo, name)
     return names
+
+
+def require_checked_out(repo, branch: str) -> None:
+    """`--merge` writes to the user's branch, so that branch must be the one checked out."""
+    if repo.head.is_detached or repo.active_branch.name != branch:
+        current = "a detached HEAD" if repo.head.is_detached else repr(repo.active_branch.name)
+        raise InputError(f"--merge merges into {branch!r}, but the checkout is on {current}", field="--merge",
+                         fix=f"git switch {branch} first")
+
+
+def merge_branch(repo, branch: str, message: str, *, fix: str) -> None:
+    """Merge `branch` into the checked-out branch (always a merge commit); on a conflict the merge
+    is aborted, so the checkout is left as it was, and the error names `fix`."""
+    git = _git()
+    try:
+        repo.git.merge("--no-ff", "--no-edit", "-m", message, branch)
+    except git.GitCommandError as exc:
+        try:
+            repo.git.merge("--abort")
+        except git.GitCommandError:
+            pass
+        raise InputError(f"git could not merge {branch}: {exc.stderr.strip()[:300]}", field="--merge",
+                         fix=fix) from None

@@ -137,9 +137,8 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
             base = gitops.resolve_base(repo, base_ref)
             result = None
         merge = result.merge if result else merge
-        if merge and (repo.head.is_detached or repo.active_branch.name != base.ref):
-            raise InputError(f"--merge merges into {base.ref!r}, which must be the checked-out branch",
-                             field="--merge", fix=f"git switch {base.ref} first, or run without --merge")
+        if merge:
+            gitops.require_checked_out(repo, base.ref)
         if merge and settings.gate != "strict":
             raise InputError("--merge needs the strict gate", field="--merge",
                              fix="drop --gate lenient, or merge by hand after review")
@@ -318,25 +317,15 @@ def _record(iteration: IterationResult, number: int, agent: str | None) -> dict[
 
 
 def _merge(repo, result: NightlyResult, ctx: LoopContext) -> None:
-    import git
-
     if not result.accepted:
         ctx.log("nothing to merge: no patch was accepted")
         return
     if any(row["gate"] != "strict" for row in result.accepted):
         ctx.log("not merging: a commit on the branch did not pass the strict gate")
         return
-    try:
-        repo.git.merge("--no-ff", "--no-edit", "-m", f"Merge {result.branch} (optimizer nightly, "
-                                                     f"{len(result.accepted)} accepted patch(es))", result.branch)
-    except git.GitCommandError as exc:
-        try:
-            repo.git.merge("--abort")
-        except git.GitCommandError:
-            pass
-        raise InputError(f"git could not merge {result.branch}: {exc.stderr.strip()[:300]}", field="--merge",
-                         fix="commit or stash your changes to the prompt files, then merge the branch by hand") \
-            from None
+    gitops.merge_branch(repo, result.branch,
+                        f"Merge {result.branch} (optimizer nightly, {len(result.accepted)} accepted patch(es))",
+                        fix="commit or stash your changes to the prompt files, then merge the branch by hand")
     result.merged = True
     ctx.log(f"merged {result.branch} into {result.base_ref}")
 

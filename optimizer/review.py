@@ -59,26 +59,12 @@ def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = 
 
 
 def _merge(repo, proposal: dict, iteration: dict) -> None:
-    import git
-
     if proposal["status"] != "accepted":
         raise InputError(f"{proposal['branch']} was not accepted ({proposal['status']})", field="--merge",
                          fix="only accepted proposals can be merged")
     if not gitops.branch_exists(repo, proposal["branch"]):
         raise InputError(f"branch {proposal['branch']} no longer exists", field="BRANCH",
                          fix="it was merged or deleted already")
-    base = iteration["base_ref"]
-    if repo.head.is_detached or repo.active_branch.name != base:
-        raise InputError(f"--merge merges into {base!r}, but the checkout is on "
-                         f"{'a detached HEAD' if repo.head.is_detached else repr(repo.active_branch.name)}",
-                         field="--merge", fix=f"git switch {base} first")
-    try:
-        repo.git.merge("--no-ff", "--no-edit", "-m", f"Merge {proposal['branch']} (optimizer, gate accepted)",
-                       proposal["branch"])
-    except git.GitCommandError as exc:
-        try:
-            repo.git.merge("--abort")
-        except git.GitCommandError:
-            pass
-        raise InputError(f"git could not merge {proposal['branch']}: {exc.stderr.strip()[:300]}", field="--merge",
-                         fix="commit or stash your changes to the prompt file, then retry") from None
+    gitops.require_checked_out(repo, iteration["base_ref"])
+    gitops.merge_branch(repo, proposal["branch"], f"Merge {proposal['branch']} (optimizer, gate accepted)",
+                        fix="commit or stash your changes to the prompt file, then retry")
