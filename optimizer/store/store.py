@@ -208,12 +208,15 @@ class Store:
                 status="running", started_at=datetime.now(timezone.utc), **_encode(values)))
 
     def update_iteration(self, iteration_id: str, **values: Any) -> None:
+        self._update_job(schema.iterations.c.iteration_id, iteration_id, values)
+
+    def _update_job(self, key, value: str, values: dict[str, Any]) -> None:
+        """Update one iteration or nightly row; leaving `running` stamps `finished_at`."""
         self.flush()
         if values.get("status") and values["status"] != "running":
             values.setdefault("finished_at", datetime.now(timezone.utc))
         with self.engine.begin() as conn:
-            conn.execute(update(schema.iterations).where(schema.iterations.c.iteration_id == iteration_id)
-                         .values(**_encode(values)))
+            conn.execute(update(key.table).where(key == value).values(**_encode(values)))
 
     def record_proposal(self, **values: Any) -> int:
         self.flush()
@@ -297,12 +300,7 @@ class Store:
             conn.execute(insert(schema.nightlies).values(started_at=datetime.now(timezone.utc), **_encode(values)))
 
     def update_nightly(self, nightly_id: str, **values: Any) -> None:
-        self.flush()
-        if values.get("status") and values["status"] != "running":
-            values.setdefault("finished_at", datetime.now(timezone.utc))
-        with self.engine.begin() as conn:
-            conn.execute(update(schema.nightlies).where(schema.nightlies.c.nightly_id == nightly_id)
-                         .values(**_encode(values)))
+        self._update_job(schema.nightlies.c.nightly_id, nightly_id, values)
 
     def nightlies(self) -> list[dict[str, Any]]:
         self.flush()
