@@ -26,7 +26,6 @@ runs an interrupted iteration again, keeping every trial already recorded (see
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from optimizer.lock import job_lock
 from optimizer.loop import IterationResult, LoopContext, run_iteration
 from optimizer.registry import get_agent
 from optimizer.runner import new_run_id
-from optimizer.suites import load_suite
+from optimizer.suites import load_suite, project_suites
 
 
 @dataclass(frozen=True)
@@ -98,14 +97,7 @@ class NightlyResult:
 
 def capability_suites(root) -> list[str]:
     """Every capability suite under `suites/`: by default the night works on all agents."""
-    names = []
-    for path in sorted((root / "suites").glob("*/suite.json")):
-        try:
-            kind = json.loads(path.read_text(encoding="utf-8")).get("kind", "capability")
-        except (OSError, json.JSONDecodeError):
-            kind = "capability"  # a broken suite fails properly when it is loaded
-        if kind == "capability":
-            names.append(path.parent.name)
+    names = [folder for folder, data in project_suites(root) if data.get("kind", "capability") == "capability"]
     if not names:
         raise InputError("no capability suite under suites/", path=root / "suites",
                          fix="add suites/<name>/suite.json or pass --suite")

@@ -122,17 +122,24 @@ def _parse(model: type[M], path: Path, error: type[SuiteError] | type[TaskFileEr
                     fix="remove the key" if first["type"] == "extra_forbidden" else "correct the value") from None
 
 
+def project_suites(project_root: Path) -> list[tuple[str, dict]]:
+    """Every suite folder under `<root>/suites/`, sorted, with its raw suite.json ({} when it cannot
+    be read: such a suite fails with a proper message when it is loaded by name)."""
+    found = []
+    for path in sorted((project_root / "suites").glob("*/suite.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            data = {}
+        found.append((path.parent.name, data if isinstance(data, dict) else {}))
+    return found
+
+
 def with_regression_suites(suites: list[Suite], project_root: Path) -> list[Suite]:
     """`suites` plus every regression suite under `<root>/suites/` for the same agents (graduated
     tasks gate every later change to their agent's prompt, whether or not they were named)."""
     agents = {suite.spec.agent_name for suite in suites}
     names = {suite.name for suite in suites}
-    added = []
-    for path in sorted((project_root / "suites").glob("*/suite.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue  # a broken file fails properly when the suite is loaded by name
-        if data.get("kind") == "regression" and data.get("agent_name") in agents and data.get("name") not in names:
-            added.append(load_suite(path.parent.name, project_root))
-    return suites + added
+    return suites + [load_suite(folder, project_root) for folder, data in project_suites(project_root)
+                     if data.get("kind") == "regression" and data.get("agent_name") in agents
+                     and data.get("name") not in names]

@@ -9,10 +9,11 @@ from optimizer.config import Settings
 from optimizer.errors import SuiteError
 from optimizer.evaluate import execute, prepare
 from optimizer.store import Store, default_url
+from optimizer.suites import project_suites
 
 
 def suite_names(project_root: Path) -> list[str]:
-    return sorted(path.parent.name for path in (project_root / "suites").glob("*/suite.json"))
+    return [folder for folder, _ in project_suites(project_root)]
 
 
 def validate_suites(project_root: Path, names: list[str] | None = None) -> list[tuple[str, int, list[str]]]:
