@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.pkm.reminders import MARKER
 from agents.pkm.state import segments
+from agents.pkm.tools import PARA_ROOTS
 from optimizer import GraderResult, Task, Trial, grader
 
-PARA_ROOTS = ("Projects", "Areas", "Resources", "Archives")
 READS = ("read",)
 WRITES = ("write", "edit")
 

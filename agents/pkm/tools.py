@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from agents.loop import Tool, ToolOutput, tool_error
 from agents.pkm.sandbox import Sandbox, SandboxError
+from agents.pkm.state import has_marker
 
 SCHEMAS = {schema["function"]["name"]: schema
            for schema in json.loads((Path(__file__).parent / "tools.json").read_text(encoding="utf-8"))}
@@ -59,8 +60,7 @@ class PKMTools:
 
     def filed(self) -> bool:
         """Some Markdown file under a PARA folder carries the note's marker."""
-        marker = re.compile(r"<!--\s*fact_id:\s*" + re.escape(self.fact_id) + r"\s*-->")
-        return any(marker.search(path.read_text(encoding="utf-8", errors="replace"))
+        return any(has_marker(path.read_text(encoding="utf-8", errors="replace"), self.fact_id)
                    for root in PARA_ROOTS for path in (self.sandbox.root / root).rglob("*.md") if path.is_file())
 
     def tools(self) -> list[Tool]:
