@@ -23,7 +23,8 @@ class History:
     cost_by_role: pd.DataFrame
 
 
-def _costs(ledger: pd.DataFrame, key: str) -> pd.DataFrame:
+def costs_by(ledger: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Ledger rows summed per `key` (e.g. iteration_id): cost per role, total cost, tokens, calls."""
     if ledger.empty:
         return pd.DataFrame(columns=[key, *(f"{role}_usd" for role in ROLES), "cost_usd", "tokens", "calls"])
     ledger = ledger.assign(tokens=ledger["prompt_tokens"] + ledger["completion_tokens"])
@@ -56,7 +57,7 @@ def load_history(store: Store, limit: int = 20) -> History:
                                "rollouts": (row.get("summary") or {}).get("rollouts")})
     iterations = pd.DataFrame(iteration_rows)
     if not iterations.empty:
-        iterations = iterations.merge(_costs(ledger, "iteration_id"), on="iteration_id", how="left").fillna(
+        iterations = iterations.merge(costs_by(ledger, "iteration_id"), on="iteration_id", how="left").fillna(
             {column: 0 for column in (*(f"{role}_usd" for role in ROLES), "cost_usd", "tokens", "calls")})
     runs_frame = store.runs_frame().tail(limit)
     run_rows, score_rows = [], []
@@ -78,5 +79,5 @@ def load_history(store: Store, limit: int = 20) -> History:
         scores = scores.pivot_table(index="bucket", columns="run", values="score", aggfunc="first")[order]
         scores = scores.reset_index().rename_axis(None, axis=1)
     return History(nightlies=pd.DataFrame(nightly_rows), iterations=iterations, runs=pd.DataFrame(run_rows),
-                   bucket_scores=scores, cost_by_role=_costs(ledger.assign(all="all"), "all")
-                   if not ledger.empty else _costs(ledger, "all"))
+                   bucket_scores=scores, cost_by_role=costs_by(ledger.assign(all="all"), "all")
+                   if not ledger.empty else costs_by(ledger, "all"))

@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 
 from optimizer.errors import InputError
+from optimizer.history import costs_by
 from optimizer.store import Store
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -38,21 +39,21 @@ def _bucket_means(store: Store, run_id: str | None) -> dict[str, float]:
             if row.get("mean_score") is not None}
 
 
-def _iteration_rows(store: Store, iteration_ids: list[str]) -> list[dict[str, Any]]:
-    ledger = store.ledger_frame()
+def _iteration_rows(store: Store, iteration_ids: list[str], costs) -> list[dict[str, Any]]:
+    """`costs`: `history.costs_by(ledger, "iteration_id")` indexed by iteration id."""
     rows = []
     for number, iteration_id in enumerate(iteration_ids, start=1):
         record = store.iteration(iteration_id)
         if record is None:
             continue
         proposals = store.proposals(iteration_id=iteration_id)
-        cost = ledger[ledger["iteration_id"] == iteration_id] if not ledger.empty else ledger
+        cost = costs.loc[iteration_id] if iteration_id in costs.index else None
         rows.append({
             "number": number, "iteration_id": iteration_id, "status": record["status"],
             "agent": record.get("agent") or "", "targets": record.get("targets") or [],
             "baseline_run_id": record.get("baseline_run_id"),
-            "cost_usd": float(cost["cost_usd"].sum()) if not cost.empty else 0.0,
-            "tokens": int((cost["prompt_tokens"] + cost["completion_tokens"]).sum()) if not cost.empty else 0,
+            "cost_usd": float(cost["cost_usd"]) if cost is not None else 0.0,
+            "tokens": int(cost["tokens"]) if cost is not None else 0,
             "proposals": [{
                 "branch": p["branch"], "status": p["status"], "reason": p["reason"], "rationale": p["rationale"],
                 "diff": p["diff"] or "", "candidate_run_id": p.get("candidate_run_id"),
@@ -141,7 +142,8 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
                   "base": f"{chosen.get('base_ref')} @ {chosen['base_commit'][:12]}", "tip": "",
                   "stop_reason": "", "spent_usd": None, "spent_tokens": None,
                   "accepted": int(chosen["status"] == "accepted")}
-    iterations = _iteration_rows(store, iteration_ids)
+    costs = costs_by(store.ledger_frame(), "iteration_id").set_index("iteration_id")
+    iterations = _iteration_rows(store, iteration_ids, costs)
     points = []
     for row in iterations:
         if row["baseline_run_id"]:
@@ -161,7 +163,7 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
     for other in nightlies:
         ids = [row["iteration_id"] for row in (other.get("state") or {}).get("iterations") or []
                if row.get("iteration_id")]
-        rows = _iteration_rows(store, ids[-1:]) if ids else []
+        rows = _iteration_rows(store, ids[-1:], costs) if ids else []
         runs = [p["candidate_run_id"] for r in rows for p in r["proposals"] if p["status"] == "accepted"] or \
                [r["baseline_run_id"] for r in rows if r["baseline_run_id"]]
         if runs:
