@@ -36,7 +36,7 @@ from optimizer import gitops
 from optimizer.errors import InputError
 from optimizer.ledger import Budget, BudgetExceeded, Ledger, charging
 from optimizer.lock import job_lock
-from optimizer.loop import IterationResult, LoopContext, run_iteration
+from optimizer.loop import LoopContext, run_iteration
 from optimizer.registry import get_agent
 from optimizer.runner import new_run_id
 from optimizer.suites import load_suite, project_suites
@@ -213,14 +213,8 @@ def _reconcile(ctx: LoopContext, repo, result: NightlyResult) -> None:
                 + (f" (removed {', '.join(deleted)})" if deleted else ""))
         result.current = None
         return
-    row = {"number": current["number"], "iteration_id": iteration_id, "status": status,
-           "agent": (record or {}).get("agent") or current.get("agent"), "targets": (record or {}).get("targets") or [],
-           "commit": None, "gate": None, "rollouts": ((record or {}).get("summary") or {}).get("rollouts"),
-           "reason": "; ".join(p["reason"] for p in proposals)}
-    accepted = next((p for p in proposals if p["status"] == "accepted"), None)
+    row, accepted = _row(ctx.store, current["number"], iteration_id, status, current.get("agent"))
     if accepted:
-        row.update(commit=accepted["commit_sha"], gate=(accepted.get("decision") or {}).get("mode"),
-                   reason=accepted["reason"])
         _advance(repo, result, accepted["commit_sha"], accepted["branch"])
     result.iterations.append(row)
     result.current = None
@@ -280,13 +274,12 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
             result.stop_reason = f"budget: {exc}"
             ctx.log(f"stopping: {exc}")
             return
-        row = _record(iteration, number, agent)
-        if iteration.status == "accepted":
-            accepted = iteration.accepted
-            _advance(repo, result, accepted.commit_sha, accepted.branch)
+        row, accepted = _row(ctx.store, number, iteration.iteration_id, iteration.status, agent)
+        if accepted:
+            _advance(repo, result, accepted["commit_sha"], accepted["branch"])
             rejections = 0
             resting.clear()
-            ctx.log(f"nightly iteration {number}: accepted, {result.branch} now at {accepted.commit_sha[:12]}")
+            ctx.log(f"nightly iteration {number}: accepted, {result.branch} now at {accepted['commit_sha'][:12]}")
         elif iteration.status == "nothing_to_fix":
             resting.update([agent] if agent else agents)
         else:
@@ -297,15 +290,19 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
         _save(ctx, result, ledger)
 
 
-def _record(iteration: IterationResult, number: int, agent: str | None) -> dict[str, Any]:
-    accepted = iteration.accepted
-    return {"number": number, "iteration_id": iteration.iteration_id, "status": iteration.status,
-            "agent": iteration.selection.agent if iteration.selection else agent,
-            "targets": [f"{t.suite}/{t.bucket}" for t in iteration.selection.targets] if iteration.selection else [],
-            "commit": accepted.commit_sha if accepted else None,
-            "gate": accepted.decision.mode if accepted and accepted.decision else None,
-            "reason": accepted.reason if accepted else "; ".join(p.reason for p in iteration.proposals),
-            "rollouts": iteration.rollouts}
+def _row(store, number: int, iteration_id: str, status: str, agent: str | None) -> tuple[dict[str, Any], dict | None]:
+    """The night's record of a finished iteration, read from the store (so an iteration settled
+    after a resume reads exactly like one that ran through), and its accepted proposal if any."""
+    record = store.iteration(iteration_id) or {}
+    proposals = store.proposals(iteration_id=iteration_id)
+    accepted = next((p for p in proposals if p["status"] == "accepted"), None)
+    row = {"number": number, "iteration_id": iteration_id, "status": status,
+           "agent": record.get("agent") or agent, "targets": record.get("targets") or [],
+           "commit": accepted["commit_sha"] if accepted else None,
+           "gate": (accepted.get("decision") or {}).get("mode") if accepted else None,
+           "reason": accepted["reason"] if accepted else "; ".join(p["reason"] for p in proposals),
+           "rollouts": (record.get("summary") or {}).get("rollouts")}
+    return row, accepted
 
 
 def _merge(repo, result: NightlyResult, ctx: LoopContext) -> None:
