@@ -13,6 +13,7 @@ The wording lives in `agents/prompts/pkm_agent.reminders.yaml`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import defaultdict
@@ -28,6 +29,12 @@ FRAGMENT_FILES = 5
 CATCH_ALL_EDITS, HISTORY_RUNS = 3, 5
 
 
+@functools.cache
+def _texts() -> dict[str, str]:
+    """The reminder wording, read once per process (reminders are computed before every call)."""
+    return yaml.safe_load(TEXTS.read_text(encoding="utf-8"))
+
+
 def load_history(state_dir: Path) -> list[dict]:
     path = state_dir / "edit_history.json"
     if not path.is_file():
@@ -41,7 +48,7 @@ def load_history(state_dir: Path) -> list[dict]:
 
 def reminders(pkm: Path, history: list[dict]) -> list[str]:
     """The reminder lines for the knowledge base as it is now (empty when nothing stands out)."""
-    texts = yaml.safe_load(TEXTS.read_text(encoding="utf-8"))
+    texts = _texts()
     notes: list[str] = []
     per_folder: dict[str, list[int]] = defaultdict(list)
     for path in sorted(pkm.rglob("*.md")):
