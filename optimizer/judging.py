@@ -71,6 +71,9 @@ class JudgeSettings:
     retry_attempts: int = 4
     run_id: str | None = None
     """The run the judged trials belong to (for the cost ledger)."""
+    in_process: bool = False
+    """Answer a `mock/*` judge model with the judge's offline heuristic directly, without dspy and
+    litellm (`suites validate`)."""
 
 
 @dataclass
@@ -142,6 +145,8 @@ def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = N
         if hit is not None:
             return Verdict(hit["outputs"], hit["score"], settings.model, judge.rubric_hash, cached=True,
                            usage=Usage(cache_hits=1))
+    if settings.in_process and settings.model.startswith("mock/"):
+        return _verdict(judge, judge.offline(inputs), settings, Usage())
     from optimizer.models._dspy import dspy_lm, lm_usage
 
     lm = dspy_lm(settings.model, metadata={JUDGE_KEY: judge.name, JUDGE_INPUTS_KEY: inputs},
@@ -162,13 +167,19 @@ def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = N
         usage = lm_usage(lm)
         if ledger:
             ledger.settle(reservation, "judge", settings.model, usage, run_id=settings.run_id)
+    verdict = _verdict(judge, {name: getattr(prediction, name, None) for name in judge.output_fields},
+                       settings, usage)
+    if settings.cache is not None:
+        settings.cache.put(key, settings.model, {"outputs": verdict.outputs, "score": verdict.score})
+    return verdict
+
+
+def _verdict(judge: Judge, answer: dict[str, Any], settings: JudgeSettings, usage: Usage) -> Verdict:
     try:
-        outputs = judge.check({name: getattr(prediction, name, None) for name in judge.output_fields})
+        outputs = judge.check(answer)
         score = judge.score(outputs)
     except (ValueError, TypeError) as exc:
         raise JudgeError(f"judge {judge.name} on {settings.model} answered out of range: {exc}") from None
-    if settings.cache is not None:
-        settings.cache.put(key, settings.model, {"outputs": outputs, "score": score})
     return Verdict(outputs, score, settings.model, judge.rubric_hash, usage=usage)
 
 

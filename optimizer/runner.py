@@ -104,7 +104,8 @@ class Runner:
     """Runs planned trials and records each one in the store as soon as it finishes."""
 
     def __init__(self, settings: Settings, store: Store, *, project_root: Path, prompt_root: Path | None = None,
-                 on_trial: Callable[[Trial], None] | None = None):
+                 on_trial: Callable[[Trial], None] | None = None, in_process: bool = False):
+        """`in_process` answers `mock/*` models without litellm and dspy (see `mock.in_process`)."""
         self.settings = settings
         self.store = store
         self.project_root = project_root
@@ -112,15 +113,21 @@ class Runner:
         self.on_trial = on_trial
         self.workspace_parent = settings.workspace_dir or default_workspace_parent()
         retry = RetryPolicy(max_attempts=settings.retry_attempts, base_delay_s=settings.retry_base_delay)
-        limits = [limit for limit in (concurrency_limit(settings.agent_model), concurrency_limit(settings.judge_model))
-                  if limit]
-        self.workers = min([settings.concurrency, *limits])
-        """Trials in flight: the setting, or fewer when the agent or judge model serves fewer calls
-        at once (more trials would only queue for the model while their timeouts run)."""
         self.judge = JudgeSettings(model=settings.judge_model, cache=store if settings.cache else None,
-                                   retry_attempts=settings.retry_attempts)
+                                   retry_attempts=settings.retry_attempts, in_process=in_process)
         self.agent_model = ModelClient(settings.agent_model, role="agent", cache=store if settings.cache else None,
-                                       retry=retry, seed=settings.seed, temperature=settings.temperature)
+                                       retry=retry, seed=settings.seed, temperature=settings.temperature,
+                                       in_process=in_process)
+
+    def workers(self, planned: list[PlannedTrial]) -> int:
+        """Trials in flight: the setting, or fewer when a model these trials call serves fewer calls
+        at once (more trials would only queue for it while their timeouts run). The judge model
+        counts only when some planned task has a judge grader."""
+        models = [self.settings.agent_model]
+        if any(get_grader(spec.name).judge for item in planned for spec in item.task.graders):
+            models.append(self.settings.judge_model)
+        limits = [limit for limit in map(concurrency_limit, models) if limit]
+        return min([self.settings.concurrency, *limits])
 
     def run(self, suites: list[Suite], planned: list[PlannedTrial], *, run_id: str | None = None,
             kind: str = "eval") -> RunResult:
@@ -129,7 +136,8 @@ class Runner:
         run = RunResult(run_id=run_id or new_run_id(), started_at=datetime.now(timezone.utc),
                         settings=self.settings.model_dump(),
                         fingerprints=fingerprints(suites, self.settings, self.prompt_root, planned))
-        litellm_module()  # import once, before the workers start, not inside each of them
+        if not self.agent_model.in_process:
+            litellm_module()  # import once, before the workers start, not inside each of them
         self.judge = replace(self.judge, run_id=run.run_id)
         if not (run_id and self.store.has_run(run_id)):
             self.store.start_run(run, kind)
@@ -141,7 +149,8 @@ class Runner:
                 started[number] = time.monotonic()
             return self._execute(run.run_id, item, prompts[item.suite.name])
 
-        pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trial")
+        workers = self.workers(planned)
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trial")
         queue = iter(enumerate(planned))
         futures: dict[Future, tuple[int, PlannedTrial]] = {}
 
@@ -151,7 +160,7 @@ class Runner:
                 return
 
         try:
-            for _ in range(self.workers):
+            for _ in range(workers):
                 submit_next()
             while futures:
                 done, _ = wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)

@@ -1,4 +1,10 @@
-"""`optimizer suites validate`: every suite loads, and every task scores 1.0 under mock/oracle."""
+"""`optimizer suites validate`: every suite loads, and every task scores 1.0 under mock/oracle.
+
+The oracle (agent and judge) is answered in process, not through litellm and dspy: it replays
+each task's reference solution, so the check runs the agents' tool loops and every grader but
+calls no model. Nothing waits on a model either, so the tasks run one after another: threads
+would only contend for the interpreter.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,8 @@ from pathlib import Path
 
 from optimizer.config import Settings
 from optimizer.errors import SuiteError
-from optimizer.evaluate import execute, prepare
+from optimizer.evaluate import prepare
+from optimizer.runner import Runner
 from optimizer.store import Store, default_url
 from optimizer.suites import project_suites
 
@@ -22,13 +29,14 @@ def validate_suites(project_root: Path, names: list[str] | None = None) -> list[
     if not names:
         raise SuiteError("no suites found", path=project_root / "suites", fix="add suites/<name>/suite.json")
     settings = Settings(agent_model="mock/oracle", judge_model="mock/oracle", trials=1, cache=False,
-                        concurrency=8, suites=names)
+                        concurrency=1, suites=names)
     plan = prepare(settings, project_root, names)
     report = []
     with tempfile.TemporaryDirectory(prefix="optimizer-validate-") as scratch:
         store = Store(default_url(Path(scratch)))
         try:
-            run, _ = execute(plan, store)
+            runner = Runner(settings, store, project_root=project_root, in_process=True)
+            run = runner.run(plan.suites, plan.trials, kind="validate")
         finally:
             store.close()
     for suite in plan.suites:

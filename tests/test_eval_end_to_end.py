@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
+from optimizer.config import Settings
+from optimizer.evaluate import prepare
+from optimizer.runner import Runner
 from optimizer.store import Store, default_url
+from tests.conftest import PROJECT_ROOT
 
 
 def test_suites_validate_passes_for_both_suites(cli):
@@ -13,6 +19,30 @@ def test_suites_validate_passes_for_both_suites(cli):
     assert "card_agent: 25 tasks, ok" in out
     assert "pkm_agent: 32 tasks, ok" in out
     assert "57 tasks in 2 suite(s); 57 score 1.0 under mock/oracle" in out
+
+
+def test_suites_validate_calls_no_model_so_imports_neither_litellm_nor_dspy():
+    script = ("import sys; from pathlib import Path; from optimizer.validate import validate_suites; "
+              f"report = validate_suites(Path({str(PROJECT_ROOT)!r})); "
+              "print(sum(count for _, count, _ in report), sum(len(f) for _, _, f in report), "
+              "'litellm' in sys.modules, 'dspy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=PROJECT_ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["57", "0", "False", "False"]
+
+
+def test_an_unused_judge_model_does_not_limit_concurrency(tmp_path):
+    """The embedded model serves one call at a time; as the (default) judge of a suite without
+    judges it must not hold the card suite's trials to one at a time."""
+    store = Store(default_url(tmp_path))
+    local = "local/qwen2.5-coder-1.5b"
+    card = prepare(Settings(agent_model="mock/sim", judge_model=local, concurrency=6), PROJECT_ROOT, ["card_agent"])
+    assert Runner(card.settings, store, project_root=PROJECT_ROOT).workers(card.trials) == 6
+    pkm = prepare(Settings(agent_model="mock/sim", judge_model="mock/sim", concurrency=6), PROJECT_ROOT,
+                  ["pkm_agent"])
+    judged = Settings(agent_model="mock/sim", judge_model=local, concurrency=6)
+    assert Runner(judged, store, project_root=PROJECT_ROOT).workers(pkm.trials) == 1
+    store.close()
 
 
 def test_eval_writes_json_store_and_a_rerun_is_served_from_the_cache(cli, isolated, tmp_path):

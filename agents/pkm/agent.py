@@ -70,9 +70,15 @@ def run(context: AgentContext) -> AgentRun:
     history = load_history(state_dir)
     tools = PKMTools(sandbox, fact_id)
     shown: list[str] = []
+    computed: dict[int, str] = {}
 
     def system_note() -> str:
-        note = "\n".join(reminders(pkm, history))
+        """The reminders for the tree as it is now; recomputed only after the tree changed."""
+        changes = tools.mutations
+        if changes not in computed:
+            computed.clear()
+            computed[changes] = "\n".join(reminders(pkm, history))
+        note = computed[changes]
         if note and note not in shown:
             shown.append(note)
         return note

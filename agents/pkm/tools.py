@@ -55,8 +55,13 @@ class PKMTools:
         self.events.append({"op": op, "path": path, "origin": self.origin(path), **extra})
 
     @property
+    def mutations(self) -> int:
+        """Changes made to the tree so far (each successful Write, Edit, Move or Remove logs one)."""
+        return sum(1 for event in self.events if event["op"] in MUTATIONS)
+
+    @property
     def mutated(self) -> bool:
-        return any(event["op"] in MUTATIONS for event in self.events)
+        return self.mutations > 0
 
     def filed(self) -> bool:
         """Some Markdown file under a PARA folder carries the note's marker."""

@@ -1,4 +1,5 @@
-"""The model layer: every model call goes through litellm.
+"""The model layer: every model call goes through litellm (only `suites validate` answers the
+`mock/*` models in process; see `optimizer.models.mock`).
 
 Built-in providers: `mock/oracle` and `mock/sim` (see `optimizer.models.mock`). Any other
 litellm model string works (`openai/...`, `anthropic/...`, `ollama/...`).

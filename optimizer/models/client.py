@@ -14,6 +14,7 @@ from optimizer.errors import ModelCallError, TrialTimeout
 from optimizer.ledger import current as current_ledger
 from optimizer.ledger import estimate_tokens
 from optimizer.models._context import METADATA_KEY
+from optimizer.models import mock
 from optimizer.models._litellm import litellm_module
 from optimizer.types import Usage
 
@@ -115,6 +116,9 @@ class ModelClient:
     trial_index: int = 0
     deadline: float | None = None
     usage: Usage = field(default_factory=Usage)
+    in_process: bool = False
+    """Answer `mock/*` models here instead of through litellm (`suites validate`, which replays
+    reference solutions and must not pay litellm's import)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def bind(self, *, trial_key: str, trial_index: int, deadline: float | None,
@@ -165,15 +169,17 @@ class ModelClient:
         return completion
 
     def _call_with_retries(self, messages, tools, params) -> Completion:
-        litellm = litellm_module()
+        direct = self.in_process and self.model.startswith("mock/")
+        litellm = None if direct else litellm_module()
         last_error: Exception | None = None
         for attempt in range(self.retry.max_attempts):
             remaining = self.remaining()
             started = time.monotonic()
             try:
-                response = litellm.completion(
+                metadata = {METADATA_KEY: self.trial_key}
+                response = mock.in_process(self.model, messages, metadata) if direct else litellm.completion(
                     model=self.model, messages=messages, tools=tools or None, timeout=remaining,
-                    num_retries=0, metadata={METADATA_KEY: self.trial_key}, **params)
+                    num_retries=0, metadata=metadata, **params)
                 completion = _parse(response, tools)
             except Exception as exc:  # classified below; anything else is not retried
                 if not _is_retryable(exc):

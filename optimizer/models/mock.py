@@ -14,6 +14,8 @@
   An entry `{"raw": "..."}` is returned verbatim (a reply no parser can use).
 
 All accept a latency suffix for benchmarks, e.g. `mock/oracle@50ms` sleeps 50 ms per call.
+`in_process` answers the same way without litellm, for `optimizer suites validate`: the oracle
+replays reference solutions, so nothing there is a model call worth litellm's import time.
 Token counts are estimated as characters / 4 so reports have something to show; cost is 0.
 """
 
@@ -23,6 +25,7 @@ import json
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from optimizer.models._context import (JUDGE_INPUTS_KEY, JUDGE_KEY, METADATA_KEY, PROPOSAL_KEY, SCRIPT_KEY,
@@ -74,14 +77,28 @@ def _completion(model: str, messages: list[dict], **kwargs: Any):
     return _response(model, messages, message, finish)
 
 
-def _response(model: str, messages: list[dict], message: dict, finish: str):
-    from litellm.types.utils import ModelResponse
-
+def _response(model: str, messages: list[dict], message: dict, finish: str) -> dict[str, Any]:
+    """The reply as an OpenAI-format response body."""
     prompt_tokens = sum(len(str(m.get("content") or "")) for m in messages) // 4
     completion_tokens = len(json.dumps(message, ensure_ascii=False)) // 4
-    return ModelResponse(model=f"mock/{model}", choices=[{"message": message, "finish_reason": finish}],
-                         usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                                "total_tokens": prompt_tokens + completion_tokens})
+    return {"model": f"mock/{model}", "choices": [{"message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}}
+
+
+def in_process(model: str, messages: list[dict], metadata: dict[str, Any]) -> SimpleNamespace:
+    """What litellm would return for `mock/<model>`, answered here: the same body, read through
+    attributes like a litellm response."""
+    return _attributes(_completion(model.removeprefix("mock/"), messages,
+                                   litellm_params={"metadata": metadata}))
+
+
+def _attributes(value: Any) -> Any:
+    if isinstance(value, dict):
+        return SimpleNamespace(**{key: _attributes(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return [_attributes(item) for item in value]
+    return value
 
 
 def _patcher_reply(metadata: dict) -> str:
@@ -115,10 +132,13 @@ def _script(name: str, context, messages: list[dict]):
 
 def _make_handler():
     from litellm import CustomLLM
+    from litellm.types.utils import ModelResponse
 
     class OptimizerMockLLM(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
-            return _completion(model, messages, **kwargs)
+            response = ModelResponse(**_completion(model, messages, **kwargs))
+            response._hidden_params["response_cost"] = 0.0  # known: litellm need not look the model up
+            return response
 
     return OptimizerMockLLM()
 
