@@ -52,13 +52,18 @@ class Settings(BaseModel):
     loop_trials: int = Field(default=4, ge=1)
     """Trials per task in `optimizer run` and `optimizer noise` unless `trials` is set: the gate
     pairs trials, and one trial per task is too few pairs to show a bucket improved."""
-    confirm_trials: int = Field(default=8, ge=1)
-    """Fresh trials per targeted task on which base prompt and candidate are compared: the
-    targeted buckets are few tasks, so more trials there buy the improvement test its power."""
-    confirm_pairs: int = Field(default=16, ge=0)
-    """At least this many fresh pairs per targeted bucket: a bucket of one task gets
-    `confirm_pairs` confirmation trials, one of two tasks `confirm_pairs / 2` each (never fewer
-    than `confirm_trials`)."""
+    confirm_trials: int = Field(default=3, ge=1)
+    """The fewest fresh trials per targeted task on which base prompt and candidate are compared."""
+    confirm_pairs: int = Field(default=12, ge=0)
+    """Fresh pairs per targeted bucket, spread over its train tasks: a bucket of one task gets 12
+    confirmation trials, one of two tasks 6 each, one of three 4 each (never fewer than
+    `confirm_trials` per task). The targeted buckets are few tasks, so these extra trials buy the
+    improvement test its power; 12 keeps an accepted iteration within 0.6x of two full runs on the
+    card suite (see benchmarks/loop_efficiency.py)."""
+    extend_pairs: int = Field(default=12, ge=0)
+    """Fresh pairs per targeted bucket added when the first look is borderline (every targeted
+    bucket rose, not yet significantly). With this second look each look tests at `alpha` / 2;
+    0 means one look at `alpha`."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
     model_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)

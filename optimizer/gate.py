@@ -30,7 +30,7 @@ Up to 16 non-zero pairs the null distribution is enumerated exactly; beyond that
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal
 
 import numpy as np
@@ -216,6 +216,21 @@ def decide(before: pd.DataFrame, after: pd.DataFrame, *, targets: Iterable[tuple
                                   holdout_change if stage != "targeted" else None))
     return Decision(accepted=all(rule.passed for rule in rules), mode=config.mode, stage=stage, rules=rules,
                     buckets=buckets, overall=overall, holdout=holdout_change, excluded_pairs=excluded)
+
+
+def borderline(decision: Decision) -> bool:
+    """A strict stage-1 rejection in which every targeted bucket rose but not yet significantly:
+    more pairs could settle it (see the loop's second look)."""
+    if decision.accepted or decision.mode != "strict" or decision.stage != "targeted":
+        return False
+    targeted = [bucket for bucket in decision.buckets if bucket.targeted]
+    return bool(targeted) and all(bucket.pairs and bucket.change > EPSILON for bucket in targeted)
+
+
+def per_look(config: GateConfig, looks: int) -> GateConfig:
+    """The gate for each of `looks` looks at the same patch: `alpha` split evenly (Bonferroni), so
+    the chance that some look accepts a patch that does nothing stays within `alpha`."""
+    return replace(config, alpha=config.alpha / looks) if looks > 1 else config
 
 
 def _summary(change: BucketChange) -> dict[str, float]:

@@ -24,7 +24,7 @@ from optimizer import gitops
 from optimizer.config import Settings
 from optimizer.errors import ConfigError
 from optimizer.evaluate import finish, judges_used, write_json, write_text
-from optimizer.gate import Decision, GateConfig, decide
+from optimizer.gate import Decision, GateConfig, borderline, decide, per_look
 from optimizer.ledger import current as current_ledger
 from optimizer.models import context_window, validate_model
 from optimizer.patch import LintIndex, check_patch
@@ -56,6 +56,8 @@ class ProposalRecord:
     rollouts: int = 0
     model_rollouts: int = 0
     """Of `rollouts`, the trials that called the model (the rest were served from the cache)."""
+    looks: int = 0
+    """Gate looks at the targeted buckets: 1, or 2 when the first was borderline."""
     usage: Usage = field(default_factory=Usage)
     proposal_id: int | None = None
 
@@ -169,21 +171,33 @@ class StagePlan:
     on a rerun (regression to the mean). The targeted buckets' train tasks are therefore compared
     on *fresh* trials (indexes k..k+n-1), run once for the base prompt (the confirmation) and
     once for the candidate; everything else is paired with the baseline's own trials (indexes
-    0..k-1). n is `confirm_trials`, raised so that each targeted bucket has at least
-    `confirm_pairs` pairs: with pass/fail outcomes a one-task bucket on 8 pairs often cannot
-    reach significance however much it improved.
+    0..k-1). Each targeted bucket gets about `confirm_pairs` pairs spread over its tasks (n per
+    task, at least `confirm_trials`).
+
+    A clear result is settled on those pairs. When every targeted bucket rose but not yet
+    significantly, a second look adds about `extend_pairs` more fresh pairs per bucket (indexes
+    after the first look's) for both prompts and tests again. With two looks each is tested at
+    alpha / 2, so the false-accept rate stays within alpha; the extra trials are spent only on
+    the patches that need them.
     """
 
     targeted: list[PlannedTrial]
     rest: list[PlannedTrial]
+    extension: list[PlannedTrial] = field(default_factory=list)
+    """The second look's fresh trials (the indexes after `targeted`'s), run for both prompts only
+    when the first look is borderline."""
 
     @property
     def confirm(self) -> list[PlannedTrial]:
         return self.targeted
 
+    @property
+    def looks(self) -> int:
+        return 2 if self.extension else 1
+
     @classmethod
     def build(cls, planned: list[PlannedTrial], targets: set[tuple[str, str]], agent: str,
-              fresh_trials: int, min_pairs: int = 0) -> "StagePlan":
+              fresh_trials: int, min_pairs: int = 0, extend_pairs: int = 0) -> "StagePlan":
         counts: dict[tuple[str, str], int] = {}
         for item in planned:
             key = (item.suite.name, item.task.id)
@@ -196,16 +210,19 @@ class StagePlan:
         for item in planned:
             if is_targeted(item):
                 bucket_tasks.setdefault((item.suite.name, item.task.bucket), set()).add(item.task.id)
-        fresh, seen = [], set()
+        fresh, extension, seen = [], [], set()
         for item in planned:
             key = (item.suite.name, item.task.id)
             if is_targeted(item) and key not in seen:
                 seen.add(key)
                 tasks = len(bucket_tasks[(item.suite.name, item.task.bucket)])
-                trials = max(fresh_trials, -(-min_pairs // tasks))
-                fresh += [PlannedTrial(item.suite, item.task, counts[key] + offset) for offset in range(trials)]
+                first = max(fresh_trials, -(-min_pairs // tasks))
+                more = -(-extend_pairs // tasks)
+                start = counts[key]
+                fresh += [PlannedTrial(item.suite, item.task, start + offset) for offset in range(first)]
+                extension += [PlannedTrial(item.suite, item.task, start + first + offset) for offset in range(more)]
         rest = [item for item in planned if not is_targeted(item) and item.suite.spec.agent_name == agent]
-        return cls(targeted=fresh, rest=rest)
+        return cls(targeted=fresh, rest=rest, extension=extension)
 
 
 def _called_model(trials: list[Trial]) -> int:
@@ -235,7 +252,7 @@ class _Iteration:
         self.prompt_paths, self.planned, self.result, self.base_root = prompt_paths, planned, result, base_root
         self.store, self.log = ctx.store, ctx.log
         self.baseline: list[Trial] = []
-        self.confirm: list[Trial] | None = None
+        self.confirm: dict[str, list[Trial]] = {}
         self.regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
         self.gate = GateConfig(mode=settings.gate, max_bucket_drop=settings.max_bucket_drop, alpha=settings.alpha,
                                alpha_harm=settings.alpha_harm)
@@ -337,16 +354,16 @@ class _Iteration:
         result.model_rollouts += _called_model(run.trials)
         return run.trials
 
-    def _confirm(self, stages: StagePlan) -> list[Trial]:
+    def _confirm(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
         """Fresh base-prompt trials of the targeted tasks, once per iteration (shared by candidates)."""
-        if self.confirm is None:
-            self.log(f"confirmation: {len(stages.confirm)} fresh base-prompt trials of the targeted bucket(s)")
-            run = self._run(stages.confirm, self.base_root, kind="confirm", label="confirm")
+        if label not in self.confirm:
+            self.log(f"{label}: {len(planned)} fresh base-prompt trials of the targeted bucket(s)")
+            run = self._run(planned, self.base_root, kind="confirm", label=label)
             finish(run, self.store)
-            self.result.rollouts += len(stages.confirm)
+            self.result.rollouts += len(planned)
             self.result.model_rollouts += _called_model(run.trials)
-            self.confirm = run.trials
-        return self.confirm
+            self.confirm[label] = run.trials
+        return self.confirm[label]
 
     def _run(self, planned: list[PlannedTrial], prompt_root: Path, *, kind: str, label: str,
              run_id: str | None = None) -> RunResult:
@@ -379,16 +396,30 @@ class _Iteration:
             else workdir
         targets = {(t.suite, t.bucket) for t in selection.targets}
         stages = StagePlan.build(self.planned, targets, selection.agent, self.settings.confirm_trials,
-                                 self.settings.confirm_pairs)
-        confirm = self._confirm(stages)
+                                 self.settings.confirm_pairs, self.settings.extend_pairs)
+        gate = per_look(self.gate, stages.looks)
+        confirm = self._confirm(stages.confirm, "confirmation")
         record.candidate_run_id = run_id = new_run_id()
         self.log(f"rerun stage 1: {len(stages.targeted)} candidate trials of the targeted bucket(s)")
         run = self._run(stages.targeted, prompt_root, kind="candidate", label="targeted", run_id=run_id)
         record.rollouts = len(stages.targeted)
         record.model_rollouts = _called_model(run.trials)
         before, after = gate_frames(self.baseline, confirm, run.trials, targets)
-        decision = decide(before, after, targets=targets, regression_suites=self.regression, config=self.gate,
+        decision = decide(before, after, targets=targets, regression_suites=self.regression, config=gate,
                           stage="targeted")
+        record.looks = 1
+        if borderline(decision) and stages.extension:
+            record.looks = 2
+            self.log(f"second look: the targeted bucket(s) rose, not yet significantly; "
+                     f"{len(stages.extension)} more fresh pairs")
+            confirm = confirm + self._confirm(stages.extension, "second-look confirmation")
+            more = self._run(stages.extension, prompt_root, kind="candidate", label="second look", run_id=run_id)
+            record.rollouts += len(stages.extension)
+            record.model_rollouts += _called_model(more.trials)
+            run.trials.extend(more.trials)
+            before, after = gate_frames(self.baseline, confirm, run.trials, targets)
+            decision = decide(before, after, targets=targets, regression_suites=self.regression, config=gate,
+                              stage="targeted")
         if decision.accepted:
             self.log(f"rerun stage 2: {len(stages.rest)} more trials (other buckets, holdout, regression)")
             more = self._run(stages.rest, prompt_root, kind="candidate", label="rest", run_id=run_id)
@@ -402,7 +433,7 @@ class _Iteration:
                     self.store.record_trial(run_id, trial)
             run.trials.extend(reused)
             before, after = gate_frames(self.baseline, confirm, run.trials, targets)
-            decision = decide(before, after, targets=targets, regression_suites=self.regression, config=self.gate)
+            decision = decide(before, after, targets=targets, regression_suites=self.regression, config=gate)
         finish(run, self.store)
         result.rollouts += record.rollouts
         result.model_rollouts += record.model_rollouts
@@ -434,7 +465,8 @@ def _run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_ro
             wanted = {(item.suite.name, item.task.id, item.index) for item in planned}
             kept = [t for t in store.load_trials(run_id) if (t.suite, t.task_id, t.index) in wanted]
             planned = [item for item in planned if (item.suite.name, item.task.id, item.index) not in done]
-            ctx.log(f"{label}: {len(kept)} trials already recorded in run {run_id} are kept")
+            if kept:
+                ctx.log(f"{label}: {len(kept)} trials already recorded in run {run_id} are kept")
     runner = Runner(settings, store, project_root=ctx.project_root, prompt_root=prompt_root)
     if not planned:
         run = RunResult(run_id=run_id, started_at=datetime.now(timezone.utc), settings=settings.model_dump())
@@ -498,7 +530,7 @@ def _summary(result: IterationResult, report: Path | None = None) -> dict[str, A
             "request": str(result.request_path) if result.request_path else None,
             "report": str(report) if report else None,
             "proposals": [{"ordinal": p.ordinal, "branch": p.branch, "status": p.status, "reason": p.reason,
-                           "rollouts": p.rollouts, "patcher_cost_usd": p.usage.cost_usd,
+                           "rollouts": p.rollouts, "looks": p.looks, "patcher_cost_usd": p.usage.cost_usd,
                            "patcher_tokens": p.usage.total_tokens} for p in result.proposals]}
 
 

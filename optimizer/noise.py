@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from optimizer.evaluate import finish
-from optimizer.gate import GateConfig, decide
+from optimizer.gate import GateConfig, borderline, decide, per_look
 from optimizer.loop import LoopContext, StagePlan, gate_frames, loop_settings
 from optimizer.models import validate_model
 from optimizer.request import select_targets
@@ -68,14 +68,24 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
             result.skipped += 1
             continue
         targets = {(t.suite, t.bucket) for t in selection.targets}
-        stages = StagePlan.build(planned, targets, selection.agent, settings.confirm_trials, settings.confirm_pairs)
+        stages = StagePlan.build(planned, targets, selection.agent, settings.confirm_trials, settings.confirm_pairs,
+                                 settings.extend_pairs)
         confirm = run(seed_a, stages.confirm)
         candidate = run(seed_b, stages.targeted + stages.rest)
         agents = {suite.name: suite.spec.agent_name for suite in suites}
         candidate += [t for t in baseline if agents[t.suite] != selection.agent]
+        gate = per_look(strict, stages.looks)
         before, after = gate_frames(baseline, confirm, candidate, targets)
-        strict_decision = decide(before, after, targets=targets, regression_suites=regression, config=strict)
+        first = decide(before, after, targets=targets, regression_suites=regression, config=gate, stage="targeted")
         lenient_decision = decide(before, after, targets=targets, regression_suites=regression, config=lenient)
+        if borderline(first) and stages.extension:  # the loop's second look
+            confirm += run(seed_a, stages.extension)
+            candidate += run(seed_b, stages.extension)
+            before, after = gate_frames(baseline, confirm, candidate, targets)
+            first = decide(before, after, targets=targets, regression_suites=regression, config=gate,
+                           stage="targeted")
+        strict_decision = decide(before, after, targets=targets, regression_suites=regression, config=gate) \
+            if first.accepted else first
         result.strict_accepts += strict_decision.accepted
         result.lenient_accepts += lenient_decision.accepted
         result.details.append({"repeat": repeat, "targets": sorted(f"{s}/{b}" for s, b in targets),

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.gate import GateConfig, decide, holm, permutation_pvalues
+from optimizer.gate import GateConfig, borderline, decide, holm, per_look, permutation_pvalues
 from optimizer.patch import Edit, EditError, LintIndex, apply_edits, check_patch, unified_diff
 
 BUCKETS = {"a": ["a1", "a2"], "b": ["b1", "b2"], "h": ["h1"]}
@@ -69,6 +69,27 @@ def test_an_insignificant_rise_is_not_enough_but_lenient_accepts_it():
     assert not strict.accepted and "not significantly" in strict.summary
     lenient = decide(before, after, targets={("s", "a")}, config=GateConfig(mode="lenient"))
     assert lenient.accepted
+
+
+def test_a_second_look_is_taken_only_on_a_rise_short_of_significance_at_half_the_alpha():
+    gate = per_look(GateConfig(), 2)
+    assert gate.alpha == pytest.approx(0.05) and per_look(GateConfig(), 1).alpha == pytest.approx(0.10)
+    # 3 of 12 pairs up, none down: p = 1/8 on the first look, not below 0.05 -> look again
+    before = frame({"a1": [0] * 12, "b1": [1] * 12})
+    after = frame({"a1": [1, 1, 1] + [0] * 9, "b1": [1] * 12})
+    first = decide(before, after, targets={("s", "a")}, config=gate, stage="targeted")
+    assert not first.accepted and borderline(first)
+    # twice the pairs with the same pattern: p = 1/64 < 0.05 -> accepted on the second look
+    more = decide(frame({"a1": [0] * 24, "b1": [1] * 24}),
+                  frame({"a1": ([1, 1, 1] + [0] * 9) * 2, "b1": [1] * 24}),
+                  targets={("s", "a")}, config=gate, stage="targeted")
+    assert more.accepted and not borderline(more)
+    # no rise, a lenient gate, or a full-stage decision: nothing more to learn from more pairs
+    flat = decide(before, before, targets={("s", "a")}, config=gate, stage="targeted")
+    assert not flat.accepted and not borderline(flat)
+    lenient = decide(before, after, targets={("s", "a")}, config=GateConfig(mode="lenient"), stage="targeted")
+    assert not borderline(lenient)
+    assert not borderline(decide(before, after, targets={("s", "a")}, config=gate))
 
 
 def test_holdout_falling_beyond_the_limit_rejects():

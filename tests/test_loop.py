@@ -93,6 +93,53 @@ def test_a_general_rule_for_the_failing_bucket_is_accepted(cli, repo, tmp_path, 
     assert "pass improvement" in out and "request:" in out
 
 
+def test_a_borderline_first_look_runs_fresh_pairs_for_both_prompts_and_tests_again(cli, repo, tmp_path,
+                                                                                  monkeypatch):
+    from optimizer import loop
+
+    looks, decide = [], loop.decide
+
+    def recorded(*args, **kwargs):
+        looks.append(decide(*args, **kwargs))
+        return looks[-1]
+
+    monkeypatch.setattr(loop, "decide", recorded)
+    monkeypatch.setattr(loop, "borderline", lambda decision: len(looks) == 1)
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    text = err.replace("\n", " ")
+    # fact_preservation has two train tasks: 6 fresh pairs each per look (confirm_pairs = extend_pairs = 12)
+    assert "confirmation: 12 fresh base-prompt trials" in text
+    assert "second look: the targeted bucket(s) rose, not yet significantly; 12 more fresh pairs" in text
+    assert "second-look confirmation: 12 fresh base-prompt trials" in text
+    assert [decision.stage for decision in looks] == ["targeted", "targeted", "full"]
+    assert [next(b for b in d.buckets if b.targeted).pairs for d in looks] == [12, 24, 24]
+    summary = json.loads((tmp_path / "run.json").read_text())
+    decision = json.loads((Path(summary["request"]).parent / "decision-1.json").read_text())
+    bucket = next(b for b in decision["buckets"] if b["targeted"])
+    assert bucket["pairs"] == 24
+    improvement = next(rule for rule in decision["rules"] if rule["rule"] == "improvement")
+    assert improvement["numbers"]["alpha"] == pytest.approx(0.05)  # two looks, alpha / 2 each
+
+
+def test_stage_plan_indexes_the_second_look_after_the_first():
+    from optimizer.loop import StagePlan
+    from optimizer.runner import plan
+    from optimizer.suites import load_suite
+
+    suite = load_suite("card_agent", PROJECT_ROOT)
+    planned = plan([suite], trials=4)
+    stages = StagePlan.build(planned, {("card_agent", "fact_preservation")}, "card_agent", 3, 12, 12)
+    tasks = {item.task.id for item in stages.targeted}
+    assert len(tasks) == 2 and stages.looks == 2
+    for task in tasks:
+        assert [i.index for i in stages.targeted if i.task.id == task] == [4, 5, 6, 7, 8, 9]
+        assert [i.index for i in stages.extension if i.task.id == task] == [10, 11, 12, 13, 14, 15]
+    one_look = StagePlan.build(planned, {("card_agent", "fact_preservation")}, "card_agent", 3, 12, 0)
+    assert one_look.looks == 1 and not one_look.extension
+
+
 def test_a_patch_that_harms_another_bucket_is_rejected_naming_it(cli, repo, tmp_path, monkeypatch):
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE, LINK_HARM))
     before = snapshot(repo)

@@ -37,7 +37,7 @@ def run_command(
     patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
     confirm_trials: Optional[int] = typer.Option(
-        None, help="Fresh trials per targeted task on which base and candidate are compared (default 8)."),
+        None, help="Fewest fresh trials per targeted task on which base and candidate are compared (default 3)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit to start from (default HEAD)."),
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
