@@ -487,7 +487,9 @@ def _commit_message(selection: Selection, decision: Decision | None, record: Pro
     if decision is None:
         lines.append("Gate: not run yet")
     else:
-        lines.append(f"Gate ({decision.mode}, {decision.stage}): {'accepted' if decision.accepted else 'rejected'}")
+        second = ", second look" if record.looks == 2 else ""
+        lines.append(f"Gate ({decision.mode}, {decision.stage}{second}): "
+                     f"{'accepted' if decision.accepted else 'rejected'}")
         lines.extend(f"  {reason}" for reason in decision.reasons)
         lines.append("")
         lines.append("Bucket scores (before -> after, change):")

@@ -121,6 +121,9 @@ def test_a_borderline_first_look_runs_fresh_pairs_for_both_prompts_and_tests_aga
     assert bucket["pairs"] == 24
     improvement = next(rule for rule in decision["rules"] if rule["rule"] == "improvement")
     assert improvement["numbers"]["alpha"] == pytest.approx(0.05)  # two looks, alpha / 2 each
+    assert summary["proposals"][0]["looks"] == 2
+    message = git(repo, "log", "-1", "--format=%B", optimizer_branches(repo)[0])
+    assert "Gate (strict, full, second look): accepted" in message
 
 
 def test_stage_plan_indexes_the_second_look_after_the_first():
