@@ -19,9 +19,10 @@ model: setup
 	$(BIN)/optimizer model install
 
 # The main job: one optimization iteration of the Card Agent on the embedded model. One trial
-# per task (four fresh ones per targeted task for the comparison) keeps the first run, set-up
-# included, well under 45 minutes on 2 cores; `make run RUN_FLAGS=` uses the defaults (4 and 8).
-RUN_FLAGS ?= --trials 1 --confirm-trials 4
+# per task, and 8 fresh pairs per targeted bucket in a single look for the comparison, keep the
+# first run, set-up included, well under 45 minutes on 2 cores; `make run RUN_FLAGS=` uses the
+# defaults (4 trials; 12 pairs, and 12 more on a borderline first look).
+RUN_FLAGS ?= --trials 1 --confirm-trials 4 --confirm-pairs 8 --extend-pairs 0
 run: model
 	$(BIN)/optimizer run --suite card_agent $(RUN_FLAGS)
 

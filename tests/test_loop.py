@@ -126,6 +126,22 @@ def test_a_borderline_first_look_runs_fresh_pairs_for_both_prompts_and_tests_aga
     assert "Gate (strict, full, second look): accepted" in message
 
 
+def test_one_look_when_extend_pairs_is_zero(cli, repo, tmp_path, monkeypatch):
+    from optimizer import loop
+
+    monkeypatch.setattr(loop, "borderline", lambda decision: True)
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    code, out, err = cli("run", "--confirm-pairs", "8", "--extend-pairs", "0", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    assert "confirmation: 8 fresh base-prompt trials" in err.replace("\n", " ")
+    assert "second look" not in err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["proposals"][0]["looks"] == 1
+    decision = json.loads((Path(summary["request"]).parent / "decision-1.json").read_text())
+    improvement = next(rule for rule in decision["rules"] if rule["rule"] == "improvement")
+    assert improvement["numbers"]["alpha"] == pytest.approx(0.10)
+
+
 def test_stage_plan_indexes_the_second_look_after_the_first():
     from optimizer.loop import StagePlan
     from optimizer.runner import plan

@@ -38,6 +38,10 @@ def run_command(
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
     confirm_trials: Optional[int] = typer.Option(
         None, help="Fewest fresh trials per targeted task on which base and candidate are compared (default 3)."),
+    confirm_pairs: Optional[int] = typer.Option(
+        None, help="Fresh pairs per targeted bucket on the gate's first look (default 12)."),
+    extend_pairs: Optional[int] = typer.Option(
+        None, help="More fresh pairs for a borderline first look; 0 for one look (default 12)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit to start from (default HEAD)."),
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
@@ -53,7 +57,8 @@ def run_command(
 
     root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
                                judge_model=judge_model, patcher_model=patcher_model, trials=trials, concurrency=concurrency,
-                               confirm_trials=confirm_trials)
+                               confirm_trials=confirm_trials, confirm_pairs=confirm_pairs,
+                               extend_pairs=extend_pairs)
     ctx = _context(settings, root)
     with recording(settings, ctx.store):
         result = run_iteration(ctx, suite_names=suite or None, base_ref=base, dry_run=dry_run, agent=agent)
