@@ -3,19 +3,39 @@
 The public API that agents and graders are written against: the data types, the model client,
 the `@agent` / `@grader` decorators and the simulated-agent rules. Everything else in the
 package is the harness.
+
+The names are imported on first use (PEP 562), so `optimizer --help` and the commands that call
+no model do not pay for building every data model at start-up.
 """
 
-from optimizer.agent import AgentContext, AgentRun
-from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialTimeout
-from optimizer.models import Completion, ModelClient, ToolCallRequest
-from optimizer.registry import agent, grader
-from optimizer.sim import Rule, SimProfile
-from optimizer.types import (GraderResult, GraderSpec, Outcome, RunResult, Suite, SuiteSpec, Task, TaskInput,
-                             ToolCall, ToolCallSpec, Transcript, Trial, Usage)
+from __future__ import annotations
 
-__all__ = [
-    "AgentContext", "AgentRun", "Completion", "GraderResult", "GraderSpec", "InputError", "ModelCallError",
-    "ModelClient", "OptimizerError", "Outcome", "Rule", "RunResult", "SimProfile", "Suite", "SuiteSpec", "Task",
-    "TaskInput", "ToolCall", "ToolCallRequest", "ToolCallSpec", "Transcript", "Trial", "TrialTimeout", "Usage",
-    "agent", "grader",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "optimizer.agent_run": ("AgentContext", "AgentRun"),
+    "optimizer.errors": ("InputError", "ModelCallError", "OptimizerError", "TrialTimeout"),
+    "optimizer.models": ("Completion", "ModelClient", "ToolCallRequest"),
+    "optimizer.registry": ("agent", "grader"),
+    "optimizer.sim": ("Rule", "SimProfile"),
+    "optimizer.types": ("GraderResult", "GraderSpec", "Outcome", "RunResult", "Suite", "SuiteSpec", "Task",
+                        "TaskInput", "ToolCall", "ToolCallSpec", "Transcript", "Trial", "Usage"),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'optimizer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from optimizer.errors import GraderConfigError, HarnessError, SuiteError
 
 if TYPE_CHECKING:
-    from optimizer.agent import AgentContext, AgentRun
+    from optimizer.agent_run import AgentContext, AgentRun
     from optimizer.sim import SimProfile
     from optimizer.types import GraderResult, Task, Trial
 

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from optimizer.agent import AgentContext
+from optimizer.agent_run import AgentContext
 from optimizer.config import Settings
 from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialTimeout
 from optimizer.judging import JudgeSettings, judging

@@ -31,6 +31,16 @@ def test_suites_validate_calls_no_model_so_imports_neither_litellm_nor_dspy():
     assert done.stdout.split() == ["57", "0", "False", "False"]
 
 
+def test_the_cli_starts_without_building_the_data_models():
+    """`optimizer --help` imports the command modules only; the public API is loaded on first use."""
+    script = ("import sys; import optimizer.cli; import optimizer; "
+              "print('optimizer.types' in sys.modules, 'pandas' in sys.modules, optimizer.Task.__name__, "
+              "callable(optimizer.agent))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=PROJECT_ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "Task", "True"]
+
+
 def test_an_unused_judge_model_does_not_limit_concurrency(tmp_path):
     """The embedded model serves one call at a time; as the (default) judge of a suite without
     judges it must not hold the card suite's trials to one at a time."""
