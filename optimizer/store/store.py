@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, create_engine, event, func, insert, select, update
+from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, update
 
 from optimizer.store import schema
 from optimizer.store.migrations import migrate
@@ -79,7 +79,7 @@ class Store:
                 with self.engine.begin() as conn:
                     for kind, payload in batch:
                         if kind == "ledger":
-                            conn.execute(insert(schema.ledger).values(**payload[0]))
+                            conn.execute(_INSERT_LEDGER, payload[0])
                         else:
                             (self._write_trial if kind == "trial" else self._write_cache)(conn, *payload)
             except BaseException as exc:  # surfaced by flush()
@@ -112,7 +112,7 @@ class Store:
     @staticmethod
     def _write_trial(conn, run_id: str, trial: Trial) -> None:
         usage = trial.transcript.usage
-        trial_id = conn.execute(insert(schema.trials).values(
+        trial_id = conn.execute(_INSERT_TRIAL, dict(
             run_id=run_id, suite=trial.suite, task_id=trial.task_id, bucket=trial.bucket,
             split=trial.split, trial_index=trial.index, status=trial.status, score=trial.score,
             error=trial.error, duration_s=trial.duration_s, prompt_tokens=usage.prompt_tokens,
@@ -121,7 +121,7 @@ class Store:
             transcript_json=trial.transcript.model_dump_json(),
             outcome_json=trial.outcome.model_dump_json())).inserted_primary_key[0]
         if trial.grader_results:
-            conn.execute(insert(schema.grader_results), [
+            conn.execute(_INSERT_GRADES, [
                 {"trial_id": trial_id, "grader": result.grader, "score": result.score,
                  "passed": result.passed, "errored": result.errored, "rationale": result.rationale,
                  "details_json": json.dumps(result.details, default=str)}
@@ -364,11 +364,18 @@ class Store:
 
     @staticmethod
     def _write_cache(conn, key: str, model: str, value: dict[str, Any]) -> None:
-        exists = conn.execute(select(schema.response_cache.c.key).where(schema.response_cache.c.key == key)).first()
-        if not exists:
-            conn.execute(insert(schema.response_cache).values(
-                key=key, model=model, value_json=json.dumps(value, ensure_ascii=False),
-                created_at=datetime.now(timezone.utc)))
+        if conn.execute(_CACHE_HAS, {"key": key}).first() is None:
+            conn.execute(_INSERT_CACHE, {"key": key, "model": model, "value_json": json.dumps(value, ensure_ascii=False),
+                                         "created_at": datetime.now(timezone.utc)})
+
+
+# The writer's statements, built once: a statement per row (`insert(...).values(...)`) costs more
+# to construct than SQLite takes to run it.
+_INSERT_TRIAL = insert(schema.trials)
+_INSERT_GRADES = insert(schema.grader_results)
+_INSERT_CACHE = insert(schema.response_cache)
+_INSERT_LEDGER = insert(schema.ledger)
+_CACHE_HAS = select(schema.response_cache.c.key).where(schema.response_cache.c.key == bindparam("key"))
 
 
 def _encode(values: dict[str, Any]) -> dict[str, Any]:
