@@ -10,8 +10,9 @@ how many of them called the model (the rest were served from the response cache,
 of a new baseline the accepted candidate already ran), each with its ratio to the naive cost of
 two full runs, and the gate's looks at the targeted bucket (2 when the first was borderline);
 then the cumulative rollouts until no train failure can be fixed, and the mean train score
-before and after. Stops when nothing is left to fix or after `--patience` rejections in a row (the loop keeps targeting the worst bucket, so a bucket the rule cannot lift
-would otherwise be retried until `--iterations`).
+before and after. Stops when nothing is left to fix or after `--patience` rejections in a row
+(the loop keeps targeting the worst bucket, so a bucket the rule cannot lift would otherwise be
+retried until `--iterations`).
 
     python benchmarks/loop_efficiency.py [--iterations 16] [--patience 3]
 """

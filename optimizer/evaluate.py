@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -13,7 +14,7 @@ from optimizer.config import Settings
 from optimizer.models import validate_model
 from optimizer.report import summarize
 from optimizer.calibration import judge_status
-from optimizer.registry import get_agent, get_grader
+from optimizer.registry import get_agent, get_grader, judges_of
 from optimizer.runner import PlannedTrial, Runner, plan, read_prompt
 from optimizer.store import Store, default_url
 from optimizer.suites import load_suite
@@ -56,8 +57,7 @@ def execute(eval_plan: EvalPlan, store: Store, *, prompt_root: Path | None = Non
 
 def judges_used(suites: list[Suite]) -> list[str]:
     """The LLM judges behind the graders of these suites."""
-    names = {get_grader(spec.name).judge for suite in suites for task in suite.tasks for spec in task.graders}
-    return sorted(name for name in names if name)
+    return judges_of(task for suite in suites for task in suite.tasks)
 
 
 def finish(run: RunResult, store: Store) -> dict[str, Any]:
@@ -91,7 +91,10 @@ def write_text(path: Path, text: str) -> None:
         raise
 
 
+@functools.cache
 def _umask() -> int:
+    """The process's umask, read once: reading it means setting it, which is process-wide and so
+    not something to do on every write while other threads create files."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

@@ -454,12 +454,13 @@ def _run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_ro
     `run_id` when it exists, or of an unfinished run of this kind with the same fingerprints (a
     job killed mid-run and resumed), whose id is then adopted."""
     store = ctx.store
-    if run_id is None or not store.has_run(run_id):
+    exists = run_id is not None and store.has_run(run_id)
+    if not exists:
         unfinished = store.find_unfinished_run(fingerprints(suites, settings, prompt_root, planned), kind)
         if unfinished:
-            run_id = unfinished
+            run_id, exists = unfinished, True
     kept: list[Trial] = []
-    if run_id and store.has_run(run_id):
+    if exists:
         done = store.recorded_trials(run_id)
         if done:
             wanted = {(item.suite.name, item.task.id, item.index) for item in planned}

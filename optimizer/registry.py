@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -138,6 +138,12 @@ def get_grader(name: str, *, path: Path | None = None, where: str = "graders") -
         raise GraderConfigError(f"unknown grader {name!r} (known: {known})", path=path, field=f"{where}.name",
                                 fix="fix the name or register the grader with @grader")
     return _graders[name]
+
+
+def judges_of(tasks: Iterable["Task"]) -> list[str]:
+    """The LLM judges behind the graders of these tasks, sorted."""
+    names = {get_grader(spec.name).judge for task in tasks for spec in task.graders}
+    return sorted(name for name in names if name)
 
 
 def agents() -> dict[str, AgentEntry]:

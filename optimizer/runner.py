@@ -28,7 +28,7 @@ from optimizer.judging import JudgeSettings, judging
 from optimizer.ledger import BudgetExceeded
 from optimizer.models import (ModelClient, RetryPolicy, TrialContext, concurrency_limit, litellm_module, register_trial,
                               unregister_trial)
-from optimizer.registry import AgentEntry, get_agent, get_grader
+from optimizer.registry import AgentEntry, get_agent, get_grader, judges_of
 from optimizer.scoring import trial_verdict
 from optimizer.store import Store
 from optimizer.suites import fixture_paths, task_fingerprint
@@ -124,7 +124,7 @@ class Runner:
         at once (more trials would only queue for it while their timeouts run). The judge model
         counts only when some planned task has a judge grader."""
         models = [self.settings.agent_model]
-        if any(get_grader(spec.name).judge for item in planned for spec in item.task.graders):
+        if judges_of(item.task for item in planned):
             models.append(self.settings.judge_model)
         limits = [limit for limit in map(concurrency_limit, models) if limit]
         return min([self.settings.concurrency, *limits])
