@@ -106,13 +106,14 @@ def throughput(repeats: int) -> None:
 
 def suite_run() -> None:
     from optimizer import evaluate
+    from optimizer.store import open_store
     from optimizer.config import load_settings
 
     with tempfile.TemporaryDirectory() as state:
         os.environ["OPTIMIZER_STATE_DIR"] = state
         settings = load_settings(ROOT, {"agent_model": "local/qwen2.5-coder-1.5b", "trials": 1, "cache": False})
         plan = evaluate.prepare(settings, ROOT, ["card_agent"])
-        store = evaluate.open_store(settings, ROOT)
+        store = open_store(settings, ROOT)
         seconds, (run, summary) = timed(lambda: evaluate.execute(plan, store))
         prompt = sum(trial.transcript.usage.prompt_tokens for trial in run.trials)
         cached = sum(trial.transcript.usage.cached_prompt_tokens for trial in run.trials)

@@ -56,7 +56,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from optimizer.config import load_settings
-    from optimizer.evaluate import open_store
+    from optimizer.store import open_store
     from optimizer.loop import LoopContext, run_iteration
     from optimizer.review import review
 

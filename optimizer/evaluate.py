@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -16,7 +12,7 @@ from optimizer.report import summarize
 from optimizer.calibration import judge_status
 from optimizer.registry import get_agent, get_grader, judges_of
 from optimizer.runner import PlannedTrial, Runner, plan, read_prompt
-from optimizer.store import Store, default_url
+from optimizer.store import Store
 from optimizer.suites import load_suite
 from optimizer.types import RunResult, Suite, Trial
 
@@ -42,11 +38,6 @@ def prepare(settings: Settings, project_root: Path, suite_names: list[str] | Non
     return EvalPlan(settings=settings, project_root=project_root, suites=suites, trials=planned)
 
 
-def open_store(settings: Settings, project_root: Path) -> Store:
-    state_dir = project_root / settings.state_dir
-    return Store(settings.database_url or default_url(state_dir))
-
-
 def execute(eval_plan: EvalPlan, store: Store, *, prompt_root: Path | None = None,
             on_trial: Callable[[Trial], None] | None = None, kind: str = "eval") -> tuple[RunResult, dict[str, Any]]:
     runner = Runner(eval_plan.settings, store, project_root=eval_plan.project_root, prompt_root=prompt_root,
@@ -70,31 +61,3 @@ def finish(run: RunResult, store: Store) -> dict[str, Any]:
     status = "errored" if run.trials and summary["totals"]["errored"] == len(run.trials) else "completed"
     store.finish_run(run.run_id, status, summary)
     return summary
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write atomically: a reader never sees half a file."""
-    write_text(path, json.dumps(data, indent=2, ensure_ascii=False, default=str))
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write atomically (a temporary file beside it, then a rename): a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, 0o666 & ~_umask())  # what a plain open() would have given the file
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-@functools.cache
-def _umask() -> int:
-    """The process's umask, read once: reading it means setting it, which is process-wide and so
-    not something to do on every write while other threads create files."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask

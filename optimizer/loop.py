@@ -23,7 +23,8 @@ from typing import Any, Callable
 from optimizer import gitops
 from optimizer.config import Settings
 from optimizer.errors import ConfigError
-from optimizer.evaluate import finish, judges_used, write_json, write_text
+from optimizer.evaluate import finish, judges_used
+from optimizer.files import write_json, write_text
 from optimizer.gate import Decision, GateConfig, borderline, decide, per_look
 from optimizer.ledger import current as current_ledger
 from optimizer.models import context_window, validate_model
@@ -73,6 +74,7 @@ class IterationResult:
     baseline_reused: bool = False
     selection: Selection | None = None
     request_path: Path | None = None
+    report_path: Path | None = None
     proposals: list[ProposalRecord] = field(default_factory=list)
     rollouts: int = 0
     """Trials run by this iteration (baseline unless reused, confirmation, candidates)."""
@@ -335,8 +337,8 @@ class _Iteration:
                     gitops.delete_branch(self.repo, other.branch)
                     store.update_proposal(other.proposal_id, status=other.status, reason=other.reason)
         result.status = "accepted" if result.accepted else "rejected"
-        report = _write_report(result)
-        store.update_iteration(result.iteration_id, status=result.status, summary_json=_summary(result, report))
+        result.report_path = _write_report(result)
+        store.update_iteration(result.iteration_id, status=result.status, summary_json=_summary(result))
 
     def _baseline(self) -> list[Trial]:
         result = self.result
@@ -527,11 +529,11 @@ def _store_proposal(store: Store, result: IterationResult, record: ProposalRecor
         usage_json=record.usage.model_dump(), rollouts=record.rollouts)
 
 
-def _summary(result: IterationResult, report: Path | None = None) -> dict[str, Any]:
+def _summary(result: IterationResult) -> dict[str, Any]:
     return {"status": result.status, "baseline_run_id": result.baseline_run_id,
             "baseline_reused": result.baseline_reused, "rollouts": result.rollouts,
             "request": str(result.request_path) if result.request_path else None,
-            "report": str(report) if report else None,
+            "report": str(result.report_path) if result.report_path else None,
             "proposals": [{"ordinal": p.ordinal, "branch": p.branch, "status": p.status, "reason": p.reason,
                            "rollouts": p.rollouts, "looks": p.looks, "patcher_cost_usd": p.usage.cost_usd,
                            "patcher_tokens": p.usage.total_tokens} for p in result.proposals]}
@@ -549,6 +551,8 @@ def _write_report(result: IterationResult) -> Path:
                   record.reason, ""]
         if record.rationale:
             lines += ["Rationale: " + record.rationale, ""]
+        if (result.run_dir / f"proposal-{record.ordinal}.log").is_file():
+            lines += [f"The proposer's own account: `proposal-{record.ordinal}.log`.", ""]
         if record.diff:
             lines += ["```diff", record.diff.rstrip("\n"), "```", ""]
         if record.decision:

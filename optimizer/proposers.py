@@ -108,19 +108,37 @@ class LLMProposer:
             edits = [Edit(edit.search, edit.replace) for edit in answer.edits or []]
             if not edits:
                 proposal.error = "the patcher proposed no edit"
+                proposal.log += attempt_log(attempt, proposal.rationale, edits, proposal.error)
                 break
             try:
                 patched = apply_edits(base, edits)
             except EditError as exc:
                 feedback = FEEDBACK.read_text(encoding="utf-8").format(error=exc)
                 proposal.error = str(exc)
+                proposal.log += attempt_log(attempt, proposal.rationale, edits, proposal.error)
                 continue
             proposal.error = None
+            proposal.log += attempt_log(attempt, proposal.rationale, edits, "applied")
             target.write_text(patched, encoding="utf-8")
             break
         proposal.changed_files = changed_files(request.workdir)
         proposal.diff = diff_of(request.workdir)
         return proposal
+
+
+def attempt_log(attempt: int, rationale: str, edits: list[Edit], outcome: str) -> str:
+    """One answer of the patcher as the reviewer reads it in `proposal-N.log`: what it said, the
+    edits exactly as given (an edit that did not apply is otherwise lost), and what became of them."""
+    lines = [f"## Attempt {attempt + 1}: {outcome}", "", "Rationale:", rationale or "(none)", ""]
+    for number, edit in enumerate(edits, 1):
+        lines += [f"Edit {number} search:", _fenced(edit.search) if edit.search else "(empty: append)",
+                  f"Edit {number} replace:", _fenced(edit.replace), ""]
+    return "\n".join(lines) + "\n"
+
+
+def _fenced(text: str) -> str:
+    fence = "````" if "```" in text else "```"
+    return f"{fence}\n{text.rstrip(chr(10))}\n{fence}"
 
 
 class CommandProposer:

@@ -23,7 +23,7 @@ def find_proposal(store, branch: str | None) -> dict:
 
 def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = False) -> dict:
     from optimizer.cli._common import console, print_judges, render_decision
-    from optimizer.evaluate import open_store
+    from optimizer.store import open_store
 
     store = open_store(settings, root)
     proposal = find_proposal(store, branch)

@@ -10,11 +10,12 @@ counted, never scored.
 from __future__ import annotations
 
 import math
-from typing import Iterable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Iterable
 
 from optimizer.types import GraderResult, Trial, TrialStatus
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: verdicts and intervals need none of it
+    import pandas as pd
 
 
 def trial_verdict(results: list[GraderResult]) -> tuple[TrialStatus, float | None]:
@@ -28,6 +29,8 @@ def trial_verdict(results: list[GraderResult]) -> tuple[TrialStatus, float | Non
 
 
 def trials_frame(trials: Iterable[Trial]) -> pd.DataFrame:
+    import pandas as pd
+
     rows = [{"suite": t.suite, "task_id": t.task_id, "bucket": t.bucket, "split": t.split,
              "trial_index": t.index, "status": t.status, "score": t.score,
              "tokens": t.transcript.usage.total_tokens, "cost_usd": t.transcript.usage.cost_usd,
@@ -57,6 +60,8 @@ def task_table(trials: pd.DataFrame) -> pd.DataFrame:
 
 def group_table(tasks: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Figures per group of tasks (e.g. by suite, or by suite and bucket)."""
+    import pandas as pd
+
     rows = []
     for key, group in tasks.groupby(by, sort=True):
         key = key if isinstance(key, tuple) else (key,)

@@ -243,7 +243,7 @@ def test_the_command_proposer_patch_is_its_git_diff(cli, repo, tmp_path, monkeyp
 def test_the_checkout_is_untouched_after_a_crash_mid_iteration(repo, tmp_path, monkeypatch):
     from optimizer import loop
     from optimizer.config import load_settings
-    from optimizer.evaluate import open_store
+    from optimizer.store import open_store
 
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
     before = snapshot(repo)
@@ -285,6 +285,24 @@ def test_refuses_to_start_when_the_base_commit_lacks_the_prompt(cli, repo, tmp_p
     assert f"does not contain {PROMPT}" in err and "commit the prompt file" in err
 
 
+def test_edits_that_do_not_apply_are_kept_in_the_proposal_log(cli, repo, tmp_path, monkeypatch):
+    """Both answers (the first and the one after the feedback) are recorded word for word, since
+    a `no_patch` leaves no diff to read."""
+    script(tmp_path, monkeypatch, {"rationale": "Quote a line that is not there.",
+                                   "edits": [{"search": "A line the prompt does not have.",
+                                              "replace": "Keep every number."}]})
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["proposals"][0]["status"] == "no_patch"
+    run_dir = Path(summary["report"]).parent
+    log = (run_dir / "proposal-1.log").read_text()
+    assert log.count("search:\n```\nA line the prompt does not have.\n```") == 2
+    assert log.count("replace:\n```\nKeep every number.\n```") == 2
+    assert "## Attempt 2: edit 1: the search text was not found" in log
+    assert "proposal-1.log" in Path(summary["report"]).read_text()
+
+
 def test_mock_patcher_without_a_script_is_a_configuration_error(cli, repo):
     code, out, err = cli("run")
     assert code == 2
@@ -293,7 +311,7 @@ def test_mock_patcher_without_a_script_is_a_configuration_error(cli, repo):
 
 def test_the_gate_false_accept_rate_on_mock_sim_is_at_most_five_percent(repo, monkeypatch):
     from optimizer.config import load_settings
-    from optimizer.evaluate import open_store
+    from optimizer.store import open_store
     from optimizer.loop import LoopContext
     from optimizer.noise import measure_noise
 

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from optimizer.config import load_settings
-from optimizer.evaluate import execute, open_store, prepare
+from optimizer.evaluate import execute, prepare
+from optimizer.store import open_store
 from optimizer.models import register_provider
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import event_task, write_suite

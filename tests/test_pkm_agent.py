@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 
 from agents.pkm.reminders import load_history, reminders
 from tests.conftest import PROJECT_ROOT

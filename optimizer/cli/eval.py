@@ -25,18 +25,20 @@ def eval_command(
     from optimizer.cli._common import TrialProgress, print_summary, recording
     from optimizer.config import find_project_root, load_settings
     from optimizer.errors import EXIT_FAILED, EXIT_HARNESS
+    from optimizer.files import write_json
+    from optimizer.store import open_store
 
     root = find_project_root()
     settings = load_settings(root, {"agent_model": agent_model, "judge_model": judge_model, "trials": trials,
                                     "concurrency": concurrency, "seed": seed,
                                     "cache": False if no_cache else None})
     eval_plan = evaluate.prepare(settings, root, suite or None, task)
-    store = evaluate.open_store(settings, root)
+    store = open_store(settings, root)
     with TrialProgress(len(eval_plan.trials)) as progress, recording(settings, store):
         run, summary = evaluate.execute(eval_plan, store, on_trial=progress.update)
     print_summary(summary)
     if json_path:
-        evaluate.write_json(json_path, summary)
+        write_json(json_path, summary)
     totals = summary["totals"]
     if totals["trials"] and totals["errored"] == totals["trials"]:
         typer.secho("every trial errored: this points at the setup (model, key, network), not the agent",

@@ -15,15 +15,16 @@ def graduate_command(
     apply_: bool = typer.Option(False, "--apply", help="Write the regression suite and commit it."),
 ) -> None:
     """Propose buckets that stayed green for the regression suite; --apply commits them there."""
-    from optimizer import evaluate, graduation
+    from optimizer import graduation
     from optimizer.cli._common import console
     from optimizer.config import find_project_root, load_settings
     from optimizer.suites import load_suite
+    from optimizer.store import open_store
 
     root = find_project_root()
     settings = load_settings(root)
     suites = [load_suite(name, root) for name in (suite or settings.suites)]
-    store = evaluate.open_store(settings, root)
+    store = open_store(settings, root)
     found = graduation.candidates(store, suites, root, runs=runs, threshold=threshold)
     store.close()
     if bucket:

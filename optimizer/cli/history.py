@@ -16,14 +16,15 @@ def history_command(
     """Nightly jobs, iterations and their decisions, runs with per-bucket scores, and cost per role."""
     from rich.table import Table
 
-    from optimizer import evaluate
     from optimizer.cli._common import console
     from optimizer.config import find_project_root, load_settings
+    from optimizer.files import write_json
     from optimizer.history import load_history
+    from optimizer.store import open_store
 
     root = find_project_root()
     settings = load_settings(root)
-    store = evaluate.open_store(settings, root)
+    store = open_store(settings, root)
     history = load_history(store, limit)
 
     def show(title: str, frame, columns: list[str] | None = None) -> None:
@@ -46,7 +47,7 @@ def history_command(
          if not buckets.empty else buckets)
     show("cost by role (all recorded calls)", history.cost_by_role)
     if json_path:
-        evaluate.write_json(json_path, {name: getattr(history, name).to_dict(orient="records")
+        write_json(json_path, {name: getattr(history, name).to_dict(orient="records")
                                         for name in ("nightlies", "iterations", "runs", "bucket_scores",
                                                      "cost_by_role")})
     store.close()

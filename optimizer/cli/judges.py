@@ -21,12 +21,14 @@ def calibrate_command(
     """Run each judge over its labelled examples; report Spearman correlation and pass/fail agreement."""
     from rich.table import Table
 
-    from optimizer import calibration, evaluate
+    from optimizer import calibration
     from optimizer.cli._common import console, recording
     from optimizer.config import find_project_root, load_settings
     from optimizer.errors import EXIT_FAILED, InputError
+    from optimizer.files import write_json
     from optimizer.judging import CALIBRATION_BAR, JudgeSettings, judges
     from optimizer.models import validate_model
+    from optimizer.store import open_store
 
     root = find_project_root()
     settings = load_settings(root, {"judge_model": judge_model, "cache": False if no_cache else None})
@@ -39,7 +41,7 @@ def calibrate_command(
                          field="--judge", fix="pick one of the known judges")
     for name in names:
         calibration.load_examples(known[name])  # bad example files fail before any model call
-    store = evaluate.open_store(settings, root)
+    store = open_store(settings, root)
     judge_settings = JudgeSettings(model=settings.judge_model, cache=store if settings.cache else None,
                                    retry_attempts=settings.retry_attempts)
     table = Table(title=f"judge calibration on {settings.judge_model}", title_justify="left")
@@ -66,7 +68,7 @@ def calibrate_command(
     console.print(table)
     store.close()
     if json_path:
-        evaluate.write_json(json_path, {"model": settings.judge_model, "bar": CALIBRATION_BAR, "judges": [
+        write_json(json_path, {"model": settings.judge_model, "bar": CALIBRATION_BAR, "judges": [
             {"judge": r.judge, "rubric_hash": r.rubric_hash, "examples": len(r.rows), "errored": r.errored,
              "spearman": r.spearman, "agreement": r.agreement, "flagged": r.flagged, "rows": r.rows,
              "usage": r.usage.model_dump()} for r in reports]})

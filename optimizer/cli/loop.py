@@ -16,11 +16,11 @@ def _settings(**flags):
 
 
 def _context(settings, root, *, quiet: bool = False):
-    from optimizer import evaluate
     from optimizer.cli._common import TrialProgress, err_console
     from optimizer.loop import LoopContext
+    from optimizer.store import open_store
 
-    store = evaluate.open_store(settings, root)
+    store = open_store(settings, root)
     return LoopContext(settings=settings, project_root=root, store=store,
                        log=(lambda message: None) if quiet else
                        (lambda message: err_console.print(message, highlight=False, markup=False, soft_wrap=True)),
@@ -52,7 +52,7 @@ def run_command(
     """One optimization iteration: baseline, request, proposal, branch, staged rerun, gate."""
     from optimizer.cli._common import console, recording, render_decision
     from optimizer.errors import EXIT_FAILED
-    from optimizer.evaluate import write_json
+    from optimizer.files import write_json
     from optimizer.loop import run_iteration
 
     root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,

@@ -38,7 +38,7 @@ def nightly_command(
     from optimizer.cli._common import console, err_console, interactive
     from optimizer.cli.loop import _context, _settings
     from optimizer.errors import InputError
-    from optimizer.evaluate import write_json
+    from optimizer.files import write_json
     from optimizer.ledger import Budget
     from optimizer.nightly import NightlyLimits, parse_duration, run_nightly
 

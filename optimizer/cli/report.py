@@ -14,15 +14,17 @@ def report_command(
     html: Path = typer.Option(..., "--html", help="Write the self-contained HTML page here."),
 ) -> None:
     """A self-contained HTML report: bucket table, score charts, cost, proposals with diffs and gate reasons, failures."""
-    from optimizer import evaluate, html_report
+    from optimizer import html_report
     from optimizer.cli._common import console
     from optimizer.config import find_project_root, load_settings
+    from optimizer.files import write_text
+    from optimizer.store import open_store
 
     root = find_project_root()
     settings = load_settings(root)
-    store = evaluate.open_store(settings, root)
+    store = open_store(settings, root)
     data = html_report.build(store, run_id)
     store.close()
-    evaluate.write_text(html, html_report.render(data))
+    write_text(html, html_report.render(data))
     console.print(f"wrote {html} ({data['title']}: {len(data['iterations'])} iteration(s), "
                   f"{data['accepted']} accepted)", highlight=False, soft_wrap=True)

@@ -1,5 +1,5 @@
 """The embedded store: runs, trials, grader results and the response cache, in one database."""
 
-from optimizer.store.store import Store, default_url
+from optimizer.store.store import Store, default_url, open_store
 
-__all__ = ["Store", "default_url"]
+__all__ = ["Store", "default_url", "open_store"]

@@ -7,18 +7,25 @@ import queue
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, update
 
 from optimizer.store import schema
 from optimizer.store.migrations import migrate
 from optimizer.types import GraderResult, Outcome, RunResult, Transcript, Trial
 
+if TYPE_CHECKING:  # the *_frame readers import pandas when called, so opening a store stays cheap
+    import pandas as pd
+
 
 def default_url(state_dir: Path) -> str:
     return f"sqlite:///{state_dir / 'optimizer.db'}"
+
+
+def open_store(settings, project_root: Path) -> "Store":
+    """The project's store: `database_url` when set, else SQLite in the state folder."""
+    return Store(settings.database_url or default_url(project_root / settings.state_dir))
 
 
 class Store:
@@ -289,6 +296,8 @@ class Store:
         query = select(schema.ledger).order_by(schema.ledger.c.id)
         for column, value in where.items():
             query = query.where(schema.ledger.c[column] == value)
+        import pandas as pd
+
         self.flush()
         with self.engine.connect() as conn:
             return pd.read_sql(query, conn)
@@ -325,11 +334,15 @@ class Store:
         return _decode_run(row) if row else None
 
     def runs_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         self.flush()
         with self.engine.connect() as conn:
             return pd.read_sql(select(schema.runs).order_by(schema.runs.c.started_at), conn)
 
     def trials_frame(self, run_id: str) -> pd.DataFrame:
+        import pandas as pd
+
         columns = [c for c in schema.trials.c if c.name not in ("transcript_json", "outcome_json")]
         self.flush()
         with self.engine.connect() as conn:

@@ -1,0 +1,38 @@
+"""Atomic file writes: a reader (or a crash) never sees half a file."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write atomically: a reader never sees half a file."""
+    write_text(path, json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write atomically (a temporary file beside it, then a rename): a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temporary, 0o666 & ~_umask())  # what a plain open() would have given the file
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+@functools.cache
+def _umask() -> int:
+    """The process's umask, read once: reading it means setting it, which is process-wide and so
+    not something to do on every write while other threads create files."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
