@@ -77,6 +77,9 @@ class Settings(BaseModel):
     """Coding-agent command line for `--proposer command`; `{request}` and `{workdir}` are
     replaced by the (shell-quoted) request file and worktree paths."""
     proposer_timeout: float = Field(default=900.0, gt=0)
+    patch_format: Literal["auto", "edits", "rule"] = "auto"
+    """What the `llm` proposer asks the patcher for: exact search/replace `edits`, or one new
+    `rule` appended to the prompt. `auto`: `rule` for the embedded (`local/*`) models, else `edits`."""
     candidates: int = Field(default=1, ge=1, le=20)
     gate: Literal["strict", "lenient"] = "strict"
     max_bucket_drop: float = Field(default=0.10, ge=0.0, le=1.0)

@@ -8,7 +8,8 @@ from pathlib import Path
 import dspy
 from pydantic import BaseModel
 
-INSTRUCTIONS = Path(__file__).parent / "templates" / "patcher_instructions.md"
+TEMPLATES = Path(__file__).parent / "templates"
+INSTRUCTIONS = {"edits": TEMPLATES / "patcher_instructions.md", "rule": TEMPLATES / "patcher_rule_instructions.md"}
 
 
 class PromptEdit(BaseModel):
@@ -23,5 +24,15 @@ class ProposePatch(dspy.Signature):
     edits: list[PromptEdit] = dspy.OutputField()
 
 
-def signature() -> type[dspy.Signature]:
-    return ProposePatch.with_instructions(INSTRUCTIONS.read_text(encoding="utf-8"))
+class ProposeRule(dspy.Signature):
+    request: str = dspy.InputField()
+    feedback: str = dspy.InputField()
+    rationale: str = dspy.OutputField()
+    rule: str = dspy.OutputField()
+
+
+def signature(patch_format: str = "edits") -> type[dspy.Signature]:
+    """`edits`: exact search/replace edits. `rule`: one new instruction, appended to the prompt (a
+    form a small model can produce; asked for edits, a 1.5B model repeats itself until cut off)."""
+    base = ProposeRule if patch_format == "rule" else ProposePatch
+    return base.with_instructions(INSTRUCTIONS[patch_format].read_text(encoding="utf-8"))

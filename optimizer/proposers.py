@@ -1,7 +1,9 @@
 """Proposers: where a prompt patch comes from. One interface, three kinds.
 
 * `llm` (default): a dspy module on the patcher model returns a rationale and exact
-  search/replace edits; edits that do not apply are sent back once with the error.
+  search/replace edits; edits that do not apply are sent back once with the error. With
+  `patch_format = "rule"` (the default for the embedded models) it returns one new rule instead,
+  appended to the prompt.
 * `command`: a coding-agent CLI the user already has, configured as a command line with
   `{request}` and `{workdir}`; it runs in the proposal's worktree with a timeout, and the patch is
   whatever it changed there (`git diff`).
@@ -32,9 +34,9 @@ from optimizer.types import Usage
 
 FEEDBACK = Path(__file__).parent / "templates" / "patcher_feedback.md"
 """What the patcher is told when its edits do not apply (once, before the proposal is given up)."""
-MAX_ANSWER_TOKENS = 2000
-"""A rationale and edits within the 40-line budget fit in well under this; the cap stops a small
-model that repeats itself from generating for minutes."""
+MAX_ANSWER_TOKENS = {"edits": 2000, "rule": 600}
+"""A rationale and edits within the 40-line budget (or a rationale and one rule) fit in well under
+this; the cap stops a small model that repeats itself from generating for minutes."""
 
 
 @dataclass
@@ -68,8 +70,9 @@ class LLMProposer:
     name = "llm"
 
     def __init__(self, model: str, *, script: str | None = None, temperature: float = 0.0,
-                 retry_attempts: int = 4):
+                 retry_attempts: int = 4, patch_format: str = "edits"):
         self.model = model
+        self.patch_format = patch_format
         self.script = script
         self.temperature = temperature
         self.retry_attempts = retry_attempts
@@ -78,13 +81,14 @@ class LLMProposer:
         metadata = {PROPOSAL_KEY: request.ordinal}
         if self.script:
             metadata[SCRIPT_KEY] = self.script
-        lm = dspy_lm(self.model, metadata=metadata, max_tokens=MAX_ANSWER_TOKENS,
+        max_tokens = MAX_ANSWER_TOKENS[self.patch_format]
+        lm = dspy_lm(self.model, metadata=metadata, max_tokens=max_tokens,
                      retry_attempts=self.retry_attempts, temperature=self.temperature)
         import dspy
 
         from optimizer.patch_signature import signature
 
-        predictor = dspy.Predict(signature())
+        predictor = dspy.Predict(signature(self.patch_format))
         target = request.workdir / request.prompt_file
         base = target.read_text(encoding="utf-8")
         proposal = Proposal()
@@ -92,7 +96,7 @@ class LLMProposer:
         ledger = current_ledger()
         for attempt in range(2):
             reservation = ledger.reserve("patcher", self.model, estimate_tokens(request.request, feedback),
-                                         MAX_ANSWER_TOKENS) if ledger else None
+                                         max_tokens) if ledger else None
             try:
                 with dspy.context(lm=lm):
                     answer = predictor(request=request.request, feedback=feedback)
@@ -105,7 +109,7 @@ class LLMProposer:
                 if ledger:
                     ledger.settle(reservation, "patcher", self.model, used)
             proposal.rationale = str(answer.rationale or "").strip()
-            edits = [Edit(edit.search, edit.replace) for edit in answer.edits or []]
+            edits = _edits(answer, self.patch_format)
             if not edits:
                 proposal.error = "the patcher proposed no edit"
                 proposal.log += attempt_log(attempt, proposal.rationale, edits, proposal.error)
@@ -124,6 +128,19 @@ class LLMProposer:
         proposal.changed_files = changed_files(request.workdir)
         proposal.diff = diff_of(request.workdir)
         return proposal
+
+
+def _edits(answer, patch_format: str) -> list[Edit]:
+    if patch_format == "rule":
+        rule = str(answer.rule or "").strip()
+        return [Edit("", "\n" + rule)] if rule else []  # appended as a paragraph of its own
+    return [Edit(edit.search, edit.replace) for edit in answer.edits or []]
+
+
+def patch_format(settings) -> str:
+    if settings.patch_format != "auto":
+        return settings.patch_format
+    return "rule" if settings.patcher_model.startswith("local/") else "edits"
 
 
 def attempt_log(attempt: int, rationale: str, edits: list[Edit], outcome: str) -> str:
@@ -182,4 +199,4 @@ def make_proposer(settings) -> Proposer:
                               fix="set proposer_command in [tool.optimizer] or OPTIMIZER_PROPOSER_COMMAND")
         return CommandProposer(settings.proposer_command, timeout_s=settings.proposer_timeout)
     return LLMProposer(settings.patcher_model, script=settings.mock_patcher_script,
-                       retry_attempts=settings.retry_attempts)
+                       retry_attempts=settings.retry_attempts, patch_format=patch_format(settings))

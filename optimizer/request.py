@@ -164,7 +164,12 @@ def _workspace(trial: Trial) -> str:
         return ""
     if isinstance(state.get("diff"), str) and state["diff"]:
         return _trim(state["diff"], WORKSPACE_CHARS)
-    return _trim(json.dumps(state, ensure_ascii=False, indent=1, default=str), WORKSPACE_CHARS)
+    # A file's text (more than one line) reads better as itself than as an escaped JSON string.
+    texts = {key: value for key, value in state.items() if isinstance(value, str) and "\n" in value.strip()}
+    fields = {key: value for key, value in state.items() if key not in texts}
+    parts = [json.dumps(fields, ensure_ascii=False, indent=1, default=str)]
+    parts += [f"{key}:\n{value.rstrip()}" for key, value in texts.items()]
+    return _trim("\n".join(parts), WORKSPACE_CHARS)
 
 
 def failure_records(trials: list[Trial], suites: list[Suite], selection: Selection) -> list[dict[str, Any]]:

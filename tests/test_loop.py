@@ -269,6 +269,8 @@ def test_dry_run_writes_a_request_without_holdout_tasks(cli, repo, tmp_path, mon
     assert summary["status"] == "dry_run" and summary["proposals"] == []
     request = Path(summary["request"]).read_text()
     assert "card_fact_flight_details" in request and "LH 1234" in request  # a failing train task
+    assert "raw_yaml:\nfact_id: " in request and "ui_configs:\n- template_id: " in request  # the card as saved
+    assert '"raw_yaml"' not in request
     holdout = [json.loads(path.read_text())["id"] for path in (repo / "suites/card_agent").rglob("*.json")
                if path.name != "suite.json" and json.loads(path.read_text())["metadata"].get("split") == "holdout"]
     assert holdout and not [task for task in holdout if task in request]
@@ -283,6 +285,28 @@ def test_refuses_to_start_when_the_base_commit_lacks_the_prompt(cli, repo, tmp_p
     code, out, err = cli("run", "--dry-run")
     assert code == 2
     assert f"does not contain {PROMPT}" in err and "commit the prompt file" in err
+
+
+def test_the_rule_patch_format_appends_one_rule_and_goes_through_the_same_gate(cli, repo, tmp_path, monkeypatch):
+    rule = FACT_RULE.removeprefix("- ")
+    script(tmp_path, monkeypatch, {"rationale": "Facts were paraphrased away.", "rule": rule})
+    monkeypatch.setenv("OPTIMIZER_PATCH_FORMAT", "rule")
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["status"] == "accepted", summary
+    branch = optimizer_branches(repo)[0]
+    patched = git(repo, "show", f"{branch}:{PROMPT}")
+    assert patched.endswith(f"\n\n{rule}\n") and patched.startswith((repo / PROMPT).read_text().rstrip("\n"))
+
+
+def test_the_embedded_patcher_is_asked_for_a_rule_and_others_for_edits():
+    from optimizer.config import Settings
+    from optimizer.proposers import patch_format
+
+    assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b")) == "rule"
+    assert patch_format(Settings(patcher_model="openai/gpt-4.1")) == "edits"
+    assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b", patch_format="edits")) == "edits"
 
 
 def test_edits_that_do_not_apply_are_kept_in_the_proposal_log(cli, repo, tmp_path, monkeypatch):

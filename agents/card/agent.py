@@ -101,7 +101,6 @@ def card_state(workspace: Path, fact_id: str, save_errors: list[list[str]]) -> d
         "expected_fact_id": fact_id,
         "template_ids": [c.get("template_id") for c in card.get("ui_configs") or []],
         "card_tags": card.get("tags") or [],
-        "card": card,
         "raw_yaml": raw,
         "save_errors": save_errors,
     }

@@ -11,7 +11,8 @@
 * `mock/patcher` answers the `llm` proposer from a JSON script (`mock_patcher_script`): a list
   of proposals `{"rationale": ..., "edits": [{"search": ..., "replace": ...}]}`, the n-th answer
   for the n-th proposal recorded in the store; past the end of the script it proposes no edit.
-  An entry `{"raw": "..."}` is returned verbatim (a reply no parser can use).
+  An entry `{"raw": "..."}` is returned verbatim (a reply no parser can use); an entry with a
+  `"rule"` answers the `rule` patch format.
 
 All accept a latency suffix for benchmarks, e.g. `mock/oracle@50ms` sleeps 50 ms per call.
 `in_process` answers the same way without litellm, for `optimizer suites validate`: the oracle
@@ -111,6 +112,9 @@ def _patcher_reply(metadata: dict) -> str:
         "rationale": "The script has no more proposals.", "edits": []}
     if "raw" in entry:
         return str(entry["raw"])
+    if "rule" in entry:  # the answer to the `rule` patch format
+        return (f"[[ ## rationale ## ]]\n{entry.get('rationale', '')}\n\n[[ ## rule ## ]]\n{entry['rule']}\n\n"
+                f"[[ ## completed ## ]]")
     edits = json.dumps(entry.get("edits", []), ensure_ascii=False)
     return (f"[[ ## rationale ## ]]\n{entry.get('rationale', '')}\n\n[[ ## edits ## ]]\n{edits}\n\n"
             f"[[ ## completed ## ]]")
