@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 from optimizer.errors import OptimizerError
 from optimizer.ledger import current as current_ledger
 from optimizer.ledger import estimate_tokens
+from optimizer.models import mock
 from optimizer.models._context import JUDGE_INPUTS_KEY, JUDGE_KEY
 from optimizer.models.client import ResponseCache
 from optimizer.types import Usage
@@ -145,7 +146,7 @@ def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = N
         if hit is not None:
             return Verdict(hit["outputs"], hit["score"], settings.model, judge.rubric_hash, cached=True,
                            usage=Usage(cache_hits=1))
-    if settings.in_process and settings.model.startswith("mock/"):
+    if mock.served_in_process(settings.model, settings.in_process):
         return _verdict(judge, judge.offline(inputs), settings, Usage())
     from optimizer.models._dspy import dspy_lm, lm_usage
 

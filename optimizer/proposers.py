@@ -27,6 +27,7 @@ from optimizer.errors import ConfigError
 from optimizer.gitops import changed_files, diff_of
 from optimizer.ledger import current as current_ledger
 from optimizer.ledger import estimate_tokens
+from optimizer.models import is_embedded
 from optimizer.models._context import PROPOSAL_KEY, SCRIPT_KEY
 from optimizer.models._dspy import dspy_lm, lm_usage
 from optimizer.patch import Edit, EditError, apply_edits
@@ -140,7 +141,7 @@ def _edits(answer, patch_format: str) -> list[Edit]:
 def patch_format(settings) -> str:
     if settings.patch_format != "auto":
         return settings.patch_format
-    return "rule" if settings.patcher_model.startswith("local/") else "edits"
+    return "rule" if is_embedded(settings.patcher_model) else "edits"
 
 
 def attempt_log(attempt: int, rationale: str, edits: list[Edit], outcome: str) -> str:

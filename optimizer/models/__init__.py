@@ -16,18 +16,23 @@ from optimizer.models.client import (Completion, MalformedResponse, ModelClient,
                                      ToolCallRequest)
 
 __all__ = ["Completion", "MalformedResponse", "ModelClient", "ResponseCache", "RetryPolicy", "ToolCallRequest",
-           "TrialContext", "concurrency_limit", "context_window", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
+           "TrialContext", "concurrency_limit", "context_window", "is_embedded", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
+
+
+def is_embedded(model: str) -> bool:
+    """An embedded (`local/*`) model, run by llama.cpp in this process."""
+    return model.startswith(f"{local.PREFIX}/")
 
 
 def concurrency_limit(model: str) -> int | None:
     """How many calls `model` can serve at once when that is a property of the model (the
     embedded model runs one sequence at a time); None when only the caller's setting limits it."""
-    return 1 if model.startswith(f"{local.PREFIX}/") else None
+    return 1 if is_embedded(model) else None
 
 
 def context_window(model: str) -> int | None:
     """The context length in tokens when this process sets it (the embedded model); else None."""
-    return local.N_CTX if model.startswith(f"{local.PREFIX}/") else None
+    return local.N_CTX if is_embedded(model) else None
 
 
 def validate_model(model: str, *, field: str = "model") -> None:

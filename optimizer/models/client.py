@@ -169,7 +169,7 @@ class ModelClient:
         return completion
 
     def _call_with_retries(self, messages, tools, params) -> Completion:
-        direct = self.in_process and self.model.startswith("mock/")
+        direct = mock.served_in_process(self.model, self.in_process)
         litellm = None if direct else litellm_module()
         last_error: Exception | None = None
         for attempt in range(self.retry.max_attempts):

@@ -87,6 +87,12 @@ def _response(model: str, messages: list[dict], message: dict, finish: str) -> d
                       "total_tokens": prompt_tokens + completion_tokens}}
 
 
+def served_in_process(model: str, in_process: bool) -> bool:
+    """Whether a caller asked to answer models in process (`in_process`) answers `model` here:
+    only `mock/*` models are; any other still goes through litellm."""
+    return in_process and model.startswith("mock/")
+
+
 def in_process(model: str, messages: list[dict], metadata: dict[str, Any]) -> SimpleNamespace:
     """What litellm would return for `mock/<model>`, answered here: the same body, read through
     attributes like a litellm response."""

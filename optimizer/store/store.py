@@ -15,7 +15,7 @@ from optimizer.store import schema
 from optimizer.store.migrations import migrate
 from optimizer.types import GraderResult, Outcome, RunResult, Transcript, Trial
 
-if TYPE_CHECKING:  # the *_frame readers import pandas when called, so opening a store stays cheap
+if TYPE_CHECKING:  # `_frame` imports pandas when called, so opening a store stays cheap
     import pandas as pd
 
 
@@ -296,11 +296,7 @@ class Store:
         query = select(schema.ledger).order_by(schema.ledger.c.id)
         for column, value in where.items():
             query = query.where(schema.ledger.c[column] == value)
-        import pandas as pd
-
-        self.flush()
-        with self.engine.connect() as conn:
-            return pd.read_sql(query, conn)
+        return self._frame(query)
 
     # ------------------------------------------------------------ nightly jobs
     def start_nightly(self, **values: Any) -> None:
@@ -334,20 +330,19 @@ class Store:
         return _decode_run(row) if row else None
 
     def runs_frame(self) -> pd.DataFrame:
-        import pandas as pd
-
-        self.flush()
-        with self.engine.connect() as conn:
-            return pd.read_sql(select(schema.runs).order_by(schema.runs.c.started_at), conn)
+        return self._frame(select(schema.runs).order_by(schema.runs.c.started_at))
 
     def trials_frame(self, run_id: str) -> pd.DataFrame:
+        columns = [c for c in schema.trials.c if c.name not in ("transcript_json", "outcome_json")]
+        return self._frame(select(*columns).where(schema.trials.c.run_id == run_id).order_by(schema.trials.c.id))
+
+    def _frame(self, query) -> pd.DataFrame:
+        """A query's rows as a DataFrame; pandas is imported here, on the first table asked for."""
         import pandas as pd
 
-        columns = [c for c in schema.trials.c if c.name not in ("transcript_json", "outcome_json")]
         self.flush()
         with self.engine.connect() as conn:
-            return pd.read_sql(select(*columns).where(schema.trials.c.run_id == run_id)
-                               .order_by(schema.trials.c.id), conn)
+            return pd.read_sql(query, conn)
 
     def count(self, table: str) -> int:
         self.flush()
