@@ -6,6 +6,9 @@ litellm and loading its tokenizer. Prints the wall time against the ideal (model
 (`cpu_ms_per_trial`; with one interpreter lock, trials x that is a floor on the wall time) and
 the part of it that is litellm's own per-call work (`litellm_ms_per_call`). Runs the real path: suite loading, the runner's thread pool, per-trial
 workspaces, the Card Agent's tool loop, litellm, graders, the store and the response cache.
+`without_litellm_*` repeats the timed run with the mock answered in process, as `suites validate`
+does (same latency, same everything else), which separates litellm's share of the overhead from
+the harness's own.
 
     python benchmarks/harness_overhead.py [--trials 1000] [--concurrency 32] [--latency-ms 50]
 """
@@ -24,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from optimizer.config import Settings  # noqa: E402
 from optimizer.evaluate import execute, prepare  # noqa: E402
+from optimizer.runner import Runner  # noqa: E402
 from optimizer.store import Store, default_url  # noqa: E402
 from tests.helpers import event_task, write_suite  # noqa: E402
 
@@ -72,6 +76,10 @@ def main() -> None:
         started = time.perf_counter()
         run, summary = execute(plan, store)
         wall = time.perf_counter() - started
+        direct = Runner(settings, Store(default_url(scratch / "direct")), project_root=ROOT, in_process=True)
+        started = time.perf_counter()
+        direct.run(plan.suites, plan.trials)
+        wall_direct = time.perf_counter() - started
         cpu_ms_per_trial = sequential_ms_per_trial(suite, scratch)
         litellm_ms = litellm_ms_per_call(plan)
     calls = summary["totals"]["model_calls"]
@@ -80,6 +88,8 @@ def main() -> None:
               "concurrency": args.concurrency, "latency_ms": args.latency_ms, "wall_s": round(wall, 3),
               "ideal_s": round(ideal, 3), "ratio": round(wall / ideal, 3) if ideal else None,
               "target_ratio": 1.15,
+              "without_litellm_wall_s": round(wall_direct, 3),
+              "without_litellm_ratio": round(wall_direct / ideal, 3) if ideal else None,
               "cpu_ms_per_trial": round(cpu_ms_per_trial, 2),
               "cpu_floor_s": round(cpu_ms_per_trial * len(run.trials) / 1000, 3),
               "litellm_ms_per_call": round(litellm_ms, 2)}

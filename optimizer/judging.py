@@ -28,6 +28,7 @@ from optimizer.ledger import estimate_tokens
 from optimizer.models import mock
 from optimizer.models._context import JUDGE_INPUTS_KEY, JUDGE_KEY
 from optimizer.models.client import ResponseCache
+from optimizer.turns import waiting
 from optimizer.types import Usage
 
 PASS_THRESHOLD = 0.6
@@ -159,7 +160,7 @@ def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = N
     reservation = ledger.reserve("judge", settings.model, estimate_tokens(judge.rubric_text, inputs),
                                  judge.max_tokens) if ledger else None
     try:
-        with dspy.context(lm=lm):
+        with dspy.context(lm=lm), waiting():
             prediction = predictor(**inputs)
     except Exception as exc:  # a reply no adapter can parse, or a model fault after retries
         raise JudgeError(f"judge {judge.name} on {settings.model} gave no usable answer: "

@@ -15,10 +15,11 @@ import tempfile
 import threading
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from queue import Empty, SimpleQueue
 from typing import Callable
 
 from optimizer.agent_run import AgentContext
@@ -32,10 +33,13 @@ from optimizer.registry import AgentEntry, get_agent, get_grader, judges_of
 from optimizer.scoring import trial_verdict
 from optimizer.store import Store
 from optimizer.suites import fixture_paths, task_fingerprint
+from optimizer.turns import trial_turn
 from optimizer.types import GraderResult, Outcome, RunResult, Suite, Task, Transcript, Trial
 
 GRACE_S = 5.0
 """How long past its deadline a stuck trial may run before the runner stops waiting for it."""
+STUCK_CHECK_S = 1.0
+"""How often the runner looks for stuck trials."""
 
 
 @dataclass(frozen=True)
@@ -147,31 +151,41 @@ class Runner:
         def execute(number: int, item: PlannedTrial) -> Trial:
             with lock:
                 started[number] = time.monotonic()
-            return self._execute(run.run_id, item, prompts[item.suite.name])
+            with trial_turn():
+                return self._execute(run.run_id, item, prompts[item.suite.name])
 
         workers = self.workers(planned)
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trial")
         queue = iter(enumerate(planned))
         futures: dict[Future, tuple[int, PlannedTrial]] = {}
+        done: SimpleQueue[Future] = SimpleQueue()  # futures land here as they finish
 
         def submit_next() -> None:
             for number, item in queue:
-                futures[pool.submit(execute, number, item)] = (number, item)
+                future = pool.submit(execute, number, item)
+                futures[future] = (number, item)
+                future.add_done_callback(done.put)
                 return
+
+        def stuck(now: float) -> list[tuple[Future, Trial]]:
+            """Trials past their timeout and grace: recorded as errored, no longer waited for."""
+            return [(future, _errored(item, "TrialTimeout: the trial did not stop after its timeout_seconds",
+                                      now - started[number]))
+                    for future, (number, item) in futures.items()
+                    if not future.done() and number in started
+                    and now - started[number] > item.task.timeout_seconds + GRACE_S]
 
         try:
             for _ in range(workers):
                 submit_next()
+            checked = time.monotonic()
             while futures:
-                done, _ = wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
-                finished = [(future, future.result()) for future in done]
+                finished = [(future, future.result()) for future in _drain(done, timeout=STUCK_CHECK_S)
+                            if future in futures]  # a trial given up as stuck may still finish later
                 now = time.monotonic()
-                for future, (number, item) in futures.items():
-                    begun = started.get(number)
-                    if future not in done and begun is not None and \
-                            now - begun > item.task.timeout_seconds + GRACE_S:
-                        finished.append((future, _errored(item, "TrialTimeout: the trial did not stop "
-                                                                "after its timeout_seconds", now - begun)))
+                if now - checked >= STUCK_CHECK_S:
+                    finished += stuck(now)
+                    checked = now
                 for future, trial in finished:
                     del futures[future]
                     submit_next()
@@ -244,6 +258,19 @@ class Runner:
             return GraderResult(grader=spec.name, errored=True, rationale=f"grader crashed: {detail}")
         result.details.setdefault("grader_version", entry.version)
         return result
+
+
+def _drain(done: SimpleQueue, timeout: float) -> list[Future]:
+    """The futures finished so far, waiting up to `timeout` for the first."""
+    try:
+        finished = [done.get(timeout=timeout)]
+    except Empty:
+        return []
+    while True:
+        try:
+            finished.append(done.get_nowait())
+        except Empty:
+            return finished
 
 
 def _errored(item: PlannedTrial, error: str, duration: float, client: ModelClient | None = None,

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 from pydantic import ValidationError
 
-from agents.card.agent import card_state
+from agents.card.agent import CardFile, card_state
 from agents.card.tool import CardSaver
 from graders.card import (MustContainConfig, TagsConfig, TemplateChoiceConfig, card_completion, card_must_contain,
                           card_tags, card_template_choice)
@@ -22,7 +22,7 @@ def saved_trial(tmp_path, **arguments) -> Trial:
     call = {"fact_id": FACT_ID, "title": "Standup", "ui_configs": [{"template_id": "event", "data": {}}], **arguments}
     saver.save(call)
     return Trial(suite="s", task_id="t", bucket="b", split="train", index=0, status="failed",
-                 outcome=Outcome(environment_state=card_state(tmp_path, FACT_ID, saver.errors)))
+                 outcome=Outcome(environment_state=card_state(CardFile(tmp_path, FACT_ID), saver.errors)))
 
 
 def test_completion_is_full_for_a_saved_card(tmp_path):

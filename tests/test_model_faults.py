@@ -125,3 +125,37 @@ def test_a_trial_past_its_timeout_is_errored_and_the_run_goes_on(tmp_path):
     status = {t.task_id: t.status for t in run.trials}
     assert status == {"slow": "errored", "fast": "passed"}
     assert "timeout_seconds=1" in next(t.error for t in run.trials if t.task_id == "slow")
+
+
+def test_a_trial_that_hangs_holding_its_turn_is_given_up_and_the_others_finish(tmp_path, monkeypatch):
+    """An agent that blocks without marking the wait keeps its turn; the other trials run without
+    the turn, and the runner records the hung trial as errored after its timeout and grace."""
+    from optimizer import runner, turns
+    from optimizer.agent_run import AgentRun
+    from optimizer.registry import agent
+    from optimizer.types import Outcome, Transcript
+
+    monkeypatch.setattr(runner, "GRACE_S", 0.2)
+    monkeypatch.setattr(runner, "STUCK_CHECK_S", 0.1)
+    monkeypatch.setattr(turns, "TURN_WAIT_S", 0.05)
+    release = threading.Event()
+
+    @agent("test_hanging_agent", prompt_file="agents/prompts/card_agent.md")
+    def hanging(context):
+        if context.task.id == "hangs":
+            release.wait(60)
+        return AgentRun(transcript=Transcript(), outcome=Outcome(environment_state={}))
+
+    tasks = [event_task("hangs", timeout_seconds=1, graders=[{"name": "card_completion"}]),
+             *(event_task(f"quick_{n}", graders=[{"name": "card_completion"}]) for n in range(3))]
+    suite = write_suite(tmp_path / "suite", tasks, agent_name="test_hanging_agent")
+    settings = load_settings(PROJECT_ROOT, {"agent_model": "mock/oracle", "concurrency": 2, "cache": False})
+    try:
+        run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    finally:
+        release.set()
+    by_task = {trial.task_id: trial for trial in run.trials}
+    assert len(by_task) == 4
+    assert by_task["hangs"].status == "errored"
+    assert "did not stop after its timeout_seconds" in by_task["hangs"].error
+    assert all(by_task[f"quick_{n}"].status != "errored" for n in range(3))

@@ -200,7 +200,7 @@ def test_kill_9_at_ten_points_then_resume_ends_as_an_uninterrupted_night(repo, t
         while process.poll() is None and trials_recorded() <= seen and waited < 30:
             time.sleep(0.05)
             waited += 0.05
-        time.sleep(rng.uniform(0.0, 1.0))  # within a second of a new trial: the night must outlast ten kills
+        time.sleep(rng.uniform(0.0, 0.5))  # within half a second of a new trial: the night must outlast ten kills
         if process.poll() is not None:  # the night finished before this kill: nothing left to interrupt
             break
         process.kill()  # SIGKILL

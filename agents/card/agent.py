@@ -49,29 +49,40 @@ def run(context: AgentContext) -> AgentRun:
     ensure_fact_file(context.workspace, task)
     fact_id = task.input.resolved_fact_id()
     saver = CardSaver(context.workspace, fact_id, task.input.resolved_published_at())
+    card = CardFile(context.workspace, fact_id)
     loop = ToolLoop(context, [saver.tool()], LIMITS,
-                    completion_check=lambda: missing_parts(context.workspace, fact_id),
+                    completion_check=lambda: missing_parts(card),
                     reminder=lambda missing: _template("card_agent.reminder.md").format(
                         problems="\n".join(f"- {item}" for item in missing)).strip(),
                     tool_choice="required")
     messages = [{"role": "system", "content": context.system_prompt},
                 {"role": "user", "content": user_message(task)}]
     transcript = loop.run(messages)
-    return AgentRun(transcript=transcript, outcome=Outcome(environment_state=card_state(
-        context.workspace, fact_id, saver.errors)))
+    return AgentRun(transcript=transcript, outcome=Outcome(environment_state=card_state(card, saver.errors)))
 
 
-def read_card(workspace: Path, fact_id: str) -> tuple[str, dict[str, Any]]:
-    """The saved card as raw YAML and parsed ('' and {} when there is none)."""
-    path = workspace / card_path(fact_id)
-    raw = path.read_text(encoding="utf-8") if path.exists() else ""
-    return raw, load_card(raw)
+class CardFile:
+    """The trial's card file, read from the workspace each time and parsed again only when its
+    text changed (the completion check and the final state usually see the same card)."""
+
+    def __init__(self, workspace: Path, fact_id: str):
+        self.fact_id = fact_id
+        self.path = workspace / card_path(fact_id)
+        self._raw: str | None = None
+        self._card: dict[str, Any] = {}
+
+    def read(self) -> tuple[str, dict[str, Any]]:
+        """The saved card as raw YAML and parsed ('' and {} when there is none)."""
+        raw = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
+        if raw != self._raw:
+            self._raw, self._card = raw, load_card(raw)
+        return raw, self._card
 
 
-def missing_parts(workspace: Path, fact_id: str) -> list[str]:
+def missing_parts(card: CardFile) -> list[str]:
     """What the completion check still wants: the card file, completed, titled, with a ui_config."""
-    raw, card = read_card(workspace, fact_id)
-    return _missing(raw, card, fact_id)
+    raw, parsed = card.read()
+    return _missing(raw, parsed, card.fact_id)
 
 
 def _missing(raw: str, card: dict[str, Any], fact_id: str) -> list[str]:
@@ -89,8 +100,9 @@ def _missing(raw: str, card: dict[str, Any], fact_id: str) -> list[str]:
     return missing
 
 
-def card_state(workspace: Path, fact_id: str, save_errors: list[list[str]]) -> dict[str, Any]:
-    raw, card = read_card(workspace, fact_id)
+def card_state(card_file: CardFile, save_errors: list[list[str]]) -> dict[str, Any]:
+    raw, card = card_file.read()
+    fact_id = card_file.fact_id
     return {
         "saved": bool(raw),
         "card_path": card_path(fact_id).as_posix() if raw else None,

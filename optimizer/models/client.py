@@ -16,6 +16,7 @@ from optimizer.ledger import estimate_tokens
 from optimizer.models._context import METADATA_KEY
 from optimizer.models import mock
 from optimizer.models._litellm import litellm_module
+from optimizer.turns import waiting
 from optimizer.types import Usage
 
 RETRYABLE_STATUS = {408, 409, 425, 429}
@@ -154,7 +155,8 @@ class ModelClient:
         reservation = ledger.reserve(self.role, self.model, estimate_tokens(messages, tools),
                                      max_tokens) if ledger else None
         try:
-            completion = self._call_with_retries(messages, tools, params)
+            with waiting():
+                completion = self._call_with_retries(messages, tools, params)
         except BaseException:
             if ledger:
                 ledger.release(reservation)

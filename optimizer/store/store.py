@@ -28,13 +28,19 @@ def open_store(settings, project_root: Path) -> "Store":
     return Store(settings.database_url or default_url(project_root / settings.state_dir))
 
 
+GATHER_S = 0.05
+"""How long the writer gathers records after the first before it commits them together (unless
+someone is waiting for them in `flush`)."""
+
+
 class Store:
     """One database, opened once per process.
 
     Trial records and cache entries are written by one background writer that commits whatever
-    has queued up in a single transaction (SQLite has one writer; a transaction per row costs
-    more than the row). A record reaches the database milliseconds after it is queued; `flush()`
-    waits for that, and every run-level write flushes first, so a finished run is all on disk.
+    has queued up within `GATHER_S` in a single transaction, a statement per table (SQLite has
+    one writer; a transaction, or a statement, per row costs more than the row). A record reaches
+    the database at most `GATHER_S` after it is queued; `flush()` cuts that short and waits for
+    it, and every run-level write flushes first, so a finished run is all on disk.
     """
 
     def __init__(self, url: str):
@@ -52,6 +58,7 @@ class Store:
         self._pending_cache: dict[str, dict[str, Any]] = {}
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
+        self._flushing = threading.Event()
         self._cache_keys: set[str] | None = None
 
     def close(self) -> None:
@@ -69,6 +76,7 @@ class Store:
     def flush(self) -> None:
         """Block until everything queued is committed; re-raise a failure of the writer."""
         if self._writer is not None:
+            self._flushing.set()  # the writer stops gathering and commits now
             self._queue.join()
         if self._writer_error is not None:
             error, self._writer_error = self._writer_error, None
@@ -77,6 +85,9 @@ class Store:
     def _write_loop(self) -> None:
         while True:
             batch = [self._queue.get()]
+            if not self._flushing.is_set():
+                self._flushing.wait(GATHER_S)
+            self._flushing.clear()
             while len(batch) < 500:
                 try:
                     batch.append(self._queue.get_nowait())
@@ -84,11 +95,7 @@ class Store:
                     break
             try:
                 with self.engine.begin() as conn:
-                    for kind, payload in batch:
-                        if kind == "ledger":
-                            conn.execute(_INSERT_LEDGER, payload[0])
-                        else:
-                            (self._write_trial if kind == "trial" else self._write_cache)(conn, *payload)
+                    self._write_batch(conn, batch)
             except BaseException as exc:  # surfaced by flush()
                 self._writer_error = exc
             finally:
@@ -117,22 +124,27 @@ class Store:
         self._enqueue("trial", (run_id, trial))
 
     @staticmethod
-    def _write_trial(conn, run_id: str, trial: Trial) -> None:
-        usage = trial.transcript.usage
-        trial_id = conn.execute(_INSERT_TRIAL, dict(
-            run_id=run_id, suite=trial.suite, task_id=trial.task_id, bucket=trial.bucket,
-            split=trial.split, trial_index=trial.index, status=trial.status, score=trial.score,
-            error=trial.error, duration_s=trial.duration_s, prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd,
-            model_calls=usage.calls, cache_hits=usage.cache_hits,
-            transcript_json=trial.transcript.model_dump_json(),
-            outcome_json=trial.outcome.model_dump_json())).inserted_primary_key[0]
-        if trial.grader_results:
-            conn.execute(_INSERT_GRADES, [
-                {"trial_id": trial_id, "grader": result.grader, "score": result.score,
-                 "passed": result.passed, "errored": result.errored, "rationale": result.rationale,
-                 "details_json": json.dumps(result.details, default=str)}
-                for result in trial.grader_results])
+    def _write_batch(conn, batch: list[tuple[str, Any]]) -> None:
+        """One statement per table for the whole batch (executemany): a statement per row costs
+        SQLAlchemy more than SQLite takes to store the row."""
+        trials = [payload for kind, payload in batch if kind == "trial"]
+        ledger = [payload[0] for kind, payload in batch if kind == "ledger"]
+        cache: dict[str, tuple] = {}
+        for kind, payload in batch:
+            if kind == "cache":
+                cache.setdefault(payload[0], payload)  # the first answer stored under a key stays
+        if trials:
+            _write_trials(conn, trials)
+        if ledger:
+            conn.execute(_INSERT_LEDGER, ledger)
+        if cache:
+            stored = set(conn.execute(_CACHE_STORED, {"keys": list(cache)}).scalars())
+            now = datetime.now(timezone.utc)
+            rows = [{"key": key, "model": model, "created_at": now,
+                     "value_json": json.dumps(value, ensure_ascii=False)}
+                    for key, model, value in cache.values() if key not in stored]
+            if rows:
+                conn.execute(_INSERT_CACHE, rows)
 
     def has_run(self, run_id: str) -> bool:
         self.flush()
@@ -370,20 +382,42 @@ class Store:
             self._cache_keys.add(key)
         self._enqueue("cache", (key, model, value))
 
-    @staticmethod
-    def _write_cache(conn, key: str, model: str, value: dict[str, Any]) -> None:
-        if conn.execute(_CACHE_HAS, {"key": key}).first() is None:
-            conn.execute(_INSERT_CACHE, {"key": key, "model": model, "value_json": json.dumps(value, ensure_ascii=False),
-                                         "created_at": datetime.now(timezone.utc)})
-
-
 # The writer's statements, built once: a statement per row (`insert(...).values(...)`) costs more
 # to construct than SQLite takes to run it.
 _INSERT_TRIAL = insert(schema.trials)
+_INSERT_TRIAL_IDS = _INSERT_TRIAL.returning(schema.trials.c.id, sort_by_parameter_order=True)
 _INSERT_GRADES = insert(schema.grader_results)
 _INSERT_CACHE = insert(schema.response_cache)
 _INSERT_LEDGER = insert(schema.ledger)
-_CACHE_HAS = select(schema.response_cache.c.key).where(schema.response_cache.c.key == bindparam("key"))
+_CACHE_STORED = select(schema.response_cache.c.key).where(
+    schema.response_cache.c.key.in_(bindparam("keys", expanding=True)))
+
+
+def _trial_row(run_id: str, trial: Trial) -> dict[str, Any]:
+    usage = trial.transcript.usage
+    return dict(run_id=run_id, suite=trial.suite, task_id=trial.task_id, bucket=trial.bucket,
+                split=trial.split, trial_index=trial.index, status=trial.status, score=trial.score,
+                error=trial.error, duration_s=trial.duration_s, prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd,
+                model_calls=usage.calls, cache_hits=usage.cache_hits,
+                transcript_json=trial.transcript.model_dump_json(),
+                outcome_json=trial.outcome.model_dump_json())
+
+
+def _write_trials(conn, trials: list[tuple[str, Trial]]) -> None:
+    """The trials and their grader results; the trial rows' ids come back in the order given
+    (one row at a time on a database that cannot return them from a multi-row insert)."""
+    rows = [_trial_row(run_id, trial) for run_id, trial in trials]
+    if conn.dialect.insert_executemany_returning_sort_by_parameter_order:
+        ids = conn.execute(_INSERT_TRIAL_IDS, rows).scalars().all()
+    else:
+        ids = [conn.execute(_INSERT_TRIAL, row).inserted_primary_key[0] for row in rows]
+    grades = [{"trial_id": trial_id, "grader": result.grader, "score": result.score, "passed": result.passed,
+               "errored": result.errored, "rationale": result.rationale,
+               "details_json": json.dumps(result.details, default=str)}
+              for trial_id, (_, trial) in zip(ids, trials) for result in trial.grader_results]
+    if grades:
+        conn.execute(_INSERT_GRADES, grades)
 
 
 def _encode(values: dict[str, Any]) -> dict[str, Any]:
