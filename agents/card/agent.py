@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ def ensure_fact_file(workspace: Path, task: Task) -> None:
     path = workspace / "Facts" / year / month / f"{day}.md"
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    os.makedirs(path.parent, exist_ok=True)
     stamp = task.input.resolved_published_at().strftime("%H:%M")
     path.write_text(f"## ts_{ts} {stamp}\n{task.input.content}\n", encoding="utf-8")
 

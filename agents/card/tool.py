@@ -6,6 +6,7 @@ Invalid arguments come back as a tool error the model can correct; nothing is si
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -92,7 +93,7 @@ class CardSaver:
         }
         relative = card_path(self.fact_id)
         target = self.workspace / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(target.parent, exist_ok=True)
         target.write_text(dump_card(card), encoding="utf-8")
         self.saved_path = relative
         return ToolOutput(f"Saved the card to {relative.as_posix()}.")
