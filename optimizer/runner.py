@@ -145,56 +145,16 @@ class Runner:
         self.judge = replace(self.judge, run_id=run.run_id)
         if not (run_id and self.store.has_run(run_id)):
             self.store.start_run(run, kind)
-        started: dict[int, float] = {}
-        lock = threading.Lock()
-
-        def execute(number: int, item: PlannedTrial) -> Trial:
-            with lock:
-                started[number] = time.monotonic()
-            with trial_turn():
-                return self._execute(run.run_id, item, prompts[item.suite.name])
-
-        workers = self.workers(planned)
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trial")
-        queue = iter(enumerate(planned))
-        futures: dict[Future, tuple[int, PlannedTrial]] = {}
-        done: SimpleQueue[Future] = SimpleQueue()  # futures land here as they finish
-
-        def submit_next() -> None:
-            for number, item in queue:
-                future = pool.submit(execute, number, item)
-                futures[future] = (number, item)
-                future.add_done_callback(done.put)
-                return
-
-        def stuck(now: float) -> list[tuple[Future, Trial]]:
-            """Trials past their timeout and grace: recorded as errored, no longer waited for."""
-            return [(future, _errored(item, "TrialTimeout: the trial did not stop after its timeout_seconds",
-                                      now - started[number]))
-                    for future, (number, item) in futures.items()
-                    if not future.done() and number in started
-                    and now - started[number] > item.task.timeout_seconds + GRACE_S]
+        def record(trial: Trial) -> None:
+            self.store.record_trial(run.run_id, trial)
+            run.trials.append(trial)
+            if self.on_trial:
+                self.on_trial(trial)
 
         try:
-            for _ in range(workers):
-                submit_next()
-            checked = time.monotonic()
-            while futures:
-                finished = [(future, future.result()) for future in _drain(done, timeout=STUCK_CHECK_S)
-                            if future in futures]  # a trial given up as stuck may still finish later
-                now = time.monotonic()
-                if now - checked >= STUCK_CHECK_S:
-                    finished += stuck(now)
-                    checked = now
-                for future, trial in finished:
-                    del futures[future]
-                    submit_next()
-                    self.store.record_trial(run.run_id, trial)
-                    run.trials.append(trial)
-                    if self.on_trial:
-                        self.on_trial(trial)
+            run_pooled(planned, self.workers(planned),
+                       lambda item: self._execute(run.run_id, item, prompts[item.suite.name]), record)
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
             self.store.flush()
         run.finished_at = datetime.now(timezone.utc)
         return run
@@ -258,6 +218,57 @@ class Runner:
             return GraderResult(grader=spec.name, errored=True, rationale=f"grader crashed: {detail}")
         result.details.setdefault("grader_version", entry.version)
         return result
+
+
+def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[PlannedTrial], Trial],
+               record: Callable[[Trial], None]) -> None:
+    """Run every planned trial on `workers` threads, taking turns (`optimizer.turns`), and pass
+    each finished trial to `record` in the calling thread as it finishes. A trial still running
+    `GRACE_S` past its timeout is recorded as errored and no longer waited for."""
+    started: dict[int, float] = {}
+    lock = threading.Lock()
+    queue = iter(enumerate(planned))
+    futures: dict[Future, tuple[int, PlannedTrial]] = {}
+    done: SimpleQueue[Future] = SimpleQueue()  # futures land here as they finish
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trial")
+
+    def run_one(number: int, item: PlannedTrial) -> Trial:
+        with lock:
+            started[number] = time.monotonic()
+        with trial_turn():
+            return execute(item)
+
+    def submit_next() -> None:
+        for number, item in queue:
+            future = pool.submit(run_one, number, item)
+            futures[future] = (number, item)
+            future.add_done_callback(done.put)
+            return
+
+    def stuck(now: float) -> list[tuple[Future, Trial]]:
+        return [(future, _errored(item, "TrialTimeout: the trial did not stop after its timeout_seconds",
+                                  now - started[number]))
+                for future, (number, item) in futures.items()
+                if not future.done() and number in started
+                and now - started[number] > item.task.timeout_seconds + GRACE_S]
+
+    try:
+        for _ in range(workers):
+            submit_next()
+        checked = time.monotonic()
+        while futures:
+            finished = [(future, future.result()) for future in _drain(done, timeout=STUCK_CHECK_S)
+                        if future in futures]  # a trial given up as stuck may still finish later
+            now = time.monotonic()
+            if now - checked >= STUCK_CHECK_S:
+                finished += stuck(now)
+                checked = now
+            for future, trial in finished:
+                del futures[future]
+                submit_next()
+                record(trial)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _drain(done: SimpleQueue, timeout: float) -> list[Future]:

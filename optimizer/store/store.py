@@ -9,10 +9,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, update
+from sqlalchemy import Engine, create_engine, event, func, insert, select, update
 
 from optimizer.store import schema
 from optimizer.store.migrations import migrate
+from optimizer.store._writes import write_batch
 from optimizer.types import GraderResult, Outcome, RunResult, Transcript, Trial
 
 if TYPE_CHECKING:  # `_frame` imports pandas when called, so opening a store stays cheap
@@ -95,7 +96,7 @@ class Store:
                     break
             try:
                 with self.engine.begin() as conn:
-                    self._write_batch(conn, batch)
+                    write_batch(conn, batch)
             except BaseException as exc:  # surfaced by flush()
                 self._writer_error = exc
             finally:
@@ -122,29 +123,6 @@ class Store:
 
     def record_trial(self, run_id: str, trial: Trial) -> None:
         self._enqueue("trial", (run_id, trial))
-
-    @staticmethod
-    def _write_batch(conn, batch: list[tuple[str, Any]]) -> None:
-        """One statement per table for the whole batch (executemany): a statement per row costs
-        SQLAlchemy more than SQLite takes to store the row."""
-        trials = [payload for kind, payload in batch if kind == "trial"]
-        ledger = [payload[0] for kind, payload in batch if kind == "ledger"]
-        cache: dict[str, tuple] = {}
-        for kind, payload in batch:
-            if kind == "cache":
-                cache.setdefault(payload[0], payload)  # the first answer stored under a key stays
-        if trials:
-            _write_trials(conn, trials)
-        if ledger:
-            conn.execute(_INSERT_LEDGER, ledger)
-        if cache:
-            stored = set(conn.execute(_CACHE_STORED, {"keys": list(cache)}).scalars())
-            now = datetime.now(timezone.utc)
-            rows = [{"key": key, "model": model, "created_at": now,
-                     "value_json": json.dumps(value, ensure_ascii=False)}
-                    for key, model, value in cache.values() if key not in stored]
-            if rows:
-                conn.execute(_INSERT_CACHE, rows)
 
     def has_run(self, run_id: str) -> bool:
         self.flush()
@@ -381,44 +359,6 @@ class Store:
         if self._cache_keys is not None:
             self._cache_keys.add(key)
         self._enqueue("cache", (key, model, value))
-
-# The writer's statements, built once: a statement per row (`insert(...).values(...)`) costs more
-# to construct than SQLite takes to run it.
-_INSERT_TRIAL = insert(schema.trials)
-_INSERT_TRIAL_IDS = _INSERT_TRIAL.returning(schema.trials.c.id, sort_by_parameter_order=True)
-_INSERT_GRADES = insert(schema.grader_results)
-_INSERT_CACHE = insert(schema.response_cache)
-_INSERT_LEDGER = insert(schema.ledger)
-_CACHE_STORED = select(schema.response_cache.c.key).where(
-    schema.response_cache.c.key.in_(bindparam("keys", expanding=True)))
-
-
-def _trial_row(run_id: str, trial: Trial) -> dict[str, Any]:
-    usage = trial.transcript.usage
-    return dict(run_id=run_id, suite=trial.suite, task_id=trial.task_id, bucket=trial.bucket,
-                split=trial.split, trial_index=trial.index, status=trial.status, score=trial.score,
-                error=trial.error, duration_s=trial.duration_s, prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens, cost_usd=usage.cost_usd,
-                model_calls=usage.calls, cache_hits=usage.cache_hits,
-                transcript_json=trial.transcript.model_dump_json(),
-                outcome_json=trial.outcome.model_dump_json())
-
-
-def _write_trials(conn, trials: list[tuple[str, Trial]]) -> None:
-    """The trials and their grader results; the trial rows' ids come back in the order given
-    (one row at a time on a database that cannot return them from a multi-row insert)."""
-    rows = [_trial_row(run_id, trial) for run_id, trial in trials]
-    if conn.dialect.insert_executemany_returning_sort_by_parameter_order:
-        ids = conn.execute(_INSERT_TRIAL_IDS, rows).scalars().all()
-    else:
-        ids = [conn.execute(_INSERT_TRIAL, row).inserted_primary_key[0] for row in rows]
-    grades = [{"trial_id": trial_id, "grader": result.grader, "score": result.score, "passed": result.passed,
-               "errored": result.errored, "rationale": result.rationale,
-               "details_json": json.dumps(result.details, default=str)}
-              for trial_id, (_, trial) in zip(ids, trials) for result in trial.grader_results]
-    if grades:
-        conn.execute(_INSERT_GRADES, grades)
-
 
 def _encode(values: dict[str, Any]) -> dict[str, Any]:
     """`foo_json` columns take any JSON-ready value."""
