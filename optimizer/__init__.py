@@ -1,7 +1,8 @@
 """Closed-loop prompt optimizer.
 
 The public API that agents and graders are written against: the data types, the model client,
-the `@agent` / `@grader` decorators and the simulated-agent rules. Everything else in the
+the `@agent` / `@grader` decorators, the simulated-agent rules and `waiting()` (wrap a blocking
+wait other than a model call in it, so other trials run meanwhile). Everything else in the
 package is the harness.
 
 The names are imported on first use (PEP 562), so `optimizer --help` and the commands that call
@@ -19,6 +20,7 @@ _EXPORTS = {
     "optimizer.models": ("Completion", "ModelClient", "ToolCallRequest"),
     "optimizer.registry": ("agent", "grader"),
     "optimizer.sim": ("Rule", "SimProfile"),
+    "optimizer.turns": ("waiting",),
     "optimizer.types": ("GraderResult", "GraderSpec", "Outcome", "RunResult", "Suite", "SuiteSpec", "Task",
                         "TaskInput", "ToolCall", "ToolCallSpec", "Transcript", "Trial", "Usage"),
 }

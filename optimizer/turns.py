@@ -13,7 +13,8 @@ The turn is an optimisation, never a dependency: a thread that cannot get the tu
 with `waiting()`) runs without it, as it would without this module.
 
 Plugin agents and graders that block on something other than a model call (a subprocess, a
-service over HTTP) should wrap that wait in `waiting()` so other trials run meanwhile.
+service over HTTP) should wrap that wait in `waiting()`, exported as `optimizer.waiting`, so
+other trials run meanwhile.
 """
 
 from __future__ import annotations
