@@ -28,7 +28,7 @@ from optimizer.files import write_json, write_text
 from optimizer.gate import Decision, GateConfig, borderline, decide, per_look
 from optimizer.ledger import current as current_ledger
 from optimizer.models import context_window, validate_model
-from optimizer.patch import LintIndex, check_patch
+from optimizer.patch import LintIndex, check_patch, check_prompt_text
 from optimizer.proposers import Proposal, ProposalRequest, make_proposer
 from optimizer.registry import get_agent
 from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
@@ -375,9 +375,14 @@ class _Iteration:
     def _proposal(self, proposer, record: ProposalRecord, workdir: Path, selection: Selection, prompt: str,
                   prompt_path: str, lint_index: LintIndex) -> None:
         result = self.result
+        def check(patched: str) -> str | None:
+            found = check_prompt_text(prompt_file=prompt_path, base_prompt=prompt, patched=patched,
+                                      max_changed_lines=self.settings.max_changed_lines, index=lint_index)
+            return None if found.passed else f"{found.rule}: {found.reason}"
+
         proposal: Proposal = proposer.propose(ProposalRequest(
             request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,
-            prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal))
+            prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal, check=check))
         record.rationale, record.diff, record.usage = proposal.rationale, proposal.diff, proposal.usage
         if proposal.log:
             write_text(result.run_dir / f"proposal-{record.ordinal}.log", proposal.log)

@@ -158,6 +158,15 @@ def lint(base_prompt: str, added_text: str, index: LintIndex) -> PatchCheck:
     return PatchCheck(True, "hard_coding", "no task ids, expected paths, graded strings or eval input copied")
 
 
+def check_prompt_text(*, prompt_file: str, base_prompt: str, patched: str, max_changed_lines: int,
+                      index: LintIndex) -> PatchCheck:
+    """`check_patch` on a prompt file's new text, before anything is written or committed."""
+    diff = "".join(difflib.unified_diff(base_prompt.splitlines(keepends=True), patched.splitlines(keepends=True),
+                                        f"a/{prompt_file}", f"b/{prompt_file}"))
+    return check_patch(changed_files=[prompt_file], allowed_file=prompt_file, base_prompt=base_prompt, diff=diff,
+                       max_changed_lines=max_changed_lines, index=index)
+
+
 def check_patch(*, changed_files: list[str], allowed_file: str, base_prompt: str, diff: str,
                 max_changed_lines: int, index: LintIndex) -> PatchCheck:
     """All pre-rollout checks; the first failure is returned."""

@@ -1,7 +1,8 @@
 """Proposers: where a prompt patch comes from. One interface, three kinds.
 
 * `llm` (default): a dspy module on the patcher model returns a rationale and exact
-  search/replace edits; edits that do not apply are sent back once with the error. With
+  search/replace edits; edits that do not apply, or a patch the loop's pre-rollout checks would
+  reject (`ProposalRequest.check`), are sent back once with the reason. With
   `patch_format = "rule"` (the default for the embedded models) it returns one new rule instead,
   appended to the prompt.
 * `command`: a coding-agent CLI the user already has, configured as a command line with
@@ -21,7 +22,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from optimizer.errors import ConfigError
 from optimizer.gitops import changed_files, diff_of
@@ -35,6 +36,9 @@ from optimizer.types import Usage
 
 FEEDBACK = Path(__file__).parent / "templates" / "patcher_feedback.md"
 """What the patcher is told when its edits do not apply (once, before the proposal is given up)."""
+CHECK_FEEDBACK = Path(__file__).parent / "templates" / "patcher_check_feedback.md"
+"""What the patcher is told when its patch applies but would be rejected before any rollout."""
+ATTEMPTS = 2
 MAX_ANSWER_TOKENS = {"edits": 2000, "rule": 600}
 """A rationale and edits within the 40-line budget (or a rationale and one rule) fit in well under
 this; the cap stops a small model that repeats itself from generating for minutes."""
@@ -48,6 +52,9 @@ class ProposalRequest:
     """Relative to the worktree root."""
     workdir: Path
     ordinal: int
+    check: Callable[[str], str | None] | None = None
+    """The loop's pre-rollout checks on a patched prompt (None when it passes, else why not); a
+    proposer that can try again feeds the reason back before giving its last answer."""
 
 
 @dataclass
@@ -95,7 +102,7 @@ class LLMProposer:
         proposal = Proposal()
         feedback = ""
         ledger = current_ledger()
-        for attempt in range(2):
+        for attempt in range(ATTEMPTS):
             reservation = ledger.reserve("patcher", self.model, estimate_tokens(request.request, feedback),
                                          max_tokens) if ledger else None
             try:
@@ -122,6 +129,11 @@ class LLMProposer:
                 proposal.error = str(exc)
                 proposal.log += attempt_log(attempt, proposal.rationale, edits, proposal.error)
                 continue
+            problem = _problem(patched, edits, self.patch_format, request.check)
+            if problem and attempt + 1 < ATTEMPTS:  # the last answer is kept for the loop to judge
+                feedback = CHECK_FEEDBACK.read_text(encoding="utf-8").format(error=problem)
+                proposal.log += attempt_log(attempt, proposal.rationale, edits, f"sent back: {problem}")
+                continue
             proposal.error = None
             proposal.log += attempt_log(attempt, proposal.rationale, edits, "applied")
             target.write_text(patched, encoding="utf-8")
@@ -136,6 +148,17 @@ def _edits(answer, patch_format: str) -> list[Edit]:
         rule = str(answer.rule or "").strip()
         return [Edit("", "\n" + rule)] if rule else []  # appended as a paragraph of its own
     return [Edit(edit.search, edit.replace) for edit in answer.edits or []]
+
+
+def _problem(patched: str, edits: list[Edit], patch_format: str,
+             check: Callable[[str], str | None] | None) -> str | None:
+    """Why an answer that applies would still not be used, or None."""
+    if patch_format == "rule":
+        lines = [line for line in edits[0].replace.splitlines() if line.strip()]
+        if len(lines) > 1:
+            return (f"the answer gives {len(lines)} lines; the rule must be ONE instruction of one or two "
+                    f"sentences on a single line")
+    return check(patched) if check else None
 
 
 def patch_format(settings) -> str:

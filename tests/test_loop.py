@@ -216,6 +216,38 @@ def test_hard_coded_patches_are_rejected_before_any_rollout(cli, repo, tmp_path,
     assert optimizer_branches(repo) == []
 
 
+def test_a_hard_coded_patch_is_sent_back_once_and_the_corrected_one_goes_on(cli, repo, tmp_path, monkeypatch):
+    """The proposer runs the pre-rollout checks on its own answer and gives the reason back to
+    the patcher before its last attempt; both answers are in the proposal log."""
+    first = after_data_line("- Keep strings such as 10:30 and zoom exactly as they appear.")
+    script(tmp_path, monkeypatch, {**first, "after_feedback": after_data_line(FACT_RULE)})
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    proposal = summary["proposals"][0]
+    assert proposal["status"] == "accepted", proposal
+    log = (Path(summary["report"]).parent / "proposal-1.log").read_text()
+    assert "## Attempt 1: sent back: hard_coding: the patch copies evaluation data: graded substring '10:30'" in log
+    assert "## Attempt 2: applied" in log
+    assert "zoom" not in git(repo, "show", f"{optimizer_branches(repo)[0]}:{PROMPT}").lower()
+
+
+def test_a_rule_answer_with_several_rules_is_sent_back_for_one(cli, repo, tmp_path, monkeypatch):
+    rule = FACT_RULE.removeprefix("- ")
+    several = "\n".join([rule, "Use event for meetings.", "Always add tags."])
+    script(tmp_path, monkeypatch, {"rationale": "Facts were lost.", "rule": several,
+                                   "after_feedback": {"rationale": "Facts were lost.", "rule": rule}})
+    monkeypatch.setenv("OPTIMIZER_PATCH_FORMAT", "rule")
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["proposals"][0]["status"] == "accepted", summary["proposals"][0]
+    log = (Path(summary["report"]).parent / "proposal-1.log").read_text()
+    assert "## Attempt 1: sent back: the answer gives 3 lines" in log
+    patched = git(repo, "show", f"{optimizer_branches(repo)[0]}:{PROMPT}")
+    assert patched.endswith(f"\n\n{rule}\n") and "Always add tags." not in patched
+
+
 def test_a_command_proposer_touching_another_file_is_rejected(cli, repo, tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_PROPOSER", "command")
     monkeypatch.setenv("OPTIMIZER_PROPOSER_COMMAND",

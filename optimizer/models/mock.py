@@ -12,7 +12,8 @@
   of proposals `{"rationale": ..., "edits": [{"search": ..., "replace": ...}]}`, the n-th answer
   for the n-th proposal recorded in the store; past the end of the script it proposes no edit.
   An entry `{"raw": "..."}` is returned verbatim (a reply no parser can use); an entry with a
-  `"rule"` answers the `rule` patch format.
+  `"rule"` answers the `rule` patch format; an entry's `"after_feedback"` (another entry) is the
+  answer once the proposer sends feedback on the first.
 
 All accept a latency suffix for benchmarks, e.g. `mock/oracle@50ms` sleeps 50 ms per call.
 `in_process` answers the same way without litellm, for `optimizer suites validate`: the oracle
@@ -55,7 +56,8 @@ def _completion(model: str, messages: list[dict], **kwargs: Any):
         time.sleep(latency)
     metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
     if name == "patcher":
-        return _response(model, messages, {"role": "assistant", "content": _patcher_reply(metadata)}, "stop")
+        return _response(model, messages, {"role": "assistant", "content": _patcher_reply(metadata, messages)},
+                         "stop")
     if metadata.get(JUDGE_KEY):
         from optimizer.judging import offline_reply
 
@@ -108,7 +110,7 @@ def _attributes(value: Any) -> Any:
     return value
 
 
-def _patcher_reply(metadata: dict) -> str:
+def _patcher_reply(metadata: dict, messages: list[dict]) -> str:
     path = metadata.get(SCRIPT_KEY)
     if not path:
         raise ValueError("mock/patcher needs a script: set mock_patcher_script (OPTIMIZER_MOCK_PATCHER_SCRIPT)")
@@ -116,6 +118,8 @@ def _patcher_reply(metadata: dict) -> str:
     ordinal = int(metadata.get(PROPOSAL_KEY) or 1)
     entry = script[ordinal - 1] if 0 < ordinal <= len(script) else {
         "rationale": "The script has no more proposals.", "edits": []}
+    if "after_feedback" in entry and _feedback_given(messages):
+        entry = entry["after_feedback"]
     if "raw" in entry:
         return str(entry["raw"])
     if "rule" in entry:  # the answer to the `rule` patch format
@@ -124,6 +128,13 @@ def _patcher_reply(metadata: dict) -> str:
     edits = json.dumps(entry.get("edits", []), ensure_ascii=False)
     return (f"[[ ## rationale ## ]]\n{entry.get('rationale', '')}\n\n[[ ## edits ## ]]\n{edits}\n\n"
             f"[[ ## completed ## ]]")
+
+
+def _feedback_given(messages: list[dict]) -> bool:
+    """Whether the proposer sent its `feedback` field filled (a second attempt)."""
+    text = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
+    _, marker, rest = text.rpartition("[[ ## feedback ## ]]")
+    return bool(marker) and bool(rest.split("Respond with the corresponding output fields", 1)[0].strip())
 
 
 def _script(name: str, context, messages: list[dict]):
