@@ -131,7 +131,8 @@ class LLMProposer:
                 continue
             problem = _problem(patched, edits, self.patch_format, request.check)
             if problem and attempt + 1 < ATTEMPTS:  # the last answer is kept for the loop to judge
-                feedback = CHECK_FEEDBACK.read_text(encoding="utf-8").format(error=problem)
+                feedback = CHECK_FEEDBACK.read_text(encoding="utf-8").format(
+                    error=problem, answer="\n".join(edit.replace.strip("\n") for edit in edits))
                 proposal.log += attempt_log(attempt, proposal.rationale, edits, f"sent back: {problem}")
                 continue
             proposal.error = None
@@ -152,13 +153,17 @@ def _edits(answer, patch_format: str) -> list[Edit]:
 
 def _problem(patched: str, edits: list[Edit], patch_format: str,
              check: Callable[[str], str | None] | None) -> str | None:
-    """Why an answer that applies would still not be used, or None."""
+    """Why an answer that applies would still not be used (every reason at once), or None."""
+    problems = []
     if patch_format == "rule":
         lines = [line for line in edits[0].replace.splitlines() if line.strip()]
         if len(lines) > 1:
-            return (f"the answer gives {len(lines)} lines; the rule must be ONE instruction of one or two "
-                    f"sentences on a single line")
-    return check(patched) if check else None
+            problems.append(f"the answer gives {len(lines)} lines; the rule must be ONE instruction of one or two "
+                            f"sentences on a single line")
+    found = check(patched) if check else None
+    if found:
+        problems.append(found)
+    return "; ".join(problems) or None
 
 
 def patch_format(settings) -> str:
