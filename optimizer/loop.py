@@ -314,7 +314,8 @@ class _Iteration:
             branch = f"optimizer/{result.iteration_id}/{selection.agent}-{number}"
             record = ProposalRecord(ordinal=len(store.proposals()) + 1, branch=branch, status="running", reason="")
             result.proposals.append(record)
-            self.log(f"proposal {number}/{candidates} on {branch} ({proposer.name} proposer)")
+            self.log(f"proposal {record.ordinal} ({number} of {candidates} this iteration) on {branch} "
+                     f"({proposer.name} proposer)")
             try:
                 with gitops.worktree(self.repo, branch=branch, base_commit=base.commit,
                                      parent=self.ctx.project_root / self.settings.state_dir / "worktrees") as workdir:
@@ -326,7 +327,7 @@ class _Iteration:
                 gitops.delete_branch(self.repo, branch)
             _store_proposal(store, result, record, selection.agent, proposer.name, self.settings, manual.sha256)
             detail = record.reason.removeprefix("accepted: ").removeprefix("rejected: ")
-            self.log(f"proposal {number}: {record.status}: {detail}")
+            self.log(f"proposal {record.ordinal}: {record.status}: {detail}")
 
         accepted = [p for p in result.proposals if p.status == "accepted"]
         if len(accepted) > 1:
