@@ -125,10 +125,14 @@ def exhausted_buckets(rejected: list[dict[str, Any]], base_commit: str, patience
 
 def rejected_ideas(rejected: list[dict[str, Any]], targets: set[str], limit: int = 5) -> list[str]:
     """One line per earlier rejected proposal for any of these buckets (newest last): what it
-    tried and why it did not help, for the "already tried" section of the request."""
+    tried and why it did not help, for the "already tried" section of the request.
+
+    Proposals stopped by the pre-rollout checks are left out: they were never measured, the
+    request already states those rules, and quoting a hard-coded patch would put the evaluation
+    data it copied into the next request."""
     ideas = []
     for row in rejected:
-        if not targets & set(row["targets"] or []):
+        if not targets & set(row["targets"] or []) or row["status"] == "rejected_check":
             continue
         added = [line[1:].strip() for line in (row["diff"] or "").splitlines()
                  if line.startswith("+") and not line.startswith("+++") and line[1:].strip()]

@@ -378,6 +378,19 @@ def test_the_gate_false_accept_rate_on_mock_sim_is_at_most_five_percent(repo, mo
     assert result.rate(result.strict_accepts) <= 0.05
 
 
+def test_a_patch_stopped_by_the_checks_is_not_quoted_in_the_next_request(cli, repo, tmp_path, monkeypatch):
+    hard_coded = after_data_line("- Keep strings such as 10:30 and zoom exactly as they appear.")
+    script(tmp_path, monkeypatch, hard_coded, hard_coded)
+    requests = []
+    for number in range(2):
+        code, out, err = cli("run", "--json", str(tmp_path / f"run{number}.json"))
+        assert code == 0, out + err
+        summary = json.loads((tmp_path / f"run{number}.json").read_text())
+        assert summary["proposals"][0]["status"] == "rejected_check"
+        requests.append(Path(summary["request"]).read_text())
+    assert "Already tried" not in requests[1] and "10:30 and zoom" not in requests[1]
+
+
 def test_rejected_ideas_are_remembered_and_an_exhausted_bucket_is_set_aside(cli, repo, tmp_path, monkeypatch):
     irrelevant = {"rationale": "Try a title rule.", "edits": [
         {"search": DATA_LINE, "replace": DATA_LINE + "\n- Write titles in sentence case, under sixty characters."}]}
