@@ -18,6 +18,7 @@ commits and evaluates it.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from dataclasses import dataclass, field
@@ -39,6 +40,10 @@ FEEDBACK = Path(__file__).parent / "templates" / "patcher_feedback.md"
 CHECK_FEEDBACK = Path(__file__).parent / "templates" / "patcher_check_feedback.md"
 """What the patcher is told when its patch applies but would be rejected before any rollout."""
 ATTEMPTS = 2
+SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+MAX_RULE_SENTENCES = 3
+"""The rule format asks for one or two sentences; one more is let through, a list of rules or a
+model repeating itself is sent back."""
 MAX_ANSWER_TOKENS = {"edits": 2000, "rule": 600}
 """A rationale and edits within the 40-line budget (or a rationale and one rule) fit in well under
 this; the cap stops a small model that repeats itself from generating for minutes."""
@@ -156,10 +161,12 @@ def _problem(patched: str, edits: list[Edit], patch_format: str,
     """Why an answer that applies would still not be used (every reason at once), or None."""
     problems = []
     if patch_format == "rule":
-        lines = [line for line in edits[0].replace.splitlines() if line.strip()]
-        if len(lines) > 1:
-            problems.append(f"the answer gives {len(lines)} lines; the rule must be ONE instruction of one or two "
-                            f"sentences on a single line")
+        rule = edits[0].replace.strip()
+        lines = len([line for line in rule.splitlines() if line.strip()])
+        sentences = len(SENTENCE_END.findall(rule))
+        if lines > 1 or sentences > MAX_RULE_SENTENCES:
+            problems.append(f"the answer gives {lines} line(s) and {sentences} sentences; the rule must be ONE "
+                            f"instruction of one or two sentences on a single line")
     found = check(patched) if check else None
     if found:
         problems.append(found)

@@ -232,9 +232,10 @@ def test_a_hard_coded_patch_is_sent_back_once_and_the_corrected_one_goes_on(cli,
     assert "zoom" not in git(repo, "show", f"{optimizer_branches(repo)[0]}:{PROMPT}").lower()
 
 
-def test_a_rule_answer_with_several_rules_is_sent_back_for_one(cli, repo, tmp_path, monkeypatch):
+@pytest.mark.parametrize("lines", [True, False])
+def test_a_rule_answer_with_several_rules_is_sent_back_for_one(cli, repo, tmp_path, monkeypatch, lines):
     rule = FACT_RULE.removeprefix("- ")
-    several = "\n".join([rule, "Use event for meetings.", "Always add tags."])
+    several = ("\n" if lines else " ").join([rule, "Use event for meetings.", "Always add tags.", "Use link for pages."])
     script(tmp_path, monkeypatch, {"rationale": "Facts were lost.", "rule": several,
                                    "after_feedback": {"rationale": "Facts were lost.", "rule": rule}})
     monkeypatch.setenv("OPTIMIZER_PATCH_FORMAT", "rule")
@@ -243,7 +244,7 @@ def test_a_rule_answer_with_several_rules_is_sent_back_for_one(cli, repo, tmp_pa
     summary = json.loads((tmp_path / "run.json").read_text())
     assert summary["proposals"][0]["status"] == "accepted", summary["proposals"][0]
     log = (Path(summary["report"]).parent / "proposal-1.log").read_text()
-    assert "## Attempt 1: sent back: the answer gives 3 lines" in log
+    assert f"## Attempt 1: sent back: the answer gives {4 if lines else 1} line(s) and 4 sentences" in log
     patched = git(repo, "show", f"{optimizer_branches(repo)[0]}:{PROMPT}")
     assert patched.endswith(f"\n\n{rule}\n") and "Always add tags." not in patched
 
