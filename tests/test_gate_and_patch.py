@@ -166,3 +166,22 @@ def test_size_and_file_checks():
     other = check_patch(changed_files=["p.md", "README.md"], allowed_file="p.md", base_prompt=base, diff=big,
                         max_changed_lines=40, index=LintIndex())
     assert other.rule == "files" and "README.md" in other.reason
+
+
+def test_the_prompt_manuals_quote_no_evaluation_data():
+    """Every request carries a manual; one that quotes a graded string or a task's words hands
+    them to the patcher (the embedded model copied the card manual's counter-example, with its
+    graded word, into its rule)."""
+    from optimizer.patch import lint
+    from optimizer.suites import load_suite
+    from tests.conftest import PROJECT_ROOT
+
+    suites = [load_suite(path.name, PROJECT_ROOT) for path in sorted((PROJECT_ROOT / "suites").iterdir())
+              if (path / "suite.json").is_file()]
+    index = LintIndex.from_suites(suites)
+    assert index.substrings and index.task_ids
+    manuals = sorted((PROJECT_ROOT / "prompt_manual").glob("*.md"))
+    assert manuals
+    for manual in manuals:
+        check = lint("", manual.read_text(encoding="utf-8"), index)
+        assert check.passed, f"{manual.name}: {check.reason}"
