@@ -30,6 +30,11 @@ class Settings(BaseModel):
     """Suites evaluated when no --suite is given (names under suites/ or paths)."""
     concurrency: int = Field(default=8, ge=1, le=256)
     """Trials run at once."""
+    processes: int = Field(default=1, ge=1, le=64)
+    """Worker processes the trials are spread over (forked), each running its share of the
+    `concurrency`. For runs bound by the Python their trials execute, which is the case when the
+    model answers in this process (`mock/*`, a plugin provider): 2 on two cores about halves such
+    a run. Runs on other models keep one process (see `optimizer.processes`)."""
     trials: int | None = Field(default=None, ge=1)
     """Trials per task, overriding the task and suite defaults."""
     seed: int = 0

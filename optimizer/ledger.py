@@ -16,6 +16,7 @@ provider reports is used as is.
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -122,6 +123,14 @@ class Ledger:
 
 _active: Ledger | None = None
 _active_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _active_lock
+    _active_lock = threading.Lock()  # a forked worker must not inherit it held by a thread it lacks
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def current() -> Ledger | None:

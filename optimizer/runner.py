@@ -27,7 +27,9 @@ from optimizer.config import Settings
 from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialTimeout
 from optimizer.judging import JudgeSettings, judging
 from optimizer.ledger import BudgetExceeded
-from optimizer.models import (ModelClient, RetryPolicy, TrialContext, concurrency_limit, litellm_module, register_trial,
+from optimizer import processes as forked
+from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answered_in_process, concurrency_limit,
+                              litellm_module, register_trial,
                               unregister_trial)
 from optimizer.registry import AgentEntry, get_agent, get_grader, judges_of
 from optimizer.scoring import trial_verdict
@@ -133,6 +135,17 @@ class Runner:
         limits = [limit for limit in map(concurrency_limit, models) if limit]
         return min([self.settings.concurrency, *limits])
 
+    def processes(self, planned: list[PlannedTrial], workers: int) -> int:
+        """Worker processes: the setting, when every model these trials call is answered in this
+        process and fork exists; never more than the trials in flight or planned."""
+        models = [self.settings.agent_model]
+        if judges_of(item.task for item in planned):
+            models.append(self.settings.judge_model)
+        wanted = min(self.settings.processes, workers, len(planned))
+        if wanted < 2 or not forked.can_fork() or not all(map(answered_in_process, models)):
+            return 1
+        return wanted
+
     def run(self, suites: list[Suite], planned: list[PlannedTrial], *, run_id: str | None = None,
             kind: str = "eval") -> RunResult:
         """Run `planned`; with the `run_id` of a stored run, add these trials to that run."""
@@ -151,13 +164,30 @@ class Runner:
             if self.on_trial:
                 self.on_trial(trial)
 
+        def execute(item: PlannedTrial) -> Trial:
+            return self._execute(run.run_id, item, prompts[item.suite.name])
+
+        workers = self.workers(planned)
+        processes = self.processes(planned, workers)
         try:
-            run_pooled(planned, self.workers(planned),
-                       lambda item: self._execute(run.run_id, item, prompts[item.suite.name]), record)
+            if processes > 1:
+                forked.run_forked(planned, workers, processes, store=self.store, record=record,
+                                  run_share=lambda share, threads, send: run_pooled(share, threads, execute, send),
+                                  become_worker=self._use_cache,
+                                  lost=lambda item, why: _errored(item, why, 0.0))
+            else:
+                run_pooled(planned, workers, execute, record)
         finally:
             self.store.flush()
         run.finished_at = datetime.now(timezone.utc)
         return run
+
+    def _use_cache(self, cache) -> None:
+        """Serve model and judge calls from `cache` instead (a worker process's view of the store)."""
+        if self.agent_model.cache is not None:
+            self.agent_model = replace(self.agent_model, cache=cache)
+        if self.judge.cache is not None:
+            self.judge = replace(self.judge, cache=cache)
 
     def _execute(self, run_id: str, item: PlannedTrial, system_prompt: str) -> Trial:
         task, suite = item.task, item.suite

@@ -19,6 +19,7 @@ other trials run meanwhile.
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 from typing import Iterator
@@ -28,6 +29,15 @@ TURN_WAIT_S = 0.25
 
 _turn = threading.Lock()
 _held = threading.local()
+
+
+def _after_fork() -> None:
+    """A forked worker starts with the turn free: the thread that held it was not copied."""
+    global _turn, _held
+    _turn, _held = threading.Lock(), threading.local()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _take() -> None:

@@ -15,6 +15,8 @@ def eval_command(
     trials: Optional[int] = typer.Option(None, help="Trials per task (overrides task and suite defaults)."),
     task: Optional[list[str]] = typer.Option(None, "--task", help="Only tasks whose id matches this glob (repeatable)."),
     concurrency: Optional[int] = typer.Option(None, help="Trials run at once (default 8)."),
+    processes: Optional[int] = typer.Option(
+        None, help="Worker processes sharing the trials, for models answered in process such as mock/* (default 1)."),
     seed: Optional[int] = typer.Option(None, help="Seed passed to the models."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Call the model even for identical requests."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
@@ -30,7 +32,7 @@ def eval_command(
 
     root = find_project_root()
     settings = load_settings(root, {"agent_model": agent_model, "judge_model": judge_model, "trials": trials,
-                                    "concurrency": concurrency, "seed": seed,
+                                    "concurrency": concurrency, "processes": processes, "seed": seed,
                                     "cache": False if no_cache else None})
     eval_plan = evaluate.prepare(settings, root, suite or None, task)
     store = open_store(settings, root)

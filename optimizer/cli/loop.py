@@ -46,6 +46,8 @@ def run_command(
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
     concurrency: Optional[int] = typer.Option(None, help="Trials run at once."),
+    processes: Optional[int] = typer.Option(
+        None, help="Worker processes sharing the trials, for models answered in process such as mock/* (default 1)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the iteration summary as JSON here."),
     fail_on_reject: bool = typer.Option(False, help="Exit 1 when no proposal is accepted."),
 ) -> None:
@@ -57,7 +59,7 @@ def run_command(
 
     root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
                                judge_model=judge_model, patcher_model=patcher_model, trials=trials, concurrency=concurrency,
-                               confirm_trials=confirm_trials, confirm_pairs=confirm_pairs,
+                               processes=processes, confirm_trials=confirm_trials, confirm_pairs=confirm_pairs,
                                extend_pairs=extend_pairs)
     ctx = _context(settings, root)
     with recording(settings, ctx.store):

@@ -16,12 +16,19 @@ from optimizer.models.client import (Completion, MalformedResponse, ModelClient,
                                      ToolCallRequest)
 
 __all__ = ["Completion", "MalformedResponse", "ModelClient", "ResponseCache", "RetryPolicy", "ToolCallRequest",
-           "TrialContext", "concurrency_limit", "context_window", "is_embedded", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
+           "TrialContext", "answered_in_process", "concurrency_limit", "context_window", "is_embedded", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
 
 
 def is_embedded(model: str) -> bool:
     """An embedded (`local/*`) model, run by llama.cpp in this process."""
     return model.startswith(f"{local.PREFIX}/")
+
+
+def answered_in_process(model: str) -> bool:
+    """A model answered by a provider registered in this process (`mock/*`, a plugin's), other
+    than the embedded model: a forked worker process can call it without sharing a connection
+    or a loaded model with its parent."""
+    return model.split("/", 1)[0] in registered_prefixes() and not is_embedded(model)
 
 
 def concurrency_limit(model: str) -> int | None:

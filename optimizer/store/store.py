@@ -344,11 +344,19 @@ class Store:
         pending = self._pending_cache.get(key)
         if pending is not None:
             return pending
+        if key not in self.cache_keys():
+            return None  # a miss costs no query: the keys were read once
+        return self.cached_value(key)
+
+    def cache_keys(self) -> set[str]:
+        """The keys of every cache entry, read from the database once, then kept up to date."""
         if self._cache_keys is None:
             with self._lock, self.engine.connect() as conn:
                 self._cache_keys = set(conn.execute(select(schema.response_cache.c.key)).scalars())
-        if key not in self._cache_keys:
-            return None  # a miss costs no query: the keys were read once
+        return self._cache_keys
+
+    def cached_value(self, key: str) -> dict[str, Any] | None:
+        """One stored cache entry, read from the database."""
         with self.engine.connect() as conn:
             row = conn.execute(select(schema.response_cache.c.value_json)
                                .where(schema.response_cache.c.key == key)).first()
