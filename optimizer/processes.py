@@ -33,6 +33,7 @@ import os
 import pickle
 import sys
 import threading
+import warnings
 from concurrent.futures import Future
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -165,7 +166,13 @@ def run_forked(planned: list, workers: int, processes: int, *, store: Any,
             ours, theirs = context.Pipe()
             process = context.Process(target=_work, args=(theirs, store, share, threads, run_share, become_worker),
                                       name=f"optimizer-worker-{number}", daemon=True)
-            process.start()
+            with warnings.catch_warnings():
+                # Python 3.12+ warns that forking a process with threads can deadlock the child on
+                # a lock another thread held. The store writer is idle after the flush above, the
+                # harness's own locks are renewed in the child (os.register_at_fork), and the child
+                # never touches the parent's other threads' work (litellm's logging, a progress bar).
+                warnings.filterwarnings("ignore", message=".*fork", category=DeprecationWarning)
+                process.start()
             theirs.close()
             children.append(_Worker(process, ours, {identity(item): item for item in share}))
         _serve(children, store, record, lost)
