@@ -102,3 +102,18 @@ def test_saved_card_yaml_has_the_documented_fields(tmp_path):
     card = yaml.safe_load((tmp_path / "Cards/2026/05/25_ts_2.yaml").read_text())
     assert {"fact_id", "timestamp", "status", "tags", "ui_configs", "title", "address", "insight"} <= set(card)
     assert card["status"] == "completed" and card["fact_id"] == FACT_ID
+
+
+def test_the_card_the_agent_remembers_is_the_card_a_fresh_read_parses(tmp_path):
+    """The card file skips parsing a card the save tool just wrote; that is sound only while safe
+    YAML loads back exactly what was dumped, for the awkward values a model sends too."""
+    data = {"start_time": "10:30", "answer": "no", "on": "yes", "count": 7, "ratio": 0.5, "big": 1e21,
+            "flag": True, "none": None, "date": "2026-05-25", "octal": "0755", "emoji": "🙂 fine",
+            "quote": "she said: \"it's #1\"", "multiline": "line one\nline two", "nested": [{"a": [1, "2"]}]}
+    remembered = CardFile(tmp_path, FACT_ID)
+    saver = CardSaver(tmp_path, FACT_ID, datetime(2026, 5, 25, 9, tzinfo=timezone.utc), on_save=remembered.written)
+    saver.save({"fact_id": FACT_ID, "title": "  Ümlaut: café  ", "tags": ["Project"],
+                "ui_configs": [{"template_id": "event", "data": data}]})
+    raw, card = remembered.read()
+    assert (raw, card) == CardFile(tmp_path, FACT_ID).read()
+    assert card["ui_configs"][0]["data"] == data and card["title"] == "Ümlaut: café"

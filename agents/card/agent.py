@@ -49,8 +49,8 @@ def run(context: AgentContext) -> AgentRun:
     task = context.task
     ensure_fact_file(context.workspace, task)
     fact_id = task.input.resolved_fact_id()
-    saver = CardSaver(context.workspace, fact_id, task.input.resolved_published_at())
     card = CardFile(context.workspace, fact_id)
+    saver = CardSaver(context.workspace, fact_id, task.input.resolved_published_at(), on_save=card.written)
     loop = ToolLoop(context, [saver.tool()], LIMITS,
                     completion_check=lambda: missing_parts(card),
                     reminder=lambda missing: _template("card_agent.reminder.md").format(
@@ -64,13 +64,18 @@ def run(context: AgentContext) -> AgentRun:
 
 class CardFile:
     """The trial's card file, read from the workspace each time and parsed again only when its
-    text changed (the completion check and the final state usually see the same card)."""
+    text changed (the completion check and the final state usually see the same card). A card
+    the save tool has just written is not parsed at all: safe YAML loads back exactly the
+    JSON-like data it was dumped from."""
 
     def __init__(self, workspace: Path, fact_id: str):
         self.fact_id = fact_id
         self.path = workspace / card_path(fact_id)
         self._raw: str | None = None
         self._card: dict[str, Any] = {}
+
+    def written(self, raw: str, card: dict[str, Any]) -> None:
+        self._raw, self._card = raw, card
 
     def read(self) -> tuple[str, dict[str, Any]]:
         """The saved card as raw YAML and parsed ('' and {} when there is none)."""

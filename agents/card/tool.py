@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -70,6 +70,8 @@ class CardSaver:
     published_at: datetime
     saved_path: Path | None = None
     errors: list[list[str]] = field(default_factory=list)
+    on_save: Callable[[str, dict[str, Any]], None] | None = None
+    """Told each card written, as YAML text and as the data it was dumped from."""
 
     def tool(self) -> Tool:
         return Tool(schema=SCHEMA, handler=self.save, terminal=True)
@@ -94,8 +96,11 @@ class CardSaver:
         relative = card_path(self.fact_id)
         target = self.workspace / relative
         os.makedirs(target.parent, exist_ok=True)
-        target.write_text(dump_card(card), encoding="utf-8")
+        text = dump_card(card)
+        target.write_text(text, encoding="utf-8")
         self.saved_path = relative
+        if self.on_save:
+            self.on_save(text, card)
         return ToolOutput(f"Saved the card to {relative.as_posix()}.")
 
 
