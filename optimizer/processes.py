@@ -23,6 +23,8 @@ threads already overlap. Fork exists on Linux and macOS; elsewhere the runner ke
 A worker that dies (a crash, a signal) takes its unfinished trials with it: the parent records
 each of them as errored, naming the exit code. An exception that stops a worker (a budget
 refusal, Ctrl-C) stops the run and is raised again in the parent, as it would be with threads.
+A parent that dies (kill -9) leaves nothing running for long: each worker exits when its next
+message finds the pipe closed, so no trial of the dead run is recorded anywhere.
 """
 
 from __future__ import annotations
@@ -146,13 +148,13 @@ def identity(item: Any) -> tuple[str, str, int]:
 
 def run_forked(planned: list, workers: int, processes: int, *, store: Any,
                run_share: Callable[[list, int, Callable[[Any], None]], None],
-               become_worker: Callable[[WorkerCache | None], None],
+               become_worker: Callable[[WorkerCache], None],
                record: Callable[[Any], None], lost: Callable[[Any, str], Any]) -> None:
     """Run `planned` in `processes` forked workers with `workers` trials in flight in all.
 
-    In each worker, `become_worker(cache)` swaps the response cache for the worker's (None when
-    the run has no cache) and `run_share(share, threads, send)` runs its share, calling `send`
-    with each finished trial. In the parent, `record` gets every trial as it arrives and `lost`
+    In each worker, `become_worker(cache)` puts the worker's view of the response cache wherever
+    the run used the store's, and `run_share(share, threads, send)` runs its share, calling
+    `send` with each finished trial. In the parent, `record` gets every trial as it arrives and `lost`
     builds the errored record of a trial whose worker died first.
     """
     store.flush()
@@ -164,7 +166,9 @@ def run_forked(planned: list, workers: int, processes: int, *, store: Any,
             share = planned[number::processes]
             threads = workers // processes + (1 if number < workers % processes else 0)
             ours, theirs = context.Pipe()
-            process = context.Process(target=_work, args=(theirs, store, share, threads, run_share, become_worker),
+            inherited = [child.connection for child in children] + [ours]
+            process = context.Process(target=_work,
+                                      args=(theirs, inherited, store, share, threads, run_share, become_worker),
                                       name=f"optimizer-worker-{number}", daemon=True)
             with warnings.catch_warnings():
                 # Python 3.12+ warns that forking a process with threads can deadlock the child on
@@ -241,9 +245,14 @@ def _stop(children: list[_Worker]) -> None:
         child.connection.close()
 
 
-def _work(connection: Connection, store: Any, share: list, threads: int, run_share: Callable,
-          become_worker: Callable) -> None:
-    """A worker's life: adopt the parent's cache and ledger by proxy, run the share, report, exit."""
+def _work(connection: Connection, inherited: list[Connection], store: Any, share: list, threads: int,
+          run_share: Callable, become_worker: Callable) -> None:
+    """A worker's life: adopt the parent's cache and ledger by proxy, run the share, report, exit.
+
+    The parent's ends of the pipes forked into this worker are closed first: while any process
+    but the parent holds them, a worker would not notice that its parent is gone."""
+    for end in inherited:
+        end.close()
     code = 0
     channel = Channel(connection)
     try:

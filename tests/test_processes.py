@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +147,60 @@ def test_eval_takes_processes_from_the_command_line(cli, tmp_path):
     code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/oracle", "--processes", "0")
     assert code == 2
     assert "--processes" in out + err
+
+
+def test_an_exception_that_stops_a_worker_stops_the_run_and_leaves_no_worker(tmp_path, monkeypatch):
+    execute = Runner._execute
+
+    def interrupted(self, run_id, item, system_prompt):
+        if item.task.id == "card_event_standup_zoom":
+            raise KeyboardInterrupt
+        return execute(self, run_id, item, system_prompt)
+
+    monkeypatch.setattr(Runner, "_execute", interrupted)
+    store = Store(default_url(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        run(card_plan(2), store)
+    assert multiprocessing.active_children() == []
+    store.close()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_workers_of_a_killed_parent_exit_at_their_next_trial(tmp_path):
+    script = ("import sys; from pathlib import Path; from optimizer.config import Settings; "
+              "from optimizer.evaluate import prepare, execute; from optimizer.store import Store, default_url; "
+              "plan = prepare(Settings(agent_model='mock/oracle@100ms', trials=100, concurrency=4, processes=2), "
+              f"Path({str(PROJECT_ROOT)!r}), ['card_agent']); "
+              f"execute(plan, Store(default_url(Path({str(tmp_path)!r}))))")
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=PROJECT_ROOT)
+    deadline = time.monotonic() + 60
+    while len(workers := _children(parent.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(workers) == 2, "the run should have forked two workers"
+    time.sleep(0.5)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 15
+    while any(map(_running, workers)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(_running, workers)), "a worker outlived its parent"

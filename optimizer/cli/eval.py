@@ -7,6 +7,9 @@ from typing import Optional
 
 import typer
 
+PROCESSES_HELP = ("Worker processes sharing the trials, for runs on models answered in process such as mock/* "
+                  "(default 1) [env OPTIMIZER_PROCESSES].")
+
 
 def eval_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
@@ -15,8 +18,7 @@ def eval_command(
     trials: Optional[int] = typer.Option(None, help="Trials per task (overrides task and suite defaults)."),
     task: Optional[list[str]] = typer.Option(None, "--task", help="Only tasks whose id matches this glob (repeatable)."),
     concurrency: Optional[int] = typer.Option(None, help="Trials run at once (default 8)."),
-    processes: Optional[int] = typer.Option(
-        None, help="Worker processes sharing the trials, for models answered in process such as mock/* (default 1)."),
+    processes: Optional[int] = typer.Option(None, help=PROCESSES_HELP),
     seed: Optional[int] = typer.Option(None, help="Seed passed to the models."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Call the model even for identical requests."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),

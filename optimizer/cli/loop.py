@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from optimizer.cli.eval import PROCESSES_HELP
+
 
 def _settings(**flags):
     from optimizer.config import find_project_root, load_settings
@@ -46,8 +48,7 @@ def run_command(
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
     concurrency: Optional[int] = typer.Option(None, help="Trials run at once."),
-    processes: Optional[int] = typer.Option(
-        None, help="Worker processes sharing the trials, for models answered in process such as mock/* (default 1)."),
+    processes: Optional[int] = typer.Option(None, help=PROCESSES_HELP),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the iteration summary as JSON here."),
     fail_on_reject: bool = typer.Option(False, help="Exit 1 when no proposal is accepted."),
 ) -> None:
@@ -101,12 +102,13 @@ def noise_command(
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
+    processes: Optional[int] = typer.Option(None, help=PROCESSES_HELP),
 ) -> None:
     """Run the baseline against itself and report how often the gate would accept (false accepts)."""
     from optimizer.cli._common import console, recording
     from optimizer.noise import measure_noise
 
-    root, settings = _settings(agent_model=agent_model, judge_model=judge_model, trials=trials)
+    root, settings = _settings(agent_model=agent_model, judge_model=judge_model, trials=trials, processes=processes)
     ctx = _context(settings, root)
     with recording(settings, ctx.store):
         result = measure_noise(ctx, repeats=repeats, suite_names=suite or None)
