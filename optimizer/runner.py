@@ -7,6 +7,7 @@ the registry.
 from __future__ import annotations
 
 import fnmatch
+import gc
 import os
 import hashlib
 import secrets
@@ -16,11 +17,12 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from queue import Empty, SimpleQueue
-from typing import Callable
+from typing import Callable, Iterator
 
 from optimizer.agent_run import AgentContext
 from optimizer.config import Settings
@@ -170,13 +172,14 @@ class Runner:
         workers = self.workers(planned)
         processes = self.processes(planned, workers)
         try:
-            if processes > 1:
-                forked.run_forked(planned, workers, processes, store=self.store, record=record,
-                                  run_share=lambda share, threads, send: run_pooled(share, threads, execute, send),
-                                  become_worker=self._use_cache,
-                                  lost=lambda item, why: _errored(item, why, 0.0))
-            else:
-                run_pooled(planned, workers, execute, record)
+            with settled_heap():
+                if processes > 1:
+                    forked.run_forked(planned, workers, processes, store=self.store, record=record,
+                                      run_share=lambda share, threads, send: run_pooled(share, threads, execute, send),
+                                      become_worker=self._use_cache,
+                                      lost=lambda item, why: _errored(item, why, 0.0))
+                else:
+                    run_pooled(planned, workers, execute, record)
         finally:
             self.store.flush()
         run.finished_at = datetime.now(timezone.utc)
@@ -248,6 +251,20 @@ class Runner:
             return GraderResult(grader=spec.name, errored=True, rationale=f"grader crashed: {detail}")
         result.details.setdefault("grader_version", entry.version)
         return result
+
+
+@contextmanager
+def settled_heap() -> Iterator[None]:
+    """Keep the objects alive before a run (litellm's tables, the suites, the store) out of the
+    cycle collector's way while it runs. A run makes enough objects to set off full collections,
+    each a walk over every object in the process, and in a forked worker that walk would write to
+    (so copy) every page of the heap it inherited. The objects are collected again as usual after
+    the run (`gc.freeze`, `gc.unfreeze`)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[PlannedTrial], Trial],

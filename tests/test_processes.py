@@ -204,3 +204,23 @@ def test_workers_of_a_killed_parent_exit_at_their_next_trial(tmp_path):
     while any(map(_running, workers)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(map(_running, workers)), "a worker outlived its parent"
+
+
+def test_objects_from_before_a_run_are_left_alone_by_the_collector_during_it_and_collected_after():
+    import gc
+    import weakref
+
+    from optimizer.runner import settled_heap
+
+    class Node:
+        pass
+
+    garbage = Node()
+    garbage.itself = garbage
+    alive = weakref.ref(garbage)
+    del garbage
+    with settled_heap():
+        gc.collect()
+        assert alive() is not None, "a full collection during the run walked the older objects"
+    gc.collect()
+    assert alive() is None, "the older objects must be collectable again after the run"
