@@ -127,24 +127,23 @@ class Runner:
                                        retry=retry, seed=settings.seed, temperature=settings.temperature,
                                        in_process=in_process)
 
+    def models_called(self, planned: list[PlannedTrial]) -> list[str]:
+        """The agent model, and the judge model when some planned task has a judge grader."""
+        if judges_of(item.task for item in planned):
+            return [self.settings.agent_model, self.settings.judge_model]
+        return [self.settings.agent_model]
+
     def workers(self, planned: list[PlannedTrial]) -> int:
         """Trials in flight: the setting, or fewer when a model these trials call serves fewer calls
-        at once (more trials would only queue for it while their timeouts run). The judge model
-        counts only when some planned task has a judge grader."""
-        models = [self.settings.agent_model]
-        if judges_of(item.task for item in planned):
-            models.append(self.settings.judge_model)
-        limits = [limit for limit in map(concurrency_limit, models) if limit]
+        at once (more trials would only queue for it while their timeouts run)."""
+        limits = [limit for limit in map(concurrency_limit, self.models_called(planned)) if limit]
         return min([self.settings.concurrency, *limits])
 
     def processes(self, planned: list[PlannedTrial], workers: int) -> int:
         """Worker processes: the setting, when every model these trials call is answered in this
         process and fork exists; never more than the trials in flight or planned."""
-        models = [self.settings.agent_model]
-        if judges_of(item.task for item in planned):
-            models.append(self.settings.judge_model)
         wanted = min(self.settings.processes, workers, len(planned))
-        if wanted < 2 or not forked.can_fork() or not all(map(answered_in_process, models)):
+        if wanted < 2 or not forked.can_fork() or not all(map(answered_in_process, self.models_called(planned))):
             return 1
         return wanted
 
