@@ -7,9 +7,9 @@ thread pool, per-trial workspaces, the Card Agent's tool loop, litellm, graders,
 the response cache.
 
 The timed run spreads the trials over `--processes` forked workers (default: one per CPU; see
-`optimizer.processes`); `one_process_*` repeats it in one process, and `without_litellm_*` in one
-process with the mock answered without litellm, as `suites validate` does (same latency, same
-everything else), which separates litellm's share of the overhead from the harness's own. What
+`optimizer.processes`); `one_process_*` repeats it in one process, and `without_litellm_*` on the
+same processes with the mock answered without litellm, as `suites validate` does (same latency,
+same everything else), which separates litellm's share of the overhead from the harness's own. What
 bounds the figures: the CPU cost of one trial measured sequentially (`cpu_ms_per_trial`; trials x
 that, divided by the cores used, is a floor on the wall time) and the part of it that is
 litellm's own per-call work (`litellm_ms_per_call`).
@@ -88,7 +88,7 @@ def main() -> None:
         started = time.perf_counter()
         Runner(single, Store(default_url(scratch / "single")), project_root=ROOT).run(plan.suites, plan.trials)
         wall_single = time.perf_counter() - started
-        direct = Runner(single, Store(default_url(scratch / "direct")), project_root=ROOT, in_process=True)
+        direct = Runner(settings, Store(default_url(scratch / "direct")), project_root=ROOT, in_process=True)
         started = time.perf_counter()
         direct.run(plan.suites, plan.trials)
         wall_direct = time.perf_counter() - started

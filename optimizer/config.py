@@ -122,6 +122,10 @@ def _file_settings(root: Path) -> tuple[dict[str, Any], Path | None]:
             raise ConfigError(f"not valid TOML: {exc}", path=path, fix="fix the TOML syntax") from None
         for key in section or ():
             data = data.get(key, {})
+            if not isinstance(data, dict):
+                raise ConfigError(f"[{'.'.join(section)}] must be a table of settings, not {type(data).__name__}",
+                                  path=path, field=".".join(section),
+                                  fix="write it as a [tool.optimizer] section with key = value lines")
         if data:
             return dict(data), path
     return {}, None
@@ -169,4 +173,15 @@ def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settin
             raise ConfigError(error["msg"], path=source, field=field,
                               fix="correct the value (see `optimizer --help`)") from None
         merged = candidate
-    return Settings.model_validate(merged)
+    settings = Settings.model_validate(merged)
+    _check_workspace_dir(settings)
+    return settings
+
+
+def _check_workspace_dir(settings: Settings) -> None:
+    """Trial workspaces are made in `workspace_dir`: it must be an existing, writable folder."""
+    folder = settings.workspace_dir
+    if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)):
+        problem = "is not a writable folder" if os.path.isdir(folder) else "does not exist or is not a folder"
+        raise ConfigError(f"{folder!r} {problem}", field="workspace_dir",
+                          fix="create the folder, or unset workspace_dir to use the default")

@@ -43,8 +43,16 @@ class TaskInput(_Strict):
     @field_validator("fact_id")
     @classmethod
     def _check_fact_id(cls, value: str | None) -> str | None:
-        if value is not None and not FACT_ID_PATTERN.match(value):
+        if value is None:
+            return value
+        match = FACT_ID_PATTERN.match(value)
+        if not match:
             raise ValueError("must look like 'YYYY/MM/DD.md#ts_N', e.g. '2026/05/25.md#ts_1'")
+        year, month, day, _ = match.groups()
+        try:
+            datetime(int(year), int(month), int(day))
+        except ValueError as exc:
+            raise ValueError(f"{year}/{month}/{day} is not a date ({exc})") from None
         return value
 
     def resolved_fact_id(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 
 import pytest
 
@@ -104,3 +105,63 @@ def test_pkm_grader_config_outside_its_choices(cli, isolated, tmp_path):
             "graders": [{"name": "pkm_completion", "config": {"expect": "maybe"}}]}
     suite = write_suite(tmp_path / "s", [task], agent_name="pkm_agent")
     assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "graders[0].config.expect", "pkm_completion")
+
+
+def test_fact_id_that_is_not_a_date(cli, isolated, tmp_path):
+    task = event_task()
+    task["input"]["fact_id"] = "2026/13/45.md#ts_1"
+    suite = write_suite(tmp_path / "s", [task])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "input.fact_id", "2026/13/45 is not a date")
+
+
+@pytest.mark.parametrize("url, says", [("notaurl", "not a database URL"), ("nosuchdialect://x/y", "not a database URL"),
+                                       ("sqlite:////proc/no/such/folder/o.db", "cannot open the store")])
+def test_database_url_that_cannot_be_opened(cli, isolated, monkeypatch, url, says):
+    monkeypatch.setenv("OPTIMIZER_DATABASE_URL", url)
+    assert_rejected(cli, isolated, ["history"], "database_url", says)
+
+
+def test_database_driver_that_is_not_installed(cli, isolated, monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # importing it raises ImportError, installed or not
+    monkeypatch.setenv("OPTIMIZER_DATABASE_URL", "postgresql+psycopg2://user@localhost/db")
+    assert_rejected(cli, isolated, ["history"], "database_url", "driver is not installed", "pip install")
+
+
+def test_state_dir_that_cannot_be_made(cli, isolated, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("OPTIMIZER_STATE_DIR", str(blocker / "state"))
+    assert_rejected(cli, isolated, ["history"], "state_dir", "cannot open the store")
+
+
+def test_workspace_dir_that_does_not_exist(cli, isolated, monkeypatch, tmp_path):
+    monkeypatch.setenv("OPTIMIZER_WORKSPACE_DIR", str(tmp_path / "missing"))
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "workspace_dir", "does not exist")
+
+
+def test_settings_section_that_is_not_a_table(cli, isolated, monkeypatch, tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool]\noptimizer = 5\n")
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(tmp_path))
+    assert_rejected(cli, isolated, ["history"], "pyproject.toml", "tool.optimizer", "must be a table")
+
+
+@pytest.mark.parametrize("where, says", [("folder", "is a folder"), ("under-a-file", "is not a folder")])
+def test_output_path_is_checked_before_any_trial(cli, isolated, tmp_path, where, says):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    target = tmp_path if where == "folder" else blocker / "out.json"
+    code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/oracle", "--json", str(target))
+    assert code == 2 and "--json" in err and says in err and "Traceback" not in err, (code, err)
+    assert not (isolated / "optimizer.db").exists()
+
+
+def test_unexpected_exception_is_a_harness_error(cli, isolated, monkeypatch):
+    from optimizer import history
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(history, "load_history", broken)
+    code, out, err = cli("history")
+    assert code == 3, (code, err)
+    assert "unexpected RuntimeError (a harness error): boom" in err and "Traceback" in err

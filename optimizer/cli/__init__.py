@@ -7,6 +7,7 @@ to fail, 2 bad input or configuration, 3 harness error.
 from __future__ import annotations
 
 import sys
+import traceback
 
 import typer
 
@@ -36,7 +37,7 @@ app.add_typer(judges_cmd.app, name="judges")
 
 
 def main() -> None:
-    from optimizer.errors import OptimizerError
+    from optimizer.errors import EXIT_HARNESS, OptimizerError
 
     try:
         code = app(standalone_mode=False)  # without standalone mode click returns an Exit's code
@@ -52,7 +53,12 @@ def main() -> None:
         if _is_usage_error(exc):
             exc.show()
             sys.exit(exc.exit_code)
-        raise
+        # Not an error the harness raises on purpose: a bug, or a fault the harness did not
+        # foresee. The traceback is for the report; the exit code says "harness error", never
+        # "completed but failed" (1), which a nightly job reads as a verdict.
+        traceback.print_exc()
+        typer.secho(f"error: unexpected {type(exc).__name__} (a harness error): {exc}", fg="red", err=True)
+        sys.exit(EXIT_HARNESS)
     sys.exit(code if isinstance(code, int) else 0)
 
 

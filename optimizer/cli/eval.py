@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from optimizer.cli._paths import output_file
+
 PROCESSES_HELP = ("Worker processes sharing the trials, for runs on models answered in process such as mock/* "
                   "(default 1) [env OPTIMIZER_PROCESSES].")
 
@@ -21,7 +23,7 @@ def eval_command(
     processes: Optional[int] = typer.Option(None, help=PROCESSES_HELP),
     seed: Optional[int] = typer.Option(None, help="Seed passed to the models."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Call the model even for identical requests."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
+    json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the summary as JSON here."),
     fail_under: Optional[float] = typer.Option(None, help="Exit 1 when the mean score is below this."),
 ) -> None:
     """Run suites and print pass@k, pass^k and mean score per suite and per bucket."""

@@ -8,10 +8,12 @@ from typing import Optional
 
 import typer
 
+from optimizer.cli._paths import output_file
+
 
 def history_command(
     limit: int = typer.Option(20, min=1, help="Most recent nightly jobs, iterations and runs to show."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the tables as JSON here."),
+    json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the tables as JSON here."),
 ) -> None:
     """Nightly jobs, iterations and their decisions, runs with per-bucket scores, and cost per role."""
     from rich.table import Table

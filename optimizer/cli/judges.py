@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from optimizer.cli._paths import output_file
+
 app = typer.Typer(no_args_is_help=True, help="Calibrate the LLM judges against their human labels.")
 
 
@@ -15,7 +17,7 @@ def calibrate_command(
     judge_model: Optional[str] = typer.Option(None, help="Model to calibrate [env OPTIMIZER_JUDGE_MODEL]."),
     judge: Optional[list[str]] = typer.Option(None, "--judge", help="Only this judge (repeatable; default all)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Ask the model even for answers already stored."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the report as JSON here."),
+    json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the report as JSON here."),
     fail_under: Optional[float] = typer.Option(None, help="Exit 1 when a judge's Spearman is below this."),
 ) -> None:
     """Run each judge over its labelled examples; report Spearman correlation and pass/fail agreement."""

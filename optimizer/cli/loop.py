@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from optimizer.cli._paths import output_file
+
 from optimizer.cli.eval import PROCESSES_HELP
 
 
@@ -49,7 +51,7 @@ def run_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
     concurrency: Optional[int] = typer.Option(None, help="Trials run at once."),
     processes: Optional[int] = typer.Option(None, help=PROCESSES_HELP),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the iteration summary as JSON here."),
+    json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the iteration summary as JSON here."),
     fail_on_reject: bool = typer.Option(False, help="Exit 1 when no proposal is accepted."),
 ) -> None:
     """One optimization iteration: baseline, request, proposal, branch, staged rerun, gate."""

@@ -10,6 +10,8 @@ from typing import Optional
 
 import typer
 
+from optimizer.cli._paths import output_file
+
 
 def nightly_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable; "
@@ -32,7 +34,7 @@ def nightly_command(
     resume: bool = typer.Option(False, "--resume", help="Continue the newest night that did not finish (its "
                                                         "limits, suites and branch; finished trials are kept)."),
     plain: bool = typer.Option(False, "--plain", help="No progress bars: timestamped log lines (cron, CI)."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the night's summary as JSON here."),
+    json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the night's summary as JSON here."),
 ) -> None:
     """Unattended optimization: iterations until a limit, accepted patches stacked on optimizer/nightly-<date>."""
     from optimizer.cli._common import console, err_console, interactive

@@ -7,11 +7,13 @@ from typing import Optional
 
 import typer
 
+from optimizer.cli._paths import output_file
+
 
 def report_command(
     run_id: Optional[str] = typer.Argument(None, help="Nightly or iteration id (default: the latest night, "
                                                       "else the latest iteration; see `optimizer history`)."),
-    html: Path = typer.Option(..., "--html", help="Write the self-contained HTML page here."),
+    html: Path = typer.Option(..., "--html", callback=output_file, help="Write the self-contained HTML page here."),
 ) -> None:
     """A self-contained HTML report: bucket table, score charts, cost, proposals with diffs and gate reasons, failures."""
     from optimizer import html_report

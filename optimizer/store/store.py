@@ -25,8 +25,29 @@ def default_url(state_dir: Path) -> str:
 
 
 def open_store(settings, project_root: Path) -> "Store":
-    """The project's store: `database_url` when set, else SQLite in the state folder."""
-    return Store(settings.database_url or default_url(project_root / settings.state_dir))
+    """The project's store: `database_url` when set, else SQLite in the state folder. A store that
+    cannot be opened is a configuration error naming the setting to change."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+
+    from optimizer.errors import ConfigError
+
+    url = settings.database_url or default_url(project_root / settings.state_dir)
+    field = "database_url" if settings.database_url else "state_dir"
+    try:
+        return Store(url)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise ConfigError(f"not a database URL SQLAlchemy can use: {_first_line(exc)}", field=field,
+                          fix="e.g. sqlite:////abs/path/optimizer.db or postgresql+psycopg://user@host/db") from None
+    except ImportError as exc:
+        raise ConfigError(f"the database driver is not installed: {exc}", field=field,
+                          fix=f"install it in this environment (pip install {exc.name or 'the driver'})") from None
+    except (OperationalError, OSError) as exc:
+        raise ConfigError(f"cannot open the store at {url}: {_first_line(exc)}", field=field,
+                          fix="point it at a writable folder or a reachable database") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 GATHER_S = 0.05
