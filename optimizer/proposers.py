@@ -39,6 +39,8 @@ FEEDBACK = Path(__file__).parent / "templates" / "patcher_feedback.md"
 """What the patcher is told when its edits do not apply (once, before the proposal is given up)."""
 CHECK_FEEDBACK = Path(__file__).parent / "templates" / "patcher_check_feedback.md"
 """What the patcher is told when its patch applies but would be rejected before any rollout."""
+RULE_TOO_LONG = Path(__file__).parent / "templates" / "patcher_rule_too_long.md"
+"""The reason given (in CHECK_FEEDBACK) when a one-rule answer is longer than one rule."""
 ATTEMPTS = 2
 SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 MAX_RULE_SENTENCES = 3
@@ -165,8 +167,7 @@ def _problem(patched: str, edits: list[Edit], patch_format: str,
         lines = len([line for line in rule.splitlines() if line.strip()])
         sentences = len(SENTENCE_END.findall(rule))
         if lines > 1 or sentences > MAX_RULE_SENTENCES:
-            problems.append(f"the answer gives {lines} line(s) and {sentences} sentences; the rule must be ONE "
-                            f"instruction of one or two sentences on a single line")
+            problems.append(RULE_TOO_LONG.read_text(encoding="utf-8").strip().format(lines=lines, sentences=sentences))
     found = check(patched) if check else None
     if found:
         problems.append(found)

@@ -117,3 +117,41 @@ def test_the_card_the_agent_remembers_is_the_card_a_fresh_read_parses(tmp_path):
     raw, card = remembered.read()
     assert (raw, card) == CardFile(tmp_path, FACT_ID).read()
     assert card["ui_configs"][0]["data"] == data and card["title"] == "Ümlaut: café"
+
+
+class ScriptedModel:
+    """Stands in for the agent's model client: answers from a list and keeps every request."""
+
+    def __init__(self, replies):
+        self.replies, self.requests = list(replies), []
+
+    def complete(self, messages, tools, **params):
+        from optimizer.models.client import Completion
+        from optimizer.types import Usage
+
+        self.requests.append([dict(message) for message in messages])
+        return self.replies.pop(0) if self.replies else Completion(content="done", tool_calls=[], usage=Usage())
+
+
+def test_the_agent_is_reminded_with_the_checks_wording_until_it_saves(tmp_path):
+    import time
+
+    from agents.card.agent import run as run_card_agent
+    from agents.texts import reminder, texts
+    from optimizer import AgentContext
+    from optimizer.models.client import Completion, ToolCallRequest
+    from optimizer.types import Usage
+
+    save = ToolCallRequest(id="c1", name="save_timeline_card", arguments={
+        "fact_id": FACT_ID, "title": "Standup", "ui_configs": [{"template_id": "event", "data": {}}]})
+    model = ScriptedModel([Completion(content="I would file it as an event.", tool_calls=[], usage=Usage()),
+                           Completion(content=None, tool_calls=[save], usage=Usage())])
+    context = AgentContext(task=TASK, workspace=tmp_path, system_prompt="prompt", model=model, trial_index=0,
+                           deadline=time.monotonic() + 60)
+    run = run_card_agent(context)
+    assert len(model.requests) == 2
+    nudge = model.requests[1][-1]
+    assert nudge == {"role": "user", "content": reminder("card_agent.reminder.md",
+                                                         [texts("card_agent.checks.yaml")["no_card"]])}
+    assert "save_timeline_card" in nudge["content"]  # the check's wording, read from the prompts folder
+    assert run.outcome.environment_state["is_complete"] is True

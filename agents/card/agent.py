@@ -8,24 +8,20 @@ from typing import Any
 
 from agents.card.tool import FACT_ID, CardSaver, card_path, load_card
 from agents.loop import LoopLimits, ToolLoop
+from agents.texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, Outcome, Task
 
-PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 LIMITS = LoopLimits(max_turns=8, max_reminders=3)
-
-
-def _template(name: str) -> str:
-    return (PROMPTS / name).read_text(encoding="utf-8")
 
 
 def user_message(task: Task) -> str:
     """The fixed layout of the user turn: content, fact_id, publish time, then any notes."""
     notes = []
     if task.input.assets:
-        notes.append(_template("card_agent.assets.md").format(assets="; ".join(task.input.assets)).strip())
+        notes.append(template("card_agent.assets.md").format(assets="; ".join(task.input.assets)).strip())
     if task.input.location:
-        notes.append(_template("card_agent.location.md").format(location=task.input.location).strip())
-    return _template("card_agent.user.md").format(
+        notes.append(template("card_agent.location.md").format(location=task.input.location).strip())
+    return template("card_agent.user.md").format(
         content=task.input.content,
         fact_id=task.input.resolved_fact_id(),
         published_at=task.input.resolved_published_at().isoformat(),
@@ -53,8 +49,7 @@ def run(context: AgentContext) -> AgentRun:
     saver = CardSaver(context.workspace, fact_id, task.input.resolved_published_at(), on_save=card.written)
     loop = ToolLoop(context, [saver.tool()], LIMITS,
                     completion_check=lambda: missing_parts(card),
-                    reminder=lambda missing: _template("card_agent.reminder.md").format(
-                        problems="\n".join(f"- {item}" for item in missing)).strip(),
+                    reminder=lambda missing: reminder("card_agent.reminder.md", missing),
                     tool_choice="required")
     messages = [{"role": "system", "content": context.system_prompt},
                 {"role": "user", "content": user_message(task)}]
@@ -92,17 +87,18 @@ def missing_parts(card: CardFile) -> list[str]:
 
 
 def _missing(raw: str, card: dict[str, Any], fact_id: str) -> list[str]:
+    says = texts("card_agent.checks.yaml")
     if not raw:
-        return ["no card was saved: call save_timeline_card"]
+        return [says["no_card"]]
     missing = []
     if card.get("status") != "completed":
-        missing.append("the card status is not completed")
+        missing.append(says["not_completed"])
     if not card.get("title"):
-        missing.append("the card has no title")
+        missing.append(says["no_title"])
     if not card.get("ui_configs"):
-        missing.append("the card has no ui_configs")
+        missing.append(says["no_ui_configs"])
     if card.get("fact_id") != fact_id:
-        missing.append(f"the card fact_id is not {fact_id}")
+        missing.append(says["wrong_fact_id"].format(fact_id=fact_id))
     return missing
 
 

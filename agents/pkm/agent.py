@@ -18,22 +18,18 @@ from pathlib import Path
 from agents.loop import LoopLimits, ToolLoop
 from agents.pkm.reminders import load_history, reminders
 from agents.pkm.sandbox import Sandbox
-from agents.pkm.state import build_state, snapshot
+from agents.pkm.state import build_state, marker_for, snapshot
 from agents.pkm.tools import PARA_ROOTS, PKMTools
+from agents.texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, Outcome, Task
 
-PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 MAX_TURNS = 25
 """Model turns a trial may take (a task may set `metadata.max_turns`); past it the trial is errored."""
 MAX_REMINDERS = 2
 
 
-def _template(name: str) -> str:
-    return (PROMPTS / name).read_text(encoding="utf-8")
-
-
 def user_message(task: Task) -> str:
-    return _template("pkm_agent.user.md").format(
+    return template("pkm_agent.user.md").format(
         content=task.input.content,
         fact_id=task.input.resolved_fact_id(),
         published_at=task.input.resolved_published_at().isoformat(),
@@ -51,11 +47,12 @@ def settle_mtimes(pkm: Path, task: Task) -> None:
 def missing_parts(tools: PKMTools) -> list[str]:
     if tools.skip_evidence is not None:
         return []
+    says = texts("pkm_agent.checks.yaml")
     missing = []
     if not tools.filed():
-        missing.append(f"no file under {', '.join(PARA_ROOTS)} carries the marker <!-- fact_id: {tools.fact_id} -->")
+        missing.append(says["not_filed"].format(roots=", ".join(PARA_ROOTS), marker=marker_for(tools.fact_id)))
     if tools.insight is None:
-        missing.append("the timeline card insight was not updated")
+        missing.append(says["no_insight"])
     return missing
 
 
@@ -86,8 +83,7 @@ def run(context: AgentContext) -> AgentRun:
     limits = LoopLimits(max_turns=int(task.metadata.get("max_turns", MAX_TURNS)), max_reminders=MAX_REMINDERS)
     loop = ToolLoop(context, tools.tools(), limits,
                     completion_check=lambda: missing_parts(tools),
-                    reminder=lambda missing: _template("pkm_agent.reminder.md").format(
-                        problems="\n".join(f"- {item}" for item in missing)).strip(),
+                    reminder=lambda missing: reminder("pkm_agent.reminder.md", missing),
                     system_note=system_note, tool_choice="required")
     messages = [{"role": "system", "content": context.system_prompt},
                 {"role": "user", "content": user_message(task)}]

@@ -13,26 +13,18 @@ The wording lives in `agents/prompts/pkm_agent.reminders.yaml`.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections import defaultdict
 from pathlib import Path
 
-import yaml
+from agents.texts import texts as wording
 
-TEXTS = Path(__file__).resolve().parent.parent / "prompts" / "pkm_agent.reminders.yaml"
 MARKER = re.compile(r"<!--\s*fact_id:\s*([^\s>]+?)\s*-->")
 DATE_NAME = re.compile(r"20\d{2}-?\d{2}-?\d{2}")
 MUST_SPLIT, CONSIDER_SPLIT = 2000, 1000
 FRAGMENT_FILES = 5
 CATCH_ALL_EDITS, HISTORY_RUNS = 3, 5
-
-
-@functools.cache
-def _texts() -> dict[str, str]:
-    """The reminder wording, read once per process (reminders are computed before every call)."""
-    return yaml.safe_load(TEXTS.read_text(encoding="utf-8"))
 
 
 def load_history(state_dir: Path) -> list[dict]:
@@ -48,7 +40,7 @@ def load_history(state_dir: Path) -> list[dict]:
 
 def reminders(pkm: Path, history: list[dict]) -> list[str]:
     """The reminder lines for the knowledge base as it is now (empty when nothing stands out)."""
-    texts = _texts()
+    texts = wording("pkm_agent.reminders.yaml")
     notes: list[str] = []
     per_folder: dict[str, list[int]] = defaultdict(list)
     for path in sorted(pkm.rglob("*.md")):
