@@ -31,7 +31,7 @@ def _state(trial: Trial) -> dict:
     return trial.outcome.environment_state
 
 
-@grader("card_completion", version="1")
+@grader("card_completion", version="1", agent="card_agent")
 def card_completion(task: Task, trial: Trial, config: BaseModel) -> GraderResult:
     state = _state(trial)
     checks = {
@@ -48,7 +48,7 @@ def card_completion(task: Task, trial: Trial, config: BaseModel) -> GraderResult
                         details={"checks": checks})
 
 
-@grader("card_template_choice", config=TemplateChoiceConfig, version="1")
+@grader("card_template_choice", config=TemplateChoiceConfig, version="1", agent="card_agent")
 def card_template_choice(task: Task, trial: Trial, config: TemplateChoiceConfig) -> GraderResult:
     chosen = _state(trial).get("template_ids") or []
     acceptable = set(config.expected_template_ids)
@@ -62,7 +62,7 @@ def card_template_choice(task: Task, trial: Trial, config: TemplateChoiceConfig)
                         details={"chosen": chosen, "acceptable": sorted(acceptable)})
 
 
-@grader("card_must_contain", config=MustContainConfig, version="1")
+@grader("card_must_contain", config=MustContainConfig, version="1", agent="card_agent")
 def card_must_contain(task: Task, trial: Trial, config: MustContainConfig) -> GraderResult:
     raw = _state(trial).get("raw_yaml") or ""
     haystack = raw if config.case_sensitive else raw.lower()
@@ -74,7 +74,7 @@ def card_must_contain(task: Task, trial: Trial, config: MustContainConfig) -> Gr
                         details={"missing": missing})
 
 
-@grader("card_tags", config=TagsConfig, version="1")
+@grader("card_tags", config=TagsConfig, version="1", agent="card_agent")
 def card_tags(task: Task, trial: Trial, config: TagsConfig) -> GraderResult:
     tags = set(_state(trial).get("card_tags") or [])
     missing = [tag for tag in config.expected_tags if tag not in tags]

@@ -61,7 +61,7 @@ def _under(path: str, prefix: str) -> bool:
     return segments(path)[:len(head)] == head
 
 
-@grader("pkm_completion", config=CompletionConfig, version="1")
+@grader("pkm_completion", config=CompletionConfig, version="1", agent="pkm_agent")
 def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> GraderResult:
     state = _state(trial)
     filed = [path for path in state.get("filed_in") or [] if segments(path)[:1] and segments(path)[0] in PARA_ROOTS]
@@ -83,7 +83,7 @@ def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> Grader
                    path="persist", checks=checks, filed_in=filed)
 
 
-@grader("pkm_routed_correctly", config=RoutingConfig, version="1")
+@grader("pkm_routed_correctly", config=RoutingConfig, version="1", agent="pkm_agent")
 def pkm_routed_correctly(task: Task, trial: Trial, config: RoutingConfig) -> GraderResult:
     state = _state(trial)
     if skip_path(state):
@@ -107,7 +107,7 @@ def pkm_routed_correctly(task: Task, trial: Trial, config: RoutingConfig) -> Gra
     return _result("pkm_routed_correctly", score, score >= config.min_score, rationale, per_file=scores)
 
 
-@grader("pkm_read_before_write", config=ReadBeforeWriteConfig, version="1")
+@grader("pkm_read_before_write", config=ReadBeforeWriteConfig, version="1", agent="pkm_agent")
 def pkm_read_before_write(task: Task, trial: Trial, config: ReadBeforeWriteConfig) -> GraderResult:
     state = _state(trial)
     events = state.get("events") or []
@@ -141,7 +141,7 @@ def pkm_read_before_write(task: Task, trial: Trial, config: ReadBeforeWriteConfi
                    edited=edited, unread=unread)
 
 
-@grader("pkm_no_overwrite", config=NoOverwriteConfig, version="1")
+@grader("pkm_no_overwrite", config=NoOverwriteConfig, version="1", agent="pkm_agent")
 def pkm_no_overwrite(task: Task, trial: Trial, config: NoOverwriteConfig) -> GraderResult:
     state = _state(trial)
     if config.seed_marker:
@@ -159,7 +159,7 @@ def pkm_no_overwrite(task: Task, trial: Trial, config: NoOverwriteConfig) -> Gra
     return _result("pkm_no_overwrite", score, not lost, rationale, lost=lost)
 
 
-@grader("pkm_fact_id_preserved", version="1")
+@grader("pkm_fact_id_preserved", version="1", agent="pkm_agent")
 def pkm_fact_id_preserved(task: Task, trial: Trial, config: BaseModel) -> GraderResult:
     state = _state(trial)
     if skip_path(state):

@@ -273,7 +273,8 @@ def _judged(name: str, score: float | None, passed: bool, rationale: str, **deta
     return GraderResult(grader=name, score=score, passed=passed, rationale=rationale, details=details)
 
 
-@grader("pkm_insight_quality", config=JudgeConfig, version="1", judge=INSIGHT_JUDGE)
+@grader("pkm_insight_quality", config=JudgeConfig, version="1", judge=INSIGHT_JUDGE,
+        agent="pkm_agent")
 def pkm_insight_quality(task: Task, trial: Trial, config: JudgeConfig) -> GraderResult:
     state = trial.outcome.environment_state
     if skip_path(state):
@@ -289,7 +290,8 @@ def pkm_insight_quality(task: Task, trial: Trial, config: JudgeConfig) -> Grader
                    f"{shown}: {outputs['rationale']}", **verdict.details(INSIGHT_JUDGE))
 
 
-@grader("pkm_append_coherence", config=JudgeConfig, version="1", judge=COHERENCE_JUDGE)
+@grader("pkm_append_coherence", config=JudgeConfig, version="1", judge=COHERENCE_JUDGE,
+        agent="pkm_agent")
 def pkm_append_coherence(task: Task, trial: Trial, config: JudgeConfig) -> GraderResult:
     state = trial.outcome.environment_state
     edited = _edited_existing(state)

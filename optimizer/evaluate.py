@@ -13,7 +13,7 @@ from optimizer.calibration import judge_status
 from optimizer.registry import get_agent, get_grader, judges_of
 from optimizer.runner import PlannedTrial, Runner, plan, read_prompt
 from optimizer.store import Store
-from optimizer.suites import load_suite
+from optimizer.suites import load_suites
 from optimizer.types import RunResult, Suite, Trial
 
 
@@ -28,7 +28,7 @@ class EvalPlan:
 def prepare(settings: Settings, project_root: Path, suite_names: list[str] | None = None,
             task_glob: str | list[str] | None = None) -> EvalPlan:
     """Load and check suites, tasks, graders and models. Writes nothing."""
-    suites = [load_suite(name, project_root) for name in (suite_names or settings.suites)]
+    suites = load_suites(suite_names or settings.suites, project_root)
     planned = plan(suites, trials=settings.trials, task_glob=task_glob)
     for suite in suites:
         read_prompt(get_agent(suite.spec.agent_name), project_root)

@@ -10,6 +10,19 @@ from pathlib import Path
 from typing import Any
 
 
+def read_input(path: Path, error: type[Exception]) -> str:
+    """The text of an input file (UTF-8); a file that cannot be read raises `error` (an
+    `OptimizerError` class) naming the file and the fix."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})", path=path,
+                    fix="save the file as UTF-8") from None
+    except OSError as exc:
+        raise error(f"cannot read: {exc.strerror or exc}", path=path,
+                    fix="check the file exists and is readable") from None
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write atomically: a reader never sees half a file."""
     write_text(path, json.dumps(data, indent=2, ensure_ascii=False, default=str))

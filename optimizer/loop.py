@@ -28,6 +28,7 @@ from optimizer.files import write_json, write_text
 from optimizer.gate import Decision, GateConfig, borderline, decide, per_look
 from optimizer.ledger import current as current_ledger
 from optimizer.models import context_window, validate_model
+from optimizer.models.mock import check_patcher_script
 from optimizer.patch import LintIndex, check_patch, check_prompt_text
 from optimizer.proposers import Proposal, ProposalRequest, make_proposer
 from optimizer.registry import get_agent
@@ -36,7 +37,7 @@ from optimizer.request import (Selection, exhausted_buckets, failure_records, lo
 from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id, plan
 from optimizer.scoring import trials_frame
 from optimizer.store import Store
-from optimizer.suites import load_suite, with_regression_suites
+from optimizer.suites import load_suites, with_regression_suites
 from optimizer.types import RunResult, Suite, Trial, Usage
 
 Log = Callable[[str], None]
@@ -113,8 +114,11 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     root = ctx.project_root
     repo = gitops.open_repo(root)
     base = gitops.resolve_base(repo, base_ref)
-    suites = with_regression_suites([load_suite(name, root) for name in (suite_names or settings.suites)], root)
+    suites = with_regression_suites(load_suites(suite_names or settings.suites, root), root)
     entries = {suite.spec.agent_name: get_agent(suite.spec.agent_name) for suite in suites}
+    if agent is not None and agent not in entries:
+        raise ConfigError(f"agent {agent!r} has no suite in this run (agents here: {', '.join(sorted(entries))})",
+                          field="--agent", fix="name one of those agents, or add a --suite of that agent")
     prompt_paths = {name: _rel(repo, root, entry.prompt_file) for name, entry in entries.items()}
     gitops.require_files(repo, base, list(prompt_paths.values()))
     validate_model(settings.agent_model, field="agent_model")
@@ -158,9 +162,8 @@ def _check_proposer(settings: Settings) -> None:
             raise ConfigError("mock/patcher answers from a script, and none is set", field="mock_patcher_script",
                               fix="set mock_patcher_script (or OPTIMIZER_MOCK_PATCHER_SCRIPT) to a JSON file "
                                   "of proposals, or choose another --patcher-model")
-        if settings.mock_patcher_script and not Path(settings.mock_patcher_script).is_file():
-            raise ConfigError("the mock patcher script does not exist", path=settings.mock_patcher_script,
-                              field="mock_patcher_script", fix="point it at a JSON file of proposals")
+        if settings.patcher_model.startswith("mock/patcher"):
+            check_patcher_script(settings.mock_patcher_script)
     make_proposer(settings)
 
 

@@ -26,6 +26,7 @@ runs an interrupted iteration again, keeping every trial already recorded (see
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 from dataclasses import dataclass, field
@@ -332,13 +333,16 @@ def _limits_dict(limits: NightlyLimits) -> dict[str, Any]:
 
 
 def parse_duration(text: str) -> float:
-    """`90m`, `8h`, `3600s` or plain seconds -> seconds."""
+    """`90m`, `8h`, `3600s` or plain seconds -> seconds (more than zero)."""
     units = {"s": 1, "m": 60, "h": 3600}
     raw = text.strip().lower()
     try:
-        return float(raw[:-1]) * units[raw[-1]] if raw and raw[-1] in units else float(raw)
+        seconds = float(raw[:-1]) * units[raw[-1]] if raw and raw[-1] in units else float(raw)
     except ValueError:
-        raise InputError(f"cannot read the duration {text!r}", field="--time-limit",
-                         fix="e.g. 90m, 8h or 3600s") from None
+        seconds = math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        raise InputError(f"{text!r} is not a duration above zero", field="--time-limit",
+                         fix="e.g. 90m, 8h or 3600s")
+    return seconds
 
 

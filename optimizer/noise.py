@@ -18,7 +18,7 @@ from optimizer.loop import LoopContext, StagePlan, gate_frames, loop_settings
 from optimizer.models import validate_model
 from optimizer.request import select_targets
 from optimizer.runner import Runner, plan
-from optimizer.suites import load_suite
+from optimizer.suites import load_suites
 
 SEED_STRIDE = 7919
 
@@ -44,7 +44,7 @@ class NoiseResult:
 def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | None = None) -> NoiseResult:
     settings = loop_settings(ctx.settings)
     validate_model(settings.agent_model, field="agent_model")
-    suites = [load_suite(name, ctx.project_root) for name in (suite_names or settings.suites)]
+    suites = load_suites(suite_names or settings.suites, ctx.project_root)
     planned = plan(suites, trials=settings.trials)
     regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
     strict = GateConfig(mode="strict", max_bucket_drop=settings.max_bucket_drop, alpha=settings.alpha,

@@ -53,6 +53,8 @@ class GraderEntry:
     fingerprint: str = field(default="")
     judge: str | None = None
     """The LLM judge the grader asks (its calibration is reported with every run that uses it)."""
+    agent: str | None = None
+    """The agent whose outcome the grader reads; None for a grader of any agent."""
 
     def parse_config(self, config: dict[str, Any], *, path: Path | None, where: str) -> BaseModel:
         try:
@@ -83,13 +85,15 @@ def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = Non
     return register
 
 
-def grader(name: str, *, config: type[BaseModel] | None = None, version: str = "1", judge=None):
+def grader(name: str, *, config: type[BaseModel] | None = None, version: str = "1", judge=None,
+           agent: str | None = None):
     """Register a grader: a function `(task, trial, config) -> GraderResult`.
 
     `config` is a pydantic model (extra keys forbidden) validated when a suite loads, so a bad
     config fails before any trial runs. A grader that asks an LLM judge names it (`judge`, an
     `optimizer.judging.Judge`): the rubric's hash joins the grader's fingerprint, so a changed
-    rubric is never mistaken for a stored baseline.
+    rubric is never mistaken for a stored baseline. A grader that reads one agent's outcome
+    names that `agent`, and a suite of another agent that uses it fails to load.
     """
 
     def register(func):
@@ -98,7 +102,7 @@ def grader(name: str, *, config: type[BaseModel] | None = None, version: str = "
         digest = hashlib.sha256(f"{name}:{version}:{rubric}:{inspect.getsource(func)}".encode()).hexdigest()[:12]
         _graders[name] = GraderEntry(name=name, func=func, config_model=config or NoConfig,
                                      version=version, source=source, fingerprint=digest,
-                                     judge=judge.name if judge else None)
+                                     judge=judge.name if judge else None, agent=agent)
         return func
 
     return register

@@ -14,7 +14,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from optimizer.errors import SuiteError, TaskFileError
+from optimizer.errors import GraderConfigError, SuiteError, TaskFileError
+from optimizer.files import read_input
 from optimizer.registry import get_agent, get_grader
 from optimizer.types import Suite, SuiteSpec, Task
 
@@ -36,7 +37,7 @@ def load_suite(name_or_path: str, project_root: Path) -> Suite:
     root = resolve_suite_dir(name_or_path, project_root)
     spec = _parse(SuiteSpec, root / "suite.json", SuiteError)
     get_agent(spec.agent_name, path=root / "suite.json")
-    task_files = sorted(p for p in (root / "tasks").rglob("*.json") if p.is_file())
+    task_files = _task_files(root)
     if not task_files:
         raise SuiteError("the suite has no task files", path=root / "tasks",
                          fix="add tasks/<id>.json or tasks/<group>/<task>/task.json files")
@@ -49,11 +50,61 @@ def load_suite(name_or_path: str, project_root: Path) -> Suite:
                                 fix="give every task in a suite its own id")
         seen[task.id] = path
         _check_fixtures(task, path, root, project_root)
-        _check_graders(task, path)
+        _check_graders(task, path, spec.agent_name)
         task._path = path
         task._suite_root = root
         tasks.append(task)
     return Suite(spec=spec, root=root, tasks=tasks)
+
+
+def load_suites(names: list[str], project_root: Path) -> list[Suite]:
+    """The suites named (names or paths), each once. A suite named twice is loaded once; two
+    folders whose suite.json carry the same name are an error, since results are kept by name."""
+    suites: list[Suite] = []
+    for name in names:
+        suite = load_suite(name, project_root)
+        same = next((other for other in suites if other.name == suite.name), None)
+        if same is None:
+            suites.append(suite)
+        elif same.root != suite.root:
+            raise SuiteError(f"two suites are named {suite.name!r}: {same.root} and {suite.root}",
+                             path=suite.root / "suite.json", field="name",
+                             fix="give each suite its own name in its suite.json, or pass only one of them")
+    return suites
+
+
+def _task_files(root: Path) -> list[Path]:
+    """Every `*.json` under `tasks/`, sorted, except what lies inside a folder some task names as
+    its `fixture_dir` (a workspace may hold JSON files of its own). A name that is not a readable
+    file (a dangling link, a folder called `x.json`) is an error, not a task quietly left out."""
+    candidates = sorted((root / "tasks").rglob("*.json"))
+    fixtures = {folder for path in candidates if path.is_file() and (folder := _declared_fixture(path, root))}
+    found = []
+    for path in candidates:
+        if any(path.resolve().is_relative_to(folder) for folder in fixtures):
+            continue
+        if not path.is_file():
+            raise TaskFileError("cannot read: not a file (a folder, or a link to nothing)", path=path,
+                                fix="remove it or point it at a task file")
+        found.append(path)
+    return found
+
+
+def _declared_fixture(path: Path, root: Path) -> Path | None:
+    """The fixture folder a task file names, found without validating the file (that comes later)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    folder = data.get("input", {}).get("fixture_dir") if isinstance(data, dict) and isinstance(
+        data.get("input"), dict) else None
+    if not isinstance(folder, str) or not folder:
+        return None
+    folder = (root / folder).resolve()
+    # only a folder inside the suite that does not hold the task itself (a bad fixture_dir is
+    # reported when the task is checked, which needs the task file kept)
+    inside = folder.is_relative_to(root.resolve()) and not path.resolve().is_relative_to(folder)
+    return folder if inside else None
 
 
 def fixture_paths(task: Task, project_root: Path) -> list[Path]:
@@ -87,23 +138,30 @@ def _check_fixtures(task: Task, path: Path, suite_root: Path, project_root: Path
                                 fix="create the fixture folder or fix the name")
     if task.input.fixture_dir:
         folder = (suite_root / task.input.fixture_dir).resolve()
-        if not folder.is_relative_to(suite_root) or not folder.is_dir():
+        if not folder.is_relative_to(suite_root):
+            raise TaskFileError(f"fixture folder {task.input.fixture_dir!r} is outside the suite folder {suite_root}",
+                                path=path, field="input.fixture_dir",
+                                fix="keep fixtures inside the suite and give the path relative to the suite root")
+        if not folder.is_dir():
             raise TaskFileError(f"fixture folder {task.input.fixture_dir!r} not found under {suite_root}",
                                 path=path, field="input.fixture_dir",
                                 fix="give a folder path relative to the suite root")
 
 
-def _check_graders(task: Task, path: Path) -> None:
+def _check_graders(task: Task, path: Path, agent_name: str) -> None:
     for index, spec in enumerate(task.graders):
         where = f"graders[{index}]"
-        get_grader(spec.name, path=path, where=where).parse_config(spec.config, path=path, where=where)
+        entry = get_grader(spec.name, path=path, where=where)
+        if entry.agent and entry.agent != agent_name:
+            raise GraderConfigError(f"grader {spec.name!r} grades the {entry.agent}, and this suite runs the "
+                                    f"{agent_name}", path=path, field=f"{where}.name",
+                                    fix=f"use a grader of the {agent_name}, or move the task to a suite of the "
+                                        f"{entry.agent}")
+        entry.parse_config(spec.config, path=path, where=where)
 
 
 def _parse(model: type[M], path: Path, error: type[SuiteError] | type[TaskFileError]) -> M:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"cannot read: {exc}", path=path) from None
+    text = read_input(path, error)
     try:
         json.loads(text)
     except json.JSONDecodeError as exc:
@@ -112,14 +170,25 @@ def _parse(model: type[M], path: Path, error: type[SuiteError] | type[TaskFileEr
     try:
         return model.model_validate_json(text)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        message = first["msg"]
-        if first["type"] == "extra_forbidden":
-            message = "unknown key"
-        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        raise error(message + more, path=path, field=field,
-                    fix="remove the key" if first["type"] == "extra_forbidden" else "correct the value") from None
+        problems = [_problem(item) for item in exc.errors()]
+        (field, message, fix), others = problems[0], problems[1:]
+        if others:  # every problem at once: one fix-and-rerun, not one per problem
+            message += "".join(f"\n  also field '{other}': {text}" for other, text, _ in others)
+        raise error(message, path=path, field=field, fix=fix) from None
+
+
+FORMAT_HELP = "see 'Suites and tasks' in the README for the format"
+
+
+def _problem(item: dict) -> tuple[str, str, str]:
+    """(field, message, fix) of one pydantic error, the field written as `graders[0].config`."""
+    field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in item["loc"]).lstrip(".")
+    message = item["msg"].removeprefix("Value error, ")
+    if item["type"] == "extra_forbidden":
+        return field or "(top level)", "unknown key", "remove the key"
+    if item["type"] == "missing":
+        return field or "(top level)", "required, but missing", f"add it; {FORMAT_HELP}"
+    return field or "(top level)", message, f"correct the value; {FORMAT_HELP}"
 
 
 def project_suites(project_root: Path) -> list[tuple[str, dict]]:

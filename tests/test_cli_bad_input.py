@@ -165,3 +165,78 @@ def test_unexpected_exception_is_a_harness_error(cli, isolated, monkeypatch):
     code, out, err = cli("history")
     assert code == 3, (code, err)
     assert "unexpected RuntimeError (a harness error): boom" in err and "Traceback" in err
+
+
+def test_json_inside_a_fixture_folder_is_fixture_content_not_a_task(cli, isolated, tmp_path):
+    task = event_task("with_fixture")
+    task["input"]["fixture_dir"] = "tasks/group/with_fixture/workspace"
+    suite = write_suite(tmp_path / "s", {"tasks/group/with_fixture/task.json": task,
+                                         "tasks/group/with_fixture/workspace/a_settings.json": {"theme": "dark"},
+                                         "tasks/group/with_fixture/workspace/Facts/notes.md": "- standup\n"})
+    code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "mock/oracle", "--trials", "1")
+    assert code == 0, err
+    assert "1 trials, 1 passed" in out
+
+
+@pytest.mark.parametrize("kind", ["dangling link", "folder"])
+def test_a_task_name_that_is_not_a_file_is_an_error(cli, isolated, tmp_path, kind):
+    suite = write_suite(tmp_path / "s", [event_task()])
+    odd = suite / "tasks" / "second.json"
+    if kind == "folder":
+        odd.mkdir()
+    else:
+        odd.symlink_to(tmp_path / "nowhere.json")
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "second.json", "not a file")
+
+
+def test_every_problem_of_a_task_file_is_listed(cli, isolated, tmp_path):
+    suite = write_suite(tmp_path / "s", [event_task(timeout_seconds="fast", colour="blue", trials_per_run=0)])
+    code, out, err = cli("eval", "--suite", str(suite))
+    assert code == 2 and err.count("error:") == 1
+    assert "timeout_seconds" in err and "'colour'" in err and "trials_per_run" in err
+    assert "Value error" not in err
+
+
+def test_fixture_outside_the_suite_says_so(cli, isolated, tmp_path):
+    task = event_task()
+    task["input"]["fixture_dir"] = "../"
+    suite = write_suite(tmp_path / "s", [task])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "input.fixture_dir", "outside the suite folder")
+
+
+def test_a_suite_named_twice_runs_once(cli, isolated, tmp_path):
+    suite = write_suite(tmp_path / "s", [event_task()])
+    code, out, err = cli("eval", "--suite", str(suite), "--suite", str(suite), "--agent-model", "mock/oracle",
+                         "--trials", "1")
+    assert code == 0, err
+    assert "1 trials, 1 passed" in out
+
+
+def test_two_suites_with_one_name(cli, isolated, tmp_path):
+    first = write_suite(tmp_path / "a", [event_task()], name="same")
+    second = write_suite(tmp_path / "b", [event_task()], name="same")
+    assert_rejected(cli, isolated, ["eval", "--suite", str(first), "--suite", str(second)],
+                    "two suites are named 'same'", "field 'name'")
+
+
+def test_settings_file_that_is_not_utf8(cli, isolated, monkeypatch, tmp_path):
+    (tmp_path / "optimizer.toml").write_bytes(b"seed = 1 # \xff\xfe\n")
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(tmp_path))
+    assert_rejected(cli, isolated, ["history"], "optimizer.toml", "not UTF-8", "save the file as UTF-8")
+
+
+def test_graduate_names_an_unknown_bucket(cli, isolated):
+    assert_rejected(cli, isolated, ["graduate", "--suite", "card_agent", "--bucket", "template_evnt"],
+                    "field '--bucket'", "template_evnt", "card_agent/template_event")
+
+
+@pytest.mark.parametrize("value", ["nan", "1.5", "-0.1"])
+def test_fail_under_outside_zero_to_one(cli, isolated, value):
+    code, out, err = cli("eval", "--suite", "card_agent", "--fail-under", value)
+    assert code == 2 and "--fail-under" in err and "Traceback" not in err
+    assert not (isolated / "optimizer.db").exists()
+
+
+def test_a_grader_of_another_agent(cli, isolated, tmp_path):
+    suite = write_suite(tmp_path / "s", [event_task(graders=[{"name": "pkm_completion"}])])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "graders[0].name", "grades the pkm_agent")

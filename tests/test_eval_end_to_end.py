@@ -122,9 +122,10 @@ def test_nested_task_layout_with_fixture_dir_loads_and_runs(cli, tmp_path):
 
 
 def test_exit_codes_asked_for_reach_the_shell(cli, tmp_path, monkeypatch):
-    code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/oracle", "--task", "card_event_*",
-                         "--fail-under", "1.01")
+    code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/sim", "--task", "card_event_*",
+                         "--fail-under", "1.0", "--json", str(tmp_path / "sim.json"))
     assert code == 1, out + err
+    assert json.loads((tmp_path / "sim.json").read_text())["suites"][0]["mean_score"] < 1.0
     code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/oracle", "--task", "card_event_*",
                          "--fail-under", "1.0")
     assert code == 0, out + err

@@ -412,3 +412,23 @@ def test_rejected_ideas_are_remembered_and_an_exhausted_bucket_is_set_aside(cli,
     # two rejections at this base commit: the third iteration works on another bucket
     assert "fact_preservation" not in targets[2]
     assert "not targeted (2+ rejected proposals at this base): card_agent/fact_preservation" in err.replace("\n", " ")
+
+
+@pytest.mark.parametrize("text, says", [('[{"rationale": 5, "edits": "x"}', "not valid JSON"),
+                                        ('{"not": "a list"}', "must be a list of proposals"),
+                                        ('[{"rationale": "r", "edits": "x"}]', "[0].edits"),
+                                        ('[{"rationale": "r", "edit": []}]', "unknown key(s) edit")])
+def test_a_broken_mock_patcher_script_is_refused_before_the_baseline(cli, repo, tmp_path, monkeypatch, text, says):
+    path = tmp_path / "script.json"
+    path.write_text(text)
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SCRIPT", str(path))
+    code, out, err = cli("run")
+    assert code == 2, out + err
+    assert "script.json" in err and says in err
+    assert "trials" not in out  # no baseline was run
+
+
+def test_an_agent_without_a_suite_in_the_run_is_refused(cli, repo):
+    code, out, err = cli("run", "--dry-run", "--agent", "nope")
+    assert code == 2
+    assert "field '--agent'" in err and "agents here: card_agent" in err

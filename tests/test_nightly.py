@@ -9,6 +9,8 @@ import socket
 import sqlite3
 import subprocess
 
+import pytest
+
 from tests.test_loop import (DATA_LINE, FACT_RULE, LINK_HARM, after_data_line, git, optimizer_branches, repo,  # noqa: F401
                              script, snapshot)
 
@@ -267,3 +269,18 @@ def test_two_real_nightly_processes_on_one_repository(repo, tmp_path):
         output, _ = first.communicate(timeout=300)
     assert first.returncode == 0, output
     assert "1 iteration(s), 1 accepted" in output
+
+
+@pytest.mark.parametrize("text", ["-5m", "0s", "0", "abc", "", "inf", "nan"])
+def test_a_time_limit_must_be_a_duration_above_zero(text):
+    from optimizer.errors import InputError
+    from optimizer.nightly import parse_duration
+
+    with pytest.raises(InputError, match="--time-limit"):
+        parse_duration(text)
+
+
+def test_time_limits_are_read_in_their_unit():
+    from optimizer.nightly import parse_duration
+
+    assert [parse_duration(text) for text in ("90m", "8h", "3600s", "45", " 2H ")] == [5400, 28800, 3600, 45, 7200]

@@ -24,7 +24,8 @@ def eval_command(
     seed: Optional[int] = typer.Option(None, help="Seed passed to the models."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Call the model even for identical requests."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the summary as JSON here."),
-    fail_under: Optional[float] = typer.Option(None, help="Exit 1 when the mean score is below this."),
+    fail_under: Optional[float] = typer.Option(None, min=0.0, max=1.0,
+                                               help="Exit 1 when the mean score is below this (0 to 1)."),
 ) -> None:
     """Run suites and print pass@k, pass^k and mean score per suite and per bucket."""
     from optimizer import evaluate

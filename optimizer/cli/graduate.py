@@ -18,12 +18,18 @@ def graduate_command(
     from optimizer import graduation
     from optimizer.cli._common import console
     from optimizer.config import find_project_root, load_settings
-    from optimizer.suites import load_suite
+    from optimizer.errors import InputError
+    from optimizer.suites import load_suites
     from optimizer.store import open_store
 
     root = find_project_root()
     settings = load_settings(root)
-    suites = [load_suite(name, root) for name in (suite or settings.suites)]
+    suites = load_suites(suite or settings.suites, root)
+    known = {f"{s.name}/{task.bucket}" for s in suites for task in s.tasks}
+    unknown = [name for name in bucket or [] if name not in known and name not in {k.split("/")[1] for k in known}]
+    if unknown:
+        raise InputError(f"no bucket {', '.join(map(repr, unknown))} in the suites looked at", field="--bucket",
+                         fix=f"use suite/bucket or bucket, from: {', '.join(sorted(known))}")
     store = open_store(settings, root)
     found = graduation.candidates(store, suites, root, runs=runs, threshold=threshold)
     store.close()

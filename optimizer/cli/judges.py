@@ -18,7 +18,8 @@ def calibrate_command(
     judge: Optional[list[str]] = typer.Option(None, "--judge", help="Only this judge (repeatable; default all)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Ask the model even for answers already stored."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the report as JSON here."),
-    fail_under: Optional[float] = typer.Option(None, help="Exit 1 when a judge's Spearman is below this."),
+    fail_under: Optional[float] = typer.Option(None, min=-1.0, max=1.0,
+                                               help="Exit 1 when a judge's Spearman is below this (-1 to 1)."),
 ) -> None:
     """Run each judge over its labelled examples; report Spearman correlation and pass/fail agreement."""
     from rich.table import Table

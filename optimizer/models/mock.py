@@ -110,6 +110,51 @@ def _attributes(value: Any) -> Any:
     return value
 
 
+SCRIPT_ENTRY_KEYS = {"rationale", "edits", "rule", "raw", "after_feedback"}
+
+
+def check_patcher_script(path: str) -> None:
+    """Refuse a `mock_patcher_script` the patcher could not answer from, before anything runs."""
+    from optimizer.errors import ConfigError
+
+    def bad(message: str, field: str = "mock_patcher_script") -> ConfigError:
+        return ConfigError(message, path=path, field=field,
+                           fix='a JSON list of proposals such as [{"rationale": "...", '
+                               '"edits": [{"search": "...", "replace": "..."}]}] (see optimizer/models/mock.py)')
+
+    try:
+        script = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise bad("the mock patcher script does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise bad(f"cannot read the mock patcher script: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise bad(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    if not isinstance(script, list):
+        raise bad(f"the script must be a list of proposals, not a JSON {type(script).__name__}")
+
+    def check(entry: object, where: str) -> None:
+        if not isinstance(entry, dict):
+            raise bad("a proposal must be a JSON object", field=where)
+        unknown = set(entry) - SCRIPT_ENTRY_KEYS
+        if unknown:
+            raise bad(f"unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(SCRIPT_ENTRY_KEYS))}",
+                      field=where)
+        for key in ("rationale", "rule", "raw"):
+            if key in entry and not isinstance(entry[key], str):
+                raise bad("must be a string", field=f"{where}.{key}")
+        edits = entry.get("edits", [])
+        if not isinstance(edits, list) or not all(
+                isinstance(edit, dict) and set(edit) == {"search", "replace"}
+                and all(isinstance(value, str) for value in edit.values()) for edit in edits):
+            raise bad('must be a list of {"search": "...", "replace": "..."} objects', field=f"{where}.edits")
+        if "after_feedback" in entry:
+            check(entry["after_feedback"], f"{where}.after_feedback")
+
+    for index, entry in enumerate(script):
+        check(entry, f"[{index}]")
+
+
 def _patcher_reply(metadata: dict, messages: list[dict]) -> str:
     path = metadata.get(SCRIPT_KEY)
     if not path:
