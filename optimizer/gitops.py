@@ -8,6 +8,7 @@ and `nightly --merge` write to the user's branch, and only when asked.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -88,13 +89,6 @@ def differs_from_base(repo, commit: str, path: str) -> bool:
     return not local.is_file() or local.read_text(encoding="utf-8") != read_at(repo, commit, path)
 
 
-def export_files(repo, commit: str, paths: list[str], destination: Path) -> None:
-    for path in paths:
-        target = destination / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(read_at(repo, commit, path), encoding="utf-8")
-
-
 def ignore_state_dir(state_dir: Path) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
     marker = state_dir / ".gitignore"
@@ -167,19 +161,16 @@ def amend_message(workdir: Path, message: str) -> str:
     return tree.head.commit.hexsha
 
 
-def reset_hard(workdir: Path) -> None:
-    git = _git()
-    tree = git.Repo(workdir)
-    tree.git.reset("--hard", "--quiet")
-    tree.git.clean("-fdq")
-
-
 def delete_branch(repo, branch: str) -> None:
+    """Delete `branch` if it exists; a branch that cannot be deleted is left with a warning."""
     git = _git()
+    if not branch_exists(repo, branch):
+        return
     try:
         repo.git.branch("-D", branch)
-    except git.GitCommandError:
-        pass
+    except git.GitCommandError as exc:
+        logging.getLogger("optimizer").warning("could not delete branch %s: %s", branch,
+                                               (exc.stderr or str(exc)).strip())
 
 
 def branch_exists(repo, branch: str) -> bool:

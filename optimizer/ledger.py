@@ -62,17 +62,16 @@ class Ledger:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def price(self, model: str) -> tuple[float, float]:
-        """USD per input token and per output token."""
+        """USD per input token and per output token; (0, 0) for a model without a price."""
         if model in self.prices:
             per_million = self.prices[model]
             return per_million[0] / 1e6, per_million[1] / 1e6
-        try:
-            from optimizer.models import litellm_module
+        return _litellm_price(model) or (0.0, 0.0)
 
-            info = litellm_module().model_cost.get(model) or {}
-            return float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
-        except Exception:  # an unknown model has no price
-            return 0.0, 0.0
+    def has_price(self, model: str) -> bool:
+        """Whether `model` has a price: in `model_prices` or in litellm's cost map (which enters
+        the in-process and embedded models at zero)."""
+        return model in self.prices or _litellm_price(model) is not None
 
     def reserve(self, role: str, model: str, prompt_tokens: int, max_tokens: int | None) -> Reservation:
         completion = max_tokens or DEFAULT_COMPLETION_TOKENS
@@ -119,6 +118,27 @@ class Ledger:
         with self._lock:
             self._reserved_usd -= reservation.usd
             self._reserved_tokens -= reservation.tokens
+
+
+_prices_found: dict[str, tuple[float, float]] = {}
+
+
+def _litellm_price(model: str) -> tuple[float, float] | None:
+    """litellm's price of `model` per input and output token, found with or without its
+    provider prefix (`openai/gpt-4o-mini` is mapped as `gpt-4o-mini`); None when it has none.
+    Prices found are kept (every call is priced before it is made); a miss is asked again, since
+    a provider may enter its models later."""
+    if model in _prices_found:
+        return _prices_found[model]
+    try:
+        from optimizer.models import litellm_module
+
+        info = litellm_module().get_model_info(model)
+    except Exception:  # not mapped
+        return None
+    price = float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
+    _prices_found[model] = price
+    return price
 
 
 _active: Ledger | None = None

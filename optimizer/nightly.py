@@ -139,6 +139,7 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
         agents = sorted({load_suite(name, root).spec.agent_name for name in names})
         for agent in agents:
             get_agent(agent)
+        _check_budget_can_bind(settings, limits)
         stray = gitops.remove_stray_worktrees(repo, state_dir / "worktrees")
         if stray:
             ctx.log(f"removed {len(stray)} worktree(s) left by an earlier process")
@@ -179,6 +180,23 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
         result.status = "finished"
         _save(ctx, result, ledger)
         return result
+
+
+def _check_budget_can_bind(settings, limits: NightlyLimits) -> None:
+    """A USD budget counts dollars, and a model without a price spends none on paper: refuse a
+    budget that such a model could overrun unnoticed."""
+    if limits.budget.usd is None:
+        return
+    ledger = Ledger(None, prices=dict(settings.model_prices))
+    roles = {"agent_model": settings.agent_model, "judge_model": settings.judge_model}
+    if settings.proposer == "llm":
+        roles["patcher_model"] = settings.patcher_model
+    unpriced = [f"{role} {model}" for role, model in roles.items() if not ledger.has_price(model)]
+    if unpriced:
+        raise InputError(f"--budget-usd cannot limit {', '.join(unpriced)}: litellm has no price for it",
+                         field="model_prices",
+                         fix='give its price per million tokens, e.g. model_prices = {"<model>": [0.4, 1.6]}, '
+                             "or use --budget-tokens")
 
 
 def _resumable(ctx: LoopContext) -> tuple[NightlyResult, NightlyLimits]:

@@ -93,7 +93,8 @@ def grader(name: str, *, config: type[BaseModel] | None = None, version: str = "
     config fails before any trial runs. A grader that asks an LLM judge names it (`judge`, an
     `optimizer.judging.Judge`): the rubric's hash joins the grader's fingerprint, so a changed
     rubric is never mistaken for a stored baseline. A grader that reads one agent's outcome
-    names that `agent`, and a suite of another agent that uses it fails to load.
+    names that `agent`; a suite of another agent with graders of its own that uses it fails to
+    load (see `optimizer.suites`).
     """
 
     def register(func):

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from optimizer.errors import GraderConfigError, SuiteError, TaskFileError
 from optimizer.files import read_input
-from optimizer.registry import get_agent, get_grader
+from optimizer.registry import get_agent, get_grader, graders
 from optimizer.types import Suite, SuiteSpec, Task
 
 M = TypeVar("M", bound=BaseModel)
@@ -152,12 +152,20 @@ def _check_graders(task: Task, path: Path, agent_name: str) -> None:
     for index, spec in enumerate(task.graders):
         where = f"graders[{index}]"
         entry = get_grader(spec.name, path=path, where=where)
-        if entry.agent and entry.agent != agent_name:
+        if entry.agent and entry.agent != agent_name and _owns_graders(agent_name):
             raise GraderConfigError(f"grader {spec.name!r} grades the {entry.agent}, and this suite runs the "
                                     f"{agent_name}", path=path, field=f"{where}.name",
                                     fix=f"use a grader of the {agent_name}, or move the task to a suite of the "
                                         f"{entry.agent}")
         entry.parse_config(spec.config, path=path, where=where)
+
+
+def _owns_graders(agent_name: str) -> bool:
+    """Whether some grader is declared as this agent's. A suite of such an agent (card_agent,
+    pkm_agent) may not use another agent's graders: they read an outcome this agent does not
+    produce. An agent with no graders of its own (a plugin variant of the card agent, say) may
+    use any grader."""
+    return any(entry.agent == agent_name for entry in graders().values())
 
 
 def _parse(model: type[M], path: Path, error: type[SuiteError] | type[TaskFileError]) -> M:

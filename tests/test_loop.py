@@ -432,3 +432,18 @@ def test_an_agent_without_a_suite_in_the_run_is_refused(cli, repo):
     code, out, err = cli("run", "--dry-run", "--agent", "nope")
     assert code == 2
     assert "field '--agent'" in err and "agents here: card_agent" in err
+
+
+def test_a_branch_that_cannot_be_deleted_is_left_with_a_warning(repo, tmp_path, caplog):
+    import git as gitpython
+
+    from optimizer import gitops
+
+    git(repo, "branch", "optimizer/held")
+    git(repo, "worktree", "add", "-q", str(tmp_path / "held"), "optimizer/held")  # a checked-out branch stays
+    with caplog.at_level("WARNING", logger="optimizer"):
+        gitops.delete_branch(gitpython.Repo(repo), "optimizer/held")
+        gitops.delete_branch(gitpython.Repo(repo), "optimizer/never-made")  # nothing to delete: no warning
+    assert git(repo, "branch", "--list", "optimizer/held").strip(" +*\n") == "optimizer/held"
+    assert [record.getMessage().split(":")[0] for record in caplog.records] == [
+        "could not delete branch optimizer/held"]

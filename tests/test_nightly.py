@@ -284,3 +284,23 @@ def test_time_limits_are_read_in_their_unit():
     from optimizer.nightly import parse_duration
 
     assert [parse_duration(text) for text in ("90m", "8h", "3600s", "45", " 2H ")] == [5400, 28800, 3600, 45, 7200]
+
+
+def test_a_usd_budget_needs_a_price_for_every_model_it_limits():
+    from optimizer.config import Settings
+    from optimizer.errors import InputError
+    from optimizer.ledger import Budget
+    from optimizer.nightly import NightlyLimits, _check_budget_can_bind
+
+    limits = NightlyLimits(budget=Budget(usd=1.0))
+    priced = Settings(agent_model="openai/gpt-4o-mini", judge_model="mock/sim", patcher_model="mock/patcher")
+    _check_budget_can_bind(priced, limits)  # litellm's map prices it; mock models are entered at zero
+    from optimizer.ledger import Ledger
+
+    price_in, price_out = Ledger(None).price("openai/gpt-4o-mini")  # mapped without its provider prefix
+    assert 0 < price_in < price_out
+    unknown = priced.model_copy(update={"agent_model": "openai/house-model-7"})
+    with pytest.raises(InputError, match="agent_model openai/house-model-7"):
+        _check_budget_can_bind(unknown, limits)
+    _check_budget_can_bind(unknown.model_copy(update={"model_prices": {"openai/house-model-7": [1.0, 2.0]}}), limits)
+    _check_budget_can_bind(unknown, NightlyLimits(budget=Budget(tokens=1000)))  # a token budget binds anyway
