@@ -101,7 +101,11 @@ class Settings(BaseModel):
 def find_project_root(start: Path | None = None) -> Path:
     """The nearest folder holding optimizer.toml or a pyproject.toml with [tool.optimizer]."""
     if os.environ.get("OPTIMIZER_ROOT"):
-        return Path(os.environ["OPTIMIZER_ROOT"]).resolve()
+        root = Path(os.environ["OPTIMIZER_ROOT"]).resolve()
+        if not root.is_dir():
+            raise ConfigError(f"{root} is not a folder", path="environment (OPTIMIZER_*)", field="OPTIMIZER_ROOT",
+                              fix="point it at the project folder, or unset it to use the current folder")
+        return root
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / "optimizer.toml").is_file():
@@ -171,6 +175,8 @@ def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settin
             field = ".".join(str(p) for p in error["loc"])
             if source == "command line":
                 field = "--" + field.split(".")[0].replace("_", "-")
+            elif source.startswith("environment"):
+                field = f"OPTIMIZER_{field.split('.')[0].upper()}"
             raise ConfigError(error["msg"], path=source, field=field,
                               fix="correct the value (see `optimizer --help`)") from None
         merged = candidate

@@ -91,7 +91,7 @@ def test_bad_metadata_split(cli, isolated, tmp_path):
 
 def test_bad_setting_in_environment(cli, isolated, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_CONCURRENCY", "many")
-    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "OPTIMIZER_", "concurrency")
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "OPTIMIZER_CONCURRENCY")
 
 
 def test_unknown_option_is_a_usage_error(cli, isolated):
@@ -240,3 +240,8 @@ def test_fail_under_outside_zero_to_one(cli, isolated, value):
 def test_a_grader_of_another_agent(cli, isolated, tmp_path):
     suite = write_suite(tmp_path / "s", [event_task(graders=[{"name": "pkm_completion"}])])
     assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "graders[0].name", "grades the pkm_agent")
+
+
+def test_project_root_that_is_not_a_folder(cli, isolated, monkeypatch, tmp_path):
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(tmp_path / "missing"))
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "OPTIMIZER_ROOT", "is not a folder")
