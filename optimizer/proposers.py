@@ -116,7 +116,8 @@ class LLMProposer:
                 with dspy.context(lm=lm):
                     answer = predictor(request=request.request, feedback=feedback)
             except Exception as exc:  # a reply dspy cannot parse, or a model fault after retries
-                proposal.error = f"the patcher gave no usable answer: {type(exc).__name__}: {str(exc)[:300]}"
+                first_line = (str(exc).strip().splitlines() or [""])[0][:300]  # never a quoted traceback
+                proposal.error = f"the patcher gave no usable answer: {type(exc).__name__}: {first_line}"
                 break
             finally:
                 used = lm_usage(lm)

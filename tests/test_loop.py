@@ -447,3 +447,13 @@ def test_a_branch_that_cannot_be_deleted_is_left_with_a_warning(repo, tmp_path, 
     assert git(repo, "branch", "--list", "optimizer/held").strip(" +*\n") == "optimizer/held"
     assert [record.getMessage().split(":")[0] for record in caplog.records] == [
         "could not delete branch optimizer/held"]
+
+
+def test_an_unusable_patcher_reply_is_recorded_in_one_line(cli, repo, tmp_path, monkeypatch):
+    script(tmp_path, monkeypatch, {"raw": "Sure! Here is my improved prompt:\n\nBe better."})
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    proposal = json.loads((tmp_path / "run.json").read_text())["proposals"][0]
+    assert proposal["status"] == "no_patch"
+    assert proposal["reason"].startswith("the patcher gave no usable answer: ")
+    assert "\n" not in proposal["reason"] and "Traceback" not in proposal["reason"]
