@@ -121,20 +121,31 @@ class Ledger:
 
 
 _prices_found: dict[str, tuple[float, float]] = {}
+_prices_missing: dict[str, int] = {}
+"""Models litellm had no price for, with the size of its cost map then (a provider entering
+models later grows the map, and the model is asked for again)."""
 
 
 def _litellm_price(model: str) -> tuple[float, float] | None:
-    """litellm's price of `model` per input and output token, found with or without its
-    provider prefix (`openai/gpt-4o-mini` is mapped as `gpt-4o-mini`); None when it has none.
-    Prices found are kept (every call is priced before it is made); a miss is asked again, since
-    a provider may enter its models later."""
+    """litellm's price of `model` per input and output token, by its exact name (how our
+    providers enter their models) or through litellm's model info, which also finds a hosted
+    model under its provider prefix (`openai/gpt-4o-mini` is mapped as `gpt-4o-mini`); None when
+    it has none. Every call is priced before it is made, so answers are kept."""
     if model in _prices_found:
         return _prices_found[model]
+    known = -1
     try:
         from optimizer.models import litellm_module
 
-        info = litellm_module().get_model_info(model)
+        litellm = litellm_module()
+        known = len(litellm.model_cost)
+        info = litellm.model_cost.get(model)
+        if info is None:
+            if _prices_missing.get(model) == known:
+                return None
+            info = litellm.get_model_info(model)
     except Exception:  # not mapped
+        _prices_missing[model] = known
         return None
     price = float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
     _prices_found[model] = price

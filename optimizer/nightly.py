@@ -36,6 +36,7 @@ from typing import Any
 from optimizer import gitops
 from optimizer.errors import InputError
 from optimizer.ledger import Budget, BudgetExceeded, Ledger, charging
+from optimizer.models import answered_in_process, is_embedded
 from optimizer.lock import job_lock
 from optimizer.loop import LoopContext, run_iteration
 from optimizer.registry import get_agent
@@ -191,7 +192,8 @@ def _check_budget_can_bind(settings, limits: NightlyLimits) -> None:
     roles = {"agent_model": settings.agent_model, "judge_model": settings.judge_model}
     if settings.proposer == "llm":
         roles["patcher_model"] = settings.patcher_model
-    unpriced = [f"{role} {model}" for role, model in roles.items() if not ledger.has_price(model)]
+    free = {model for model in roles.values() if answered_in_process(model) or is_embedded(model)}
+    unpriced = [f"{role} {model}" for role, model in roles.items() if model not in free and not ledger.has_price(model)]
     if unpriced:
         raise InputError(f"--budget-usd cannot limit {', '.join(unpriced)}: litellm has no price for it",
                          field="model_prices",

@@ -304,3 +304,5 @@ def test_a_usd_budget_needs_a_price_for_every_model_it_limits():
         _check_budget_can_bind(unknown, limits)
     _check_budget_can_bind(unknown.model_copy(update={"model_prices": {"openai/house-model-7": [1.0, 2.0]}}), limits)
     _check_budget_can_bind(unknown, NightlyLimits(budget=Budget(tokens=1000)))  # a token budget binds anyway
+    in_process = priced.model_copy(update={"agent_model": "mock/oracle@50ms", "judge_model": "local/qwen2.5-coder-1.5b"})
+    _check_budget_can_bind(in_process, limits)  # answered here or embedded: free, whatever litellm's map says
