@@ -41,6 +41,9 @@ class AgentEntry:
     """Path of the system prompt, relative to the project root: the file the optimizer edits."""
     sim_profile: "SimProfile | None" = None
     source: str = ""
+    tools: tuple[str, ...] = ()
+    """Names of the tools the agent offers its model; when given, a task's reference solution
+    may call only these (checked when the suite loads)."""
 
 
 @dataclass(frozen=True)
@@ -74,12 +77,12 @@ _loaded = False
 _load_lock = threading.Lock()
 
 
-def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = None):
-    """Register an agent: a function `(AgentContext) -> AgentRun`."""
+def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = None, tools: Iterable[str] = ()):
+    """Register an agent: a function `(AgentContext) -> AgentRun`, offering its model `tools`."""
 
     def register(func):
         _agents[name] = AgentEntry(name=name, run=func, prompt_file=prompt_file,
-                                   sim_profile=sim_profile, source=_source(func))
+                                   sim_profile=sim_profile, source=_source(func), tools=tuple(tools))
         return func
 
     return register

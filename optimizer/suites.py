@@ -36,7 +36,7 @@ def resolve_suite_dir(name_or_path: str, project_root: Path) -> Path:
 def load_suite(name_or_path: str, project_root: Path) -> Suite:
     root = resolve_suite_dir(name_or_path, project_root)
     spec = _parse(SuiteSpec, root / "suite.json", SuiteError)
-    get_agent(spec.agent_name, path=root / "suite.json")
+    agent = get_agent(spec.agent_name, path=root / "suite.json")
     task_files = _task_files(root)
     if not task_files:
         raise SuiteError("the suite has no task files", path=root / "tasks",
@@ -51,6 +51,7 @@ def load_suite(name_or_path: str, project_root: Path) -> Suite:
         seen[task.id] = path
         _check_fixtures(task, path, root, project_root)
         _check_graders(task, path, spec.agent_name)
+        _check_reference_tools(task, path, agent)
         task._path = path
         task._suite_root = root
         tasks.append(task)
@@ -158,6 +159,17 @@ def _check_graders(task: Task, path: Path, agent_name: str) -> None:
                                     fix=f"use a grader of the {agent_name}, or move the task to a suite of the "
                                         f"{entry.agent}")
         entry.parse_config(spec.config, path=path, where=where)
+
+
+def _check_reference_tools(task: Task, path: Path, agent) -> None:
+    """A reference solution calls only tools the agent offers (when the agent names them)."""
+    if not agent.tools or task.reference_solution is None:
+        return
+    for index, call in enumerate(task.reference_solution.tool_calls):
+        if call.name not in agent.tools:
+            raise TaskFileError(f"the {agent.name} has no tool {call.name!r}", path=path,
+                                field=f"reference_solution.tool_calls[{index}].name",
+                                fix=f"use one of: {', '.join(agent.tools)}")
 
 
 def _owns_graders(agent_name: str) -> bool:

@@ -245,3 +245,11 @@ def test_a_grader_of_another_agent(cli, isolated, tmp_path):
 def test_project_root_that_is_not_a_folder(cli, isolated, monkeypatch, tmp_path):
     monkeypatch.setenv("OPTIMIZER_ROOT", str(tmp_path / "missing"))
     assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "OPTIMIZER_ROOT", "is not a folder")
+
+
+def test_a_reference_solution_calling_a_tool_the_agent_lacks(cli, isolated, tmp_path):
+    task = event_task()
+    task["reference_solution"]["tool_calls"][0]["name"] = "save_card"
+    suite = write_suite(tmp_path / "s", [task])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "reference_solution.tool_calls[0].name",
+                    "no tool 'save_card'", "save_timeline_card")

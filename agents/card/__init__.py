@@ -2,6 +2,8 @@
 
 from agents.card import agent as _agent
 from agents.card.sim import PROFILE
+from agents.card.tool import SCHEMA
 from optimizer import agent
 
-run = agent("card_agent", prompt_file="agents/prompts/card_agent.md", sim_profile=PROFILE)(_agent.run)
+run = agent("card_agent", prompt_file="agents/prompts/card_agent.md", sim_profile=PROFILE,
+            tools=[SCHEMA["function"]["name"]])(_agent.run)

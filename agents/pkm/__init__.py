@@ -2,6 +2,7 @@
 
 from agents.pkm import agent as _agent
 from agents.pkm.sim import PROFILE
+from agents.pkm.tools import SCHEMAS
 from optimizer import agent
 
-run = agent("pkm_agent", prompt_file="agents/prompts/pkm_agent.md", sim_profile=PROFILE)(_agent.run)
+run = agent("pkm_agent", prompt_file="agents/prompts/pkm_agent.md", sim_profile=PROFILE, tools=SCHEMAS)(_agent.run)
