@@ -38,6 +38,7 @@ demo: setup
 	cd $(DEMO) && OPTIMIZER_ROOT=$(CURDIR)/$(DEMO) OPTIMIZER_PROPOSER=command \
 		OPTIMIZER_PROPOSER_COMMAND="$(CURDIR)/$(BIN)/python $(CURDIR)/benchmarks/sim_patcher.py {request} {workdir} agents/prompts/card_agent.md" \
 		$(CURDIR)/$(BIN)/optimizer run --agent-model mock/sim
+	@echo "the demo is its own project: cd $(DEMO) && $(CURDIR)/$(BIN)/optimizer review"
 
 eval: setup
 	$(BIN)/optimizer eval --suite card_agent --agent-model mock/sim --trials 2 --json .optimizer/last-eval.json

@@ -43,7 +43,8 @@ def card_completion(task: Task, trial: Trial, config: BaseModel) -> GraderResult
     }
     score = sum(checks.values()) / len(checks)
     failed = [name for name, ok in checks.items() if not ok]
-    rationale = "all 5 checks passed" if not failed else "failed: " + ", ".join(failed)
+    rationale = "all 5 checks passed" if not failed else f"{len(failed)} of 5 checks not met: " + ", ".join(
+        f"'{name}'" for name in failed)
     return GraderResult(grader="card_completion", score=score, passed=score == 1.0, rationale=rationale,
                         details={"checks": checks})
 

@@ -79,7 +79,8 @@ def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> Grader
     score = sum(checks.values()) / len(checks)
     failed = [name for name, ok in checks.items() if not ok]
     return _result("pkm_completion", score, score == 1.0,
-                   f"filed in {', '.join(filed)} and insight updated" if not failed else "failed: " + ", ".join(failed),
+                   f"filed in {', '.join(filed)} and insight updated" if not failed else
+                   f"{len(failed)} of 3 checks not met: " + ", ".join(f"'{name}'" for name in failed),
                    path="persist", checks=checks, filed_in=filed)
 
 

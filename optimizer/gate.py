@@ -170,7 +170,7 @@ def group_change(pairs: pd.DataFrame, suite: str, bucket: str, *, targeted: bool
     before = float(np.dot(weights, pairs["value_before"]))
     after = float(np.dot(weights, pairs["value_after"]))
     p_up, p_down = permutation_pvalues(pairs["diff"].to_numpy(dtype=float), weights)
-    low, _, high = mean_interval(pairs.groupby(["suite", "task_id"])["diff"].mean().tolist(), clip=False)
+    low, _, high = mean_interval(pairs.groupby(["suite", "task_id"])["diff"].mean().tolist(), bounds=(-1.0, 1.0))
     return BucketChange(suite, bucket, pairs.groupby(["suite", "task_id"]).ngroups, len(pairs),
                         before, after, after - before, p_up, p_down, targeted, ci_low=low, ci_high=high)
 

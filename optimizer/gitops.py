@@ -83,10 +83,14 @@ def read_at(repo, commit: str, path: str) -> str:
     return (repo.commit(commit).tree / path).data_stream.read().decode("utf-8")
 
 
-def differs_from_base(repo, commit: str, path: str) -> bool:
-    """True when the working-tree copy of `path` is not the committed one."""
+def uncommitted(repo, path: str) -> bool:
+    """True when the working-tree copy of `path` differs from the checked-out commit's (HEAD)."""
     local = Path(repo.working_tree_dir) / path
-    return not local.is_file() or local.read_text(encoding="utf-8") != read_at(repo, commit, path)
+    try:
+        committed = read_at(repo, repo.head.commit.hexsha, path)
+    except (KeyError, ValueError):  # not in HEAD (or no commit yet): the local file is all there is
+        return local.is_file()
+    return not local.is_file() or local.read_text(encoding="utf-8") != committed
 
 
 def ignore_state_dir(state_dir: Path) -> None:

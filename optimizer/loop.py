@@ -265,7 +265,7 @@ class _Iteration:
     def run(self, *, dry_run: bool, agent: str | None) -> None:
         result, store, base = self.result, self.store, self.result.base
         for path in self.prompt_paths.values():
-            if gitops.differs_from_base(self.repo, base.commit, path):
+            if gitops.uncommitted(self.repo, path):
                 self.log(f"note: {path} has uncommitted changes; the loop uses the committed version "
                          f"at {base.commit[:12]}")
         self.baseline = self._baseline()

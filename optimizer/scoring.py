@@ -82,9 +82,10 @@ def trial_value(score: float | None, status: str) -> float:
 
 
 def mean_interval(values: list[float], confidence: float = 0.95, *,
-                  clip: bool = True) -> tuple[float, float, float]:
-    """Mean with a t-interval, clipped to [0, 1] unless `clip` is off (for changes, which may be
-    negative); NaN bounds when fewer than two values."""
+                  bounds: tuple[float, float] = (0.0, 1.0)) -> tuple[float, float, float]:
+    """Mean with a t-interval, clipped to what the values can be: [0, 1] for scores, [-1, 1] for
+    changes of a score (with a handful of tasks the t-interval alone runs past both); NaN bounds
+    when fewer than two values."""
     if not values:
         return math.nan, math.nan, math.nan
     mean = sum(values) / len(values)
@@ -94,9 +95,8 @@ def mean_interval(values: list[float], confidence: float = 0.95, *,
 
     variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
     half = t.ppf(0.5 + confidence / 2, len(values) - 1) * math.sqrt(variance / len(values))
-    if not clip:
-        return mean - half, mean, mean + half
-    return max(0.0, mean - half), mean, min(1.0, mean + half)
+    low, high = bounds
+    return max(low, mean - half), mean, min(high, mean + half)
 
 
 def _mean(series: pd.Series) -> float:

@@ -33,7 +33,8 @@ def test_completion_is_full_for_a_saved_card(tmp_path):
 def test_completion_names_the_failed_checks_when_nothing_was_saved(tmp_path):
     result = card_completion(TASK, saved_trial(tmp_path, title=""), None)
     assert result.score == 0.0 and not result.passed
-    assert "save succeeded" in result.rationale and "title present" in result.rationale
+    assert result.rationale == ("5 of 5 checks not met: 'save succeeded', 'status completed', 'title present', "
+                                "'at least one ui_config', 'fact_id matches input'")
 
 
 def test_template_choice_full_credit_for_acceptable_primary(tmp_path):

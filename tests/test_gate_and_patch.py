@@ -185,3 +185,14 @@ def test_the_prompt_manuals_quote_no_evaluation_data():
     for manual in manuals:
         check = lint("", manual.read_text(encoding="utf-8"), index)
         assert check.passed, f"{manual.name}: {check.reason}"
+
+
+def test_intervals_stay_within_what_scores_and_changes_can_be():
+    from optimizer.scoring import mean_interval
+
+    low, mean, high = mean_interval([0.0, 1.0])  # two tasks: the bare t-interval is 0.5 +- 6.4
+    assert (low, mean, high) == (0.0, 0.5, 1.0)
+    low, mean, high = mean_interval([-0.5, 0.75], bounds=(-1.0, 1.0))
+    assert (low, high) == (-1.0, 1.0) and mean == 0.125
+    low, mean, high = mean_interval([0.1, 0.2, 0.15, 0.12, 0.18], bounds=(-1.0, 1.0))
+    assert -1.0 < low < mean < high < 1.0  # a tight interval is left as it is

@@ -457,3 +457,16 @@ def test_an_unusable_patcher_reply_is_recorded_in_one_line(cli, repo, tmp_path, 
     assert proposal["status"] == "no_patch"
     assert proposal["reason"].startswith("the patcher gave no usable answer: ")
     assert "\n" not in proposal["reason"] and "Traceback" not in proposal["reason"]
+
+
+def test_the_uncommitted_prompt_note_compares_with_the_checkout_not_the_base(cli, repo):
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / PROMPT).write_text((repo / PROMPT).read_text() + "\n- A committed rule.\n")
+    git(repo, "commit", "-qam", "a rule")
+    code, out, err = cli("run", "--dry-run", "--base", base)  # the base's prompt differs, the checkout is clean
+    assert code == 0, out + err
+    assert "uncommitted changes" not in out + err
+    (repo / PROMPT).write_text((repo / PROMPT).read_text() + "- Not committed yet.\n")
+    code, out, err = cli("run", "--dry-run")
+    assert code == 0, out + err
+    assert f"note: {PROMPT} has uncommitted changes" in out + err

@@ -10,13 +10,13 @@ import typer
 from optimizer.cli._paths import output_file
 
 PROCESSES_HELP = ("Worker processes sharing the trials, for runs on models answered in process such as mock/* "
-                  "(default 1) [env OPTIMIZER_PROCESSES].")
+                  "(default 1) (env OPTIMIZER_PROCESSES).")
 
 
 def eval_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
-    agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents [env OPTIMIZER_AGENT_MODEL]."),
-    judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders [env OPTIMIZER_JUDGE_MODEL]."),
+    agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents (env OPTIMIZER_AGENT_MODEL)."),
+    judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders (env OPTIMIZER_JUDGE_MODEL)."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (overrides task and suite defaults)."),
     task: Optional[list[str]] = typer.Option(None, "--task", help="Only tasks whose id matches this glob (repeatable)."),
     concurrency: Optional[int] = typer.Option(None, help="Trials run at once (default 8)."),

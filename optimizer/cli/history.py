@@ -49,10 +49,14 @@ def history_command(
          if not buckets.empty else buckets)
     show("cost by role (all recorded calls)", history.cost_by_role)
     if json_path:
-        write_json(json_path, {name: getattr(history, name).to_dict(orient="records")
-                                        for name in ("nightlies", "iterations", "runs", "bucket_scores",
-                                                     "cost_by_role")})
+        write_json(json_path, {name: _records(getattr(history, name))
+                               for name in ("nightlies", "iterations", "runs", "bucket_scores", "cost_by_role")})
     store.close()
+
+
+def _records(frame) -> list[dict]:
+    """Rows for JSON: a missing value is null (JSON has no NaN; strict parsers reject it)."""
+    return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
 
 
 def _cell(value, column: str) -> str:

@@ -14,7 +14,7 @@ app = typer.Typer(no_args_is_help=True, help="Calibrate the LLM judges against t
 
 @app.command("calibrate")
 def calibrate_command(
-    judge_model: Optional[str] = typer.Option(None, help="Model to calibrate [env OPTIMIZER_JUDGE_MODEL]."),
+    judge_model: Optional[str] = typer.Option(None, help="Model to calibrate (env OPTIMIZER_JUDGE_MODEL)."),
     judge: Optional[list[str]] = typer.Option(None, "--judge", help="Only this judge (repeatable; default all)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Ask the model even for answers already stored."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the report as JSON here."),

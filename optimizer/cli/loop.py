@@ -33,7 +33,7 @@ def _context(settings, root, *, quiet: bool = False):
 
 def run_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
-    proposer: Optional[str] = typer.Option(None, help="llm (default) or command [env OPTIMIZER_PROPOSER]."),
+    proposer: Optional[str] = typer.Option(None, help="llm (default) or command (env OPTIMIZER_PROPOSER)."),
     candidates: Optional[int] = typer.Option(None, help="Proposals to evaluate; the best accepted one is kept."),
     gate: Optional[str] = typer.Option(None, help="strict (default) or lenient."),
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="Check and list suites.")
+app = typer.Typer(no_args_is_help=True, help="Check suites: load them whole and replay their reference solutions.")
 
 
 @app.command("validate")
