@@ -37,7 +37,9 @@ def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = 
         console.print(f"$ git diff {iteration['base_commit'][:12]}..{proposal['branch']}", highlight=False)
     else:
         diff = proposal["diff"]
-        console.print("(branch deleted: the proposal was not accepted; recorded diff)", highlight=False)
+        why = ("accepted, then merged or stacked on its night's branch" if proposal["status"] == "accepted"
+               else "the proposal was not accepted")
+        console.print(f"(branch deleted: {why}; recorded diff)", highlight=False)
     console.print(diff.rstrip("\n") or "(no change)", markup=False, highlight=False)
     if proposal.get("decision"):
         console.print(render_decision(proposal["decision"]))
@@ -53,12 +55,14 @@ def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = 
     report = summary.get("report")
     console.print(f"request: {iteration.get('request_path')}\nreport: {report}", highlight=False)
     if merge:
-        _merge(repo, proposal, iteration)
-        console.print(f"merged {proposal['branch']} into {iteration['base_ref']}", highlight=False)
+        merged = _merge(repo, proposal, iteration)
+        console.print(f"{'merged' if merged else 'already merged:'} {proposal['branch']} into {iteration['base_ref']}",
+                      highlight=False)
     return proposal
 
 
-def _merge(repo, proposal: dict, iteration: dict) -> None:
+def _merge(repo, proposal: dict, iteration: dict) -> bool:
+    """Merge an accepted proposal into its base branch; False when the base holds it already."""
     if proposal["status"] != "accepted":
         raise InputError(f"{proposal['branch']} was not accepted ({proposal['status']})", field="--merge",
                          fix="only accepted proposals can be merged")
@@ -66,5 +70,8 @@ def _merge(repo, proposal: dict, iteration: dict) -> None:
         raise InputError(f"branch {proposal['branch']} no longer exists", field="BRANCH",
                          fix="it was merged or deleted already")
     gitops.require_checked_out(repo, iteration["base_ref"])
+    if repo.is_ancestor(proposal["branch"], iteration["base_ref"]):
+        return False
     gitops.merge_branch(repo, proposal["branch"], f"Merge {proposal['branch']} (optimizer, gate accepted)",
                         fix="commit or stash your changes to the prompt file, then retry")
+    return True

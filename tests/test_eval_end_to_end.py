@@ -132,3 +132,15 @@ def test_exit_codes_asked_for_reach_the_shell(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_MODEL_DIR", str(tmp_path / "no-model"))
     code, out, err = cli("model", "status")
     assert code == 2 and "optimizer model install" in out, out + err
+
+
+def test_the_eta_is_paced_from_the_first_finished_trial():
+    from optimizer.cli._common import TrialProgress
+
+    progress = TrialProgress(10)
+    progress.started, progress.first_done, progress.done = 0.0, 6.0, 1  # 6 s of start-up before the first
+    assert progress.eta(6.0) is None  # one trial gives no pace yet
+    progress.done = 3
+    assert progress.eta(8.0) == 7.0  # 2 trials in 2 s since the first: 7 left at 1 s each, not 7 x 8/3 s
+    progress.done = 10
+    assert progress.eta(20.0) == 0.0

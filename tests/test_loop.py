@@ -92,6 +92,12 @@ def test_a_general_rule_for_the_failing_bucket_is_accepted(cli, repo, tmp_path, 
     assert float(cells[3]) > float(cells[2]), row  # after > before
     assert "pass improvement" in out and "request:" in out
 
+    code, out, err = cli("review", "--merge")
+    assert code == 0 and f"merged {branches[0]} into main" in out, out + err
+    assert FACT_RULE in (repo / PROMPT).read_text()
+    code, out, err = cli("review", "--merge")  # a second merge has nothing to do, and says so
+    assert code == 0 and f"already merged: {branches[0]} into main" in out, out + err
+
 
 def test_a_borderline_first_look_runs_fresh_pairs_for_both_prompts_and_tests_again(cli, repo, tmp_path,
                                                                                   monkeypatch):

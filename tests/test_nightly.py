@@ -75,6 +75,10 @@ def test_merge_lands_the_stack_on_the_base_branch(cli, repo, isolated, tmp_path,
     assert summary["merged"] is True
     assert FACT_RULE in (repo / "agents/prompts/card_agent.md").read_text()
     assert "Merge optimizer/nightly-2026-11-23" in git(repo, "log", "-1", "--format=%s")
+    code, out, err = cli("review")  # the accepted proposal's own branch is gone: stacked, then merged
+    assert code == 0, out + err
+    assert "(branch deleted: accepted, then merged or stacked on its night's branch; recorded diff)" in out
+    assert "not accepted" not in out and FACT_RULE in out
 
 
 def test_a_second_job_on_the_same_repository_exits_with_a_clear_message(cli, repo, isolated, tmp_path, monkeypatch):

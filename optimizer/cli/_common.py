@@ -42,6 +42,9 @@ class TrialProgress:
         self.done = self.passed = self.scored = self.errored = self.tokens = 0
         self.cost = 0.0
         self.started = self.last_line = time.monotonic()
+        self.first_done: float | None = None
+        """When the first trial finished: the ETA is paced from there, since the time before it
+        holds one-off start-up (importing litellm takes seconds) that later trials do not repeat."""
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("eta"),
                                  TimeRemainingColumn(), console=err_console, disable=not interactive())
@@ -56,6 +59,8 @@ class TrialProgress:
 
     def update(self, trial) -> None:
         self.done += 1
+        if self.first_done is None:
+            self.first_done = time.monotonic()
         usage = trial.transcript.usage
         self.tokens += usage.total_tokens
         self.cost += usage.cost_usd
@@ -72,9 +77,18 @@ class TrialProgress:
         if not interactive() and (step_done or self.done == self.total):
             self.last_line = now
             elapsed = now - self.started
-            eta = elapsed / self.done * (self.total - self.done)
-            err_console.print(f"{self.done}/{self.total} trials  {stats}  elapsed {_clock(elapsed)}  eta {_clock(eta)}",
-                              highlight=False, soft_wrap=True)
+            eta = self.eta(now)
+            err_console.print(f"{self.done}/{self.total} trials  {stats}  elapsed {_clock(elapsed)}  "
+                              f"eta {_clock(eta) if eta is not None else '-'}", highlight=False, soft_wrap=True)
+
+
+    def eta(self, now: float) -> float | None:
+        """Seconds left at the pace since the first trial finished; None before that pace exists."""
+        if self.done >= self.total:
+            return 0.0
+        if self.first_done is None or self.done < 2:
+            return None
+        return (now - self.first_done) / (self.done - 1) * (self.total - self.done)
 
 
 def _clock(seconds: float) -> str:
