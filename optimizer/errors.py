@@ -10,6 +10,11 @@ EXIT_BAD_INPUT = 2
 EXIT_HARNESS = 3
 
 
+def first_line(text: str, default: str = "") -> str:
+    """The first non-blank line of an error text (never the traceback some libraries quote below it)."""
+    return (text.strip().splitlines() or [default])[0]
+
+
 class OptimizerError(Exception):
     """Base class of every error the harness raises on purpose."""
 

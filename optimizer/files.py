@@ -10,16 +10,18 @@ from pathlib import Path
 from typing import Any
 
 
-def read_input(path: Path, error: type[Exception]) -> str:
+def read_input(path: Path, error: type[Exception], field: str | None = None) -> str:
     """The text of an input file (UTF-8); a file that cannot be read raises `error` (an
-    `OptimizerError` class) naming the file and the fix."""
+    `OptimizerError` class) naming the file, the setting that named it (`field`) and the fix."""
     try:
         return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error("the file does not exist", path=path, field=field, fix="check the path") from None
     except UnicodeDecodeError as exc:
-        raise error(f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})", path=path,
+        raise error(f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})", path=path, field=field,
                     fix="save the file as UTF-8") from None
     except OSError as exc:
-        raise error(f"cannot read: {exc.strerror or exc}", path=path,
+        raise error(f"cannot read: {exc.strerror or exc}", path=path, field=field,
                     fix="check the file exists and is readable") from None
 
 

@@ -158,11 +158,11 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
 def _check_proposer(settings: Settings) -> None:
     if settings.proposer == "llm":
         validate_model(settings.patcher_model, field="patcher_model")
-        if settings.patcher_model.startswith("mock/patcher") and not settings.mock_patcher_script:
-            raise ConfigError("mock/patcher answers from a script, and none is set", field="mock_patcher_script",
-                              fix="set mock_patcher_script (or OPTIMIZER_MOCK_PATCHER_SCRIPT) to a JSON file "
-                                  "of proposals, or choose another --patcher-model")
         if settings.patcher_model.startswith("mock/patcher"):
+            if not settings.mock_patcher_script:
+                raise ConfigError("mock/patcher answers from a script, and none is set", field="mock_patcher_script",
+                                  fix="set mock_patcher_script (or OPTIMIZER_MOCK_PATCHER_SCRIPT) to a JSON file "
+                                      "of proposals, or choose another --patcher-model")
             check_patcher_script(settings.mock_patcher_script)
     make_proposer(settings)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from optimizer.errors import ConfigError
+from optimizer.errors import ConfigError, first_line
 from optimizer.gitops import changed_files, diff_of
 from optimizer.ledger import current as current_ledger
 from optimizer.ledger import estimate_tokens
@@ -116,8 +116,8 @@ class LLMProposer:
                 with dspy.context(lm=lm):
                     answer = predictor(request=request.request, feedback=feedback)
             except Exception as exc:  # a reply dspy cannot parse, or a model fault after retries
-                first_line = (str(exc).strip().splitlines() or [""])[0][:300]  # never a quoted traceback
-                proposal.error = f"the patcher gave no usable answer: {type(exc).__name__}: {first_line}"
+                detail = first_line(str(exc))[:300]  # never the traceback litellm quotes below it
+                proposal.error = f"the patcher gave no usable answer: {type(exc).__name__}: {detail}"
                 break
             finally:
                 used = lm_usage(lm)

@@ -43,8 +43,8 @@ def load_suite(name_or_path: str, project_root: Path) -> Suite:
                          fix="add tasks/<id>.json or tasks/<group>/<task>/task.json files")
     tasks: list[Task] = []
     seen: dict[str, Path] = {}
-    for path in task_files:
-        task = _parse(Task, path, TaskFileError)
+    for path, text in task_files.items():
+        task = _parse(Task, path, TaskFileError, text)
         if task.id in seen:
             raise TaskFileError(f"duplicate task id {task.id!r} (also in {seen[task.id]})", path=path, field="id",
                                 fix="give every task in a suite its own id")
@@ -74,28 +74,37 @@ def load_suites(names: list[str], project_root: Path) -> list[Suite]:
     return suites
 
 
-def _task_files(root: Path) -> list[Path]:
-    """Every `*.json` under `tasks/`, sorted, except what lies inside a folder some task names as
-    its `fixture_dir` (a workspace may hold JSON files of its own). A name that is not a readable
-    file (a dangling link, a folder called `x.json`) is an error, not a task quietly left out."""
-    candidates = sorted((root / "tasks").rglob("*.json"))
-    fixtures = {folder for path in candidates if path.is_file() and (folder := _declared_fixture(path, root))}
-    found = []
-    for path in candidates:
-        if any(path.resolve().is_relative_to(folder) for folder in fixtures):
+def _task_files(root: Path) -> dict[Path, str | None]:
+    """Every `*.json` under `tasks/`, sorted, with its text (None when it cannot be read: `_parse`
+    reports that), except what lies inside a folder some task names as its `fixture_dir` (a
+    workspace may hold JSON files of its own). A name that is not a file (a dangling link, a
+    folder called `x.json`) is an error, not a task quietly left out."""
+    texts = {path: _text_or_none(path) for path in sorted((root / "tasks").rglob("*.json"))}
+    fixtures = {folder for path, text in texts.items() if (folder := _declared_fixture(path, text, root))}
+    found = {}
+    for path, text in texts.items():
+        resolved = path.resolve()
+        if any(resolved.is_relative_to(folder) for folder in fixtures):
             continue
         if not path.is_file():
             raise TaskFileError("cannot read: not a file (a folder, or a link to nothing)", path=path,
                                 fix="remove it or point it at a task file")
-        found.append(path)
+        found[path] = text
     return found
 
 
-def _declared_fixture(path: Path, root: Path) -> Path | None:
+def _text_or_none(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _declared_fixture(path: Path, text: str | None, root: Path) -> Path | None:
     """The fixture folder a task file names, found without validating the file (that comes later)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = json.loads(text) if text is not None else None
+    except json.JSONDecodeError:
         return None
     folder = data.get("input", {}).get("fixture_dir") if isinstance(data, dict) and isinstance(
         data.get("input"), dict) else None
@@ -180,8 +189,9 @@ def _owns_graders(agent_name: str) -> bool:
     return any(entry.agent == agent_name for entry in graders().values())
 
 
-def _parse(model: type[M], path: Path, error: type[SuiteError] | type[TaskFileError]) -> M:
-    text = read_input(path, error)
+def _parse(model: type[M], path: Path, error: type[SuiteError] | type[TaskFileError], text: str | None = None) -> M:
+    """`path` validated as `model`; `text` is its content when already read."""
+    text = read_input(path, error) if text is None else text
     try:
         json.loads(text)
     except json.JSONDecodeError as exc:

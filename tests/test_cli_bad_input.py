@@ -47,11 +47,13 @@ def test_grader_config_of_the_wrong_type(cli, isolated, tmp_path):
                     "graders[0].config.expected_template_ids", "card_event_standup.json")
 
 
-def test_missing_fixture(cli, isolated, tmp_path):
+@pytest.mark.parametrize("fixture_dir, says", [("tasks/nowhere/workspace", "not found"),
+                                               ("../", "outside the suite folder")])
+def test_missing_fixture_or_one_outside_the_suite(cli, isolated, tmp_path, fixture_dir, says):
     task = event_task()
-    task["input"]["fixture_dir"] = "tasks/nowhere/workspace"
+    task["input"]["fixture_dir"] = fixture_dir
     suite = write_suite(tmp_path / "s", [task])
-    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "input.fixture_dir", "not found")
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "input.fixture_dir", says)
 
 
 def test_missing_base_fixture(cli, isolated, tmp_path):
@@ -195,13 +197,6 @@ def test_every_problem_of_a_task_file_is_listed(cli, isolated, tmp_path):
     assert code == 2 and err.count("error:") == 1
     assert "timeout_seconds" in err and "'colour'" in err and "trials_per_run" in err
     assert "Value error" not in err
-
-
-def test_fixture_outside_the_suite_says_so(cli, isolated, tmp_path):
-    task = event_task()
-    task["input"]["fixture_dir"] = "../"
-    suite = write_suite(tmp_path / "s", [task])
-    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "input.fixture_dir", "outside the suite folder")
 
 
 def test_a_suite_named_twice_runs_once(cli, isolated, tmp_path):

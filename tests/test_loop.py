@@ -476,3 +476,10 @@ def test_the_uncommitted_prompt_note_compares_with_the_checkout_not_the_base(cli
     code, out, err = cli("run", "--dry-run")
     assert code == 0, out + err
     assert f"note: {PROMPT} has uncommitted changes" in out + err
+
+
+def test_a_mock_patcher_script_that_does_not_exist_is_named(cli, repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SCRIPT", str(tmp_path / "nowhere.json"))
+    code, out, err = cli("run")
+    assert code == 2, out + err
+    assert "nowhere.json" in err and "field 'mock_patcher_script'" in err and "does not exist" in err

@@ -81,7 +81,6 @@ class TrialProgress:
             err_console.print(f"{self.done}/{self.total} trials  {stats}  elapsed {_clock(elapsed)}  "
                               f"eta {_clock(eta) if eta is not None else '-'}", highlight=False, soft_wrap=True)
 
-
     def eta(self, now: float) -> float | None:
         """Seconds left at the pace since the first trial finished; None before that pace exists."""
         if self.done >= self.total:

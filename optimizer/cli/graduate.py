@@ -26,7 +26,8 @@ def graduate_command(
     settings = load_settings(root)
     suites = load_suites(suite or settings.suites, root)
     known = {f"{s.name}/{task.bucket}" for s in suites for task in s.tasks}
-    unknown = [name for name in bucket or [] if name not in known and name not in {k.split("/")[1] for k in known}]
+    names = known | {task.bucket for s in suites for task in s.tasks}  # suite/bucket or bucket
+    unknown = [name for name in bucket or [] if name not in names]
     if unknown:
         raise InputError(f"no bucket {', '.join(map(repr, unknown))} in the suites looked at", field="--bucket",
                          fix=f"use suite/bucket or bucket, from: {', '.join(sorted(known))}")
@@ -36,7 +37,8 @@ def graduate_command(
     if bucket:
         found = [c for c in found if c.key in bucket or c.bucket in bucket]
     if not found:
-        console.print(f"no bucket passed {threshold:.0%} of its trials in each of its last {runs} runs", highlight=False)
+        console.print(f"no bucket passed {threshold:.0%} of its trials in each of its last {runs} runs",
+                      highlight=False)
         return
     for candidate in found:
         rates = ", ".join(f"{rate:.0%}" for rate in candidate.pass_rates)

@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from optimizer.cli._paths import output_file
-
 from optimizer.cli.eval import PROCESSES_HELP
 
 

@@ -116,18 +116,16 @@ SCRIPT_ENTRY_KEYS = {"rationale", "edits", "rule", "raw", "after_feedback"}
 def check_patcher_script(path: str) -> None:
     """Refuse a `mock_patcher_script` the patcher could not answer from, before anything runs."""
     from optimizer.errors import ConfigError
+    from optimizer.files import read_input
 
     def bad(message: str, field: str = "mock_patcher_script") -> ConfigError:
         return ConfigError(message, path=path, field=field,
                            fix='a JSON list of proposals such as [{"rationale": "...", '
                                '"edits": [{"search": "...", "replace": "..."}]}] (see optimizer/models/mock.py)')
 
+    text = read_input(Path(path), ConfigError, field="mock_patcher_script")
     try:
-        script = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise bad("the mock patcher script does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise bad(f"cannot read the mock patcher script: {exc}") from None
+        script = json.loads(text)
     except json.JSONDecodeError as exc:
         raise bad(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     if not isinstance(script, list):

@@ -29,25 +29,23 @@ def open_store(settings, project_root: Path) -> "Store":
     cannot be opened is a configuration error naming the setting to change."""
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
-    from optimizer.errors import ConfigError
+    from optimizer.errors import ConfigError, first_line
 
     url = settings.database_url or default_url(project_root / settings.state_dir)
     field = "database_url" if settings.database_url else "state_dir"
     try:
         return Store(url)
     except (ArgumentError, NoSuchModuleError) as exc:
-        raise ConfigError(f"not a database URL SQLAlchemy can use: {_first_line(exc)}", field=field,
+        reason = first_line(str(exc), type(exc).__name__)
+        raise ConfigError(f"not a database URL SQLAlchemy can use: {reason}", field=field,
                           fix="e.g. sqlite:////abs/path/optimizer.db or postgresql+psycopg://user@host/db") from None
     except ImportError as exc:
         raise ConfigError(f"the database driver is not installed: {exc}", field=field,
                           fix=f"install it in this environment (pip install {exc.name or 'the driver'})") from None
     except (OperationalError, OSError) as exc:
-        raise ConfigError(f"cannot open the store at {url}: {_first_line(exc)}", field=field,
+        reason = first_line(str(exc), type(exc).__name__)
+        raise ConfigError(f"cannot open the store at {url}: {reason}", field=field,
                           fix="point it at a writable folder or a reachable database") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 GATHER_S = 0.05
