@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from optimizer import AgentContext, ToolCall, Transcript, TrialTimeout
+from optimizer import AgentContext, ModelCallError, ToolCall, Transcript, TrialCutShort, TrialTimeout
 
 
 @dataclass
@@ -44,8 +44,8 @@ class LoopLimits:
     max_reminders: int = 3
 
 
-class AgentLimitError(TrialTimeout):
-    """The agent used all its turns without finishing: the trial is errored."""
+class AgentLimitError(TrialCutShort):
+    """The agent used all its turns without finishing: the trial is failed with score 0."""
 
 
 @dataclass
@@ -67,8 +67,8 @@ class ToolLoop:
         started = time.monotonic()
         try:
             self._converse(transcript)
-        except TrialTimeout as exc:
-            exc.partial_transcript = transcript
+        except (TrialCutShort, TrialTimeout, ModelCallError) as exc:
+            exc.partial_transcript = transcript  # the runner records the conversation so far
             raise
         finally:
             transcript.latency_s = time.monotonic() - started

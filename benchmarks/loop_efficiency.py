@@ -8,7 +8,7 @@ iteration starts from it, as a nightly job would.
 Prints, per iteration: status, rollouts spent (baseline + confirmation + staged candidate),
 how many of them called the model (the rest were served from the response cache, e.g. the part
 of a new baseline the accepted candidate already ran), each with its ratio to the naive cost of
-two full runs, and the gate's looks at the targeted bucket (2 when the first was borderline);
+two full runs, and the batches of pairs the gate's sequential comparison ran;
 then the cumulative rollouts until no train failure can be fixed, and the mean train score
 before and after. Stops when nothing is left to fix or after `--patience` rejections in a row
 (the loop keeps targeting the worst bucket, so a bucket the rule cannot lift would otherwise be
@@ -75,7 +75,7 @@ def main() -> None:
         first_score = last_score = None
         started = time.perf_counter()
         print(f"{'iter':>4}  {'status':<15} {'target':<24} {'rollouts':>8}  {'vs naive':>8}  "
-              f"{'model':>5}  {'vs naive':>8}  looks")
+              f"{'model':>5}  {'vs naive':>8}  batches")
         for number in range(1, args.iterations + 1):
             result = run_iteration(ctx)
             baseline = store.run_record(result.baseline_run_id)
@@ -89,10 +89,10 @@ def main() -> None:
             target = result.selection.targets[0].bucket if result.selection else "-"
             naive = 2 * full
             reason = result.proposals[0].reason if result.proposals and result.status != "accepted" else ""
-            looks = result.proposals[0].looks if result.proposals else 0
+            batches = result.proposals[0].batches if result.proposals else 0
             print(f"{number:>4}  {result.status:<15} {target:<24} {result.rollouts:>8}  "
                   f"{result.rollouts / naive:>7.2f}x  {result.model_rollouts:>5}  "
-                  f"{result.model_rollouts / naive:>7.2f}x  {looks:>5}  {reason[:90]}", flush=True)
+                  f"{result.model_rollouts / naive:>7.2f}x  {batches:>7}  {reason[:90]}", flush=True)
             if result.status == "accepted":
                 review(settings, repo, result.accepted.branch, merge=True)
             rejected_in_a_row = 0 if result.status == "accepted" else rejected_in_a_row + 1

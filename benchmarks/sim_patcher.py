@@ -1,16 +1,17 @@
-"""A stand-in coding agent for benchmarks: reads request.md, finds the targeted bucket, and
-appends the general rule `mock/sim` recognises for it (from sim_rules.json) to the prompt file.
+"""A stand-in coding agent for benchmarks: reads request.md, finds the targeted buckets, and
+appends the general rule `mock/sim` recognises for each (the `rule` texts of the agent's
+sim_rules.json, e.g. agents/card/sim_rules.json) to the prompt file. Always right: for a patcher
+that is not, see `mock_patcher_skill`.
 
 Usage (as a `proposer_command`): python benchmarks/sim_patcher.py {request} {workdir} [PROMPT_FILE]
 (without PROMPT_FILE, the file the request says to edit).
 """
 
-import json
 import re
 import sys
 from pathlib import Path
 
-RULES = json.loads((Path(__file__).parent / "sim_rules.json").read_text(encoding="utf-8"))
+from optimizer.weak_patcher import AGENT, rule_texts_for, targeted_buckets
 
 
 def main(request_path: str, workdir: str, prompt_file: str | None = None) -> int:
@@ -21,11 +22,13 @@ def main(request_path: str, workdir: str, prompt_file: str | None = None) -> int
             print("the request names no prompt file", file=sys.stderr)
             return 1
         prompt_file = named.group(1)
-    targets = re.findall(r"^- \*\*[^/]+/([a-z_]+)\*\*:", request, flags=re.MULTILINE)
-    rules = [RULES[bucket] for bucket in targets if bucket in RULES]
-    if not rules:
+    targets = targeted_buckets(request)
+    agent = AGENT.search(request)
+    texts = rule_texts_for(targets, agent.group(1) if agent else None)
+    if texts is None:
         print("no known rule for the targeted buckets", file=sys.stderr)
         return 1
+    rules = [f"- {texts.rules[bucket]}" for bucket in targets]
     path = Path(workdir) / prompt_file
     path.write_text(path.read_text(encoding="utf-8").rstrip("\n") + "\n" + "\n".join(rules) + "\n", encoding="utf-8")
     print(f"added the general rule for {', '.join(targets)}")

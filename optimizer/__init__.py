@@ -16,10 +16,11 @@ from typing import Any
 
 _EXPORTS = {
     "optimizer.agent_run": ("AgentContext", "AgentRun"),
-    "optimizer.errors": ("InputError", "ModelCallError", "OptimizerError", "TrialTimeout"),
+    "optimizer.errors": ("DeadlinePassed", "InputError", "ModelCallError", "OptimizerError", "TrialCutShort",
+                         "TrialTimeout"),
     "optimizer.models": ("Completion", "ModelClient", "ToolCallRequest"),
     "optimizer.registry": ("agent", "grader"),
-    "optimizer.sim": ("Rule", "SimProfile"),
+    "optimizer.sim": ("Rule", "RuleTexts", "SimProfile", "load_rule_texts"),
     "optimizer.turns": ("waiting",),
     "optimizer.types": ("GraderResult", "GraderSpec", "Outcome", "RunResult", "Suite", "SuiteSpec", "Task",
                         "TaskInput", "ToolCall", "ToolCallSpec", "Transcript", "Trial", "Usage"),

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.errors import TrialTimeout
+from optimizer.errors import DeadlinePassed
 from optimizer.models.client import ModelClient
 from optimizer.types import Outcome, Task, Transcript
 
@@ -28,8 +28,10 @@ class AgentContext:
     deadline: float
 
     def check_deadline(self) -> None:
+        """Call between model calls: past the deadline the trial is cut short (failed, score 0)."""
         if time.monotonic() >= self.deadline:
-            raise TrialTimeout(f"trial of {self.task.id!r} ran past timeout_seconds={self.task.timeout_seconds}")
+            raise DeadlinePassed(f"ran past timeout_seconds={self.task.timeout_seconds} "
+                                 "while the model kept answering")
 
 
 @dataclass

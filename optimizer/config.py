@@ -40,6 +40,12 @@ class Settings(BaseModel):
     """Trials per task, overriding the task and suite defaults."""
     seed: int = 0
     """Seed passed to models that accept one (and to mock/sim)."""
+    sim_noise: Literal["paired", "independent"] = "paired"
+    """Where `mock/sim` draws a trial's outcome from (see `optimizer.sim`). `paired`: seed, task
+    and trial index only, so a baseline and a candidate prompt share their randomness (an
+    easier comparison than any real model gives). `independent`: the system prompt's hash too,
+    so a changed prompt gets independent outcomes at its own rate, as a model sampled at
+    temperature > 0 would; the same prompt still reproduces."""
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     """Sampling temperature of the agent model; the provider default when unset."""
     state_dir: str = ".optimizer"
@@ -58,18 +64,20 @@ class Settings(BaseModel):
     loop_trials: int = Field(default=4, ge=1)
     """Trials per task in `optimizer run` and `optimizer noise` unless `trials` is set: the gate
     pairs trials, and one trial per task is too few pairs to show a bucket improved."""
-    confirm_trials: int = Field(default=3, ge=1)
-    """The fewest fresh trials per targeted task on which base prompt and candidate are compared."""
-    confirm_pairs: int = Field(default=12, ge=0)
-    """Fresh pairs per targeted bucket, spread over its train tasks: a bucket of one task gets 12
-    confirmation trials, one of two tasks 6 each, one of three 4 each (never fewer than
-    `confirm_trials` per task). The targeted buckets are few tasks, so these extra trials buy the
-    improvement test its power; 12 keeps an accepted iteration within 0.6x of two full runs on the
-    card suite (see benchmarks/loop_efficiency.py)."""
-    extend_pairs: int = Field(default=12, ge=0)
-    """Fresh pairs per targeted bucket added when the first look is borderline (every targeted
-    bucket rose, not yet significantly). With this second look each look tests at `alpha` / 2;
-    0 means one look at `alpha`."""
+    batch_pairs: int = Field(default=8, ge=1)
+    """Fresh pairs per targeted bucket between two looks of the gate's sequential test (spread
+    evenly over the bucket's train tasks); a harm group that needs more pairs gets half as many
+    at a time. See docs/gate.md."""
+    max_target_pairs: int = Field(default=48, ge=1)
+    """Fresh pairs per targeted bucket after which the improvement test stops, shown or not."""
+    min_bucket_pairs: int = Field(default=8, ge=0)
+    """Pairs every other bucket, the holdout split and each regression suite get before the harm
+    test looks (a one-task bucket has only `loop_trials` baseline trials: it gets fresh pairs)."""
+    max_bucket_pairs: int = Field(default=48, ge=1)
+    """Pairs after which a group whose harm test leans to harm gets no more."""
+    max_rollouts: int = Field(default=250, ge=2)
+    """Trials the gate may run per proposal, both prompts counted (cached base-prompt trials
+    excepted). About twice a full staged rerun of the card suite."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
     model_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
@@ -89,13 +97,25 @@ class Settings(BaseModel):
     candidates: int = Field(default=1, ge=1, le=20)
     gate: Literal["strict", "lenient"] = "strict"
     max_bucket_drop: float = Field(default=0.10, ge=0.0, le=1.0)
-    alpha: float = Field(default=0.10, gt=0.0, lt=1.0)
-    alpha_harm: float = Field(default=0.20, gt=0.0, lt=1.0)
+    """The drop of a bucket's mean score the harm test should detect: a group whose detectable
+    drop at its pairs is larger, and whose test leans to harm, is reported as not shown safe."""
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    """Level of the improvement test (anytime-valid, Holm over the targeted buckets)."""
+    alpha_harm: float = Field(default=0.10, gt=0.0, lt=1.0)
+    """Family-wise level of the harm tests: the chance that noise vetoes a patch that harms
+    nothing, over every bucket, the holdout split and the regression suites together."""
     max_changed_lines: int = Field(default=40, ge=1)
     request_token_budget: int = Field(default=12000, ge=1000)
     """Size cap of request.md, in tokens (estimated as characters / 4)."""
     mock_patcher_script: str | None = None
     """JSON file of scripted proposals answered by the `mock/patcher` model (tests, demos)."""
+    mock_patcher_skill: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Makes `mock/patcher` a weak patcher that needs no script (see `optimizer.weak_patcher`):
+    for the targeted bucket of a `mock/sim` agent it proposes the rule the sim recognises with
+    this probability, that rule plus a rule contradicting another bucket with probability
+    (1 - skill) / 4, and else a plausible rule that changes nothing. Draws are seeded by `seed`,
+    the request and the proposal, so reruns reproduce. For measuring the loop against a patcher
+    that is not always right."""
 
 
 def find_project_root(start: Path | None = None) -> Path:

@@ -73,4 +73,17 @@ class ModelCallError(OptimizerError):
 
 
 class TrialTimeout(OptimizerError):
-    """A trial ran past its wall-clock limit."""
+    """A trial ran past its wall-clock limit. Raised as itself when the model did not answer in
+    time (a call still waiting, or a failing call still being retried, at the deadline): the
+    provider's fault, so the trial is errored."""
+
+
+class TrialCutShort(OptimizerError):
+    """The agent's own run ended its trial before the job was done: it used all its turns, or the
+    deadline passed while the model kept answering. The trial is *failed* with score 0 and its
+    ending (the message) recorded; counted as errored it would drop out of every score, and a
+    patch that makes the agent loop would hide its own failures."""
+
+
+class DeadlinePassed(TrialCutShort, TrialTimeout):
+    """The trial's deadline passed between model calls, every call so far answered."""

@@ -51,6 +51,18 @@ def judges_used(suites: list[Suite]) -> list[str]:
     return judges_of(task for suite in suites for task in suite.tasks)
 
 
+def non_voting_graders(store: Store, suites: list[Suite], judge_model: str) -> list[str]:
+    """Graders whose LLM judge is flagged on `judge_model` (never calibrated there, or below the
+    calibration bar): their scores take no part in the gate's decisions."""
+    names = {spec.name for suite in suites for task in suite.tasks for spec in task.graders}
+    judged = {name: get_grader(name).judge for name in names if get_grader(name).judge}
+    if not judged:
+        return []
+    flagged = {row["judge"] for row in judge_status(store, sorted(set(judged.values())), judge_model)
+               if row["flagged"]}
+    return sorted(name for name, judge in judged.items() if judge in flagged)
+
+
 def finish(run: RunResult, store: Store) -> dict[str, Any]:
     """Summarize a run (with the calibration status of the judges it used) and mark it finished."""
     summary = summarize(run)

@@ -1,55 +1,67 @@
-"""The gate: does a candidate prompt beat the baseline, bucket by bucket, with no regressions?
+"""The gate: does a candidate prompt beat the base prompt on its targets, and harm nothing?
 
-Before and after are paired: the same suites, tasks, trial indexes, seeds and models, only the
-prompt differs. A *pair* is one (suite, task, trial index) scored both times; pairs where either
-side errored are left out (and counted). A task's change is the mean of its pairs' score
-changes; a bucket's change is the mean of its tasks' changes.
+The gate judges *pairs*: a (suite, task, trial index) run once with each prompt. `PairTable`
+collects them as `optimizer.compare` runs batches; `decide` turns a table into a `Decision`.
+docs/gate.md gives the methods, the reasons for them and their measured error rates.
 
-Rules, strict mode (the default), in order:
+A bucket's change is the mean over its tasks of each task's mean pair change (tasks weigh the
+same). Its tests are sequential sign tests by betting (`optimizer.stats`): under the null
+hypothesis that the patch changes nothing, the two trials of a pair are exchangeable, so each
+non-zero change is as likely up as down; the test bets on the signs of the changes in the order
+the pairs were run, and stays valid however many batches are added and whenever it stops.
 
-1. **Regression veto.** Every task of a regression suite that passed all its trials before must
-   pass all its trials after.
-2. **No bucket regression.** For every bucket of the capability suites (train split): the mean
-   change is not below `-max_bucket_drop`, and a drop is not significant (one-sided paired
-   permutation test, p < `alpha_harm`).
-3. **Improvement.** Every targeted bucket improves: one-sided paired permutation test at `alpha`,
-   Holm-corrected across the targeted buckets; the overall train score does not fall; the holdout
-   split does not fall by more than `max_bucket_drop`.
+Strict mode (the default):
 
-Lenient mode applies the plain rule: some bucket mean up, no bucket mean down, and the veto.
+1. **Improvement.** Every targeted bucket improves: its anytime-valid p-value, Holm-adjusted over
+   the targeted buckets, is below `alpha`. Only fresh trials count here (the baseline's trials
+   chose the targets, and would favour any patch by regression to the mean).
+2. **No harm.** For every other train bucket of the changed agent, the holdout split, the whole
+   split and each regression suite, a one-sided betting test of a drop. A group is *harmed* when
+   its wealth reaches m / `alpha_harm` (m = groups tested: Bonferroni over e-values, so the chance
+   that noise vetoes a patch that harms nothing is at most `alpha_harm` in all). A group whose
+   test still leans to harm (wealth above 1) when the comparison ends, and whose detectable drop
+   is larger than `max_bucket_drop`, is reported as *not shown safe*; it does not reject.
+3. **Errored trials.** Pairs with an errored side are left out; the candidate is rejected when it
+   errors significantly more often than the base prompt on the same pairs (exact sign test at
+   `alpha_harm`).
 
-The permutation test flips the sign of each pair's change (under the null hypothesis that the
-prompt change does nothing, before and after are exchangeable within a pair) and recomputes the
-bucket statistic, the mean task change. Flipping single pairs rather than whole tasks is what
-makes the test usable on buckets of one or two tasks: with k tasks a task-level test can never
-go below p = 1/2^k, so a two-task bucket could never pass at alpha = 0.10, whatever the patch.
-Up to 16 non-zero pairs the null distribution is enumerated exactly; beyond that it is sampled
-(20,000 draws, fixed seed), so a decision is reproducible.
+Every group reports its pairs, change, a 95% t-interval over its rounds (descriptive), verdict,
+and the drop its harm test could detect at the pairs used (80% power). Graders listed as
+*non-voting* (LLM judges not calibrated on the judge model in use) are left out of the values;
+a group whose trials only such graders scored is *unjudged* and can neither improve nor harm.
+
+Lenient mode applies the plain rule: some bucket mean up, no bucket mean down.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
-import numpy as np
-import pandas as pd
-
 from optimizer.scoring import mean_interval, trial_value
+from optimizer.stats import anytime_p, current_wealth, detectable_share, evalue, holm, sign_test_p, signs
+from optimizer.types import Trial
 
 GateMode = Literal["strict", "lenient"]
-EXACT_LIMIT = 16
-DRAWS = 20_000
 EPSILON = 1e-9
+FUTILE_AFTER = 16
+"""Pairs after which a targeted bucket whose mean change is not above zero stops (futility)."""
 
 
 @dataclass(frozen=True)
-class GateConfig:
+class GatePolicy:
+    """The gate's levels and the comparison's pair budget (settings of the same names)."""
+
     mode: GateMode = "strict"
+    alpha: float = 0.05
+    alpha_harm: float = 0.10
     max_bucket_drop: float = 0.10
-    alpha: float = 0.10
-    alpha_harm: float = 0.20
+    batch_pairs: int = 8
+    max_target_pairs: int = 48
+    min_bucket_pairs: int = 8
+    max_bucket_pairs: int = 48
+    max_rollouts: int = 250
 
 
 @dataclass
@@ -67,7 +79,12 @@ class BucketChange:
     p_improve_holm: float | None = None
     ci_low: float = math.nan
     ci_high: float = math.nan
-    """95% t-interval of the mean task change (NaN with fewer than two tasks)."""
+    verdict: str = ""
+    """improved | not shown | futile | harmed | no harm found | not shown safe | unjudged"""
+    mde: float = math.nan
+    """The drop the harm test detects with 80% probability at these pairs (NaN under 2 rounds)."""
+    kind: str = "bucket"
+    """bucket | holdout | overall | regression (overall is descriptive: not tested)"""
 
     def as_dict(self) -> dict[str, Any]:
         return {key: (None if isinstance(value, float) and math.isnan(value) else value)
@@ -92,6 +109,12 @@ class Decision:
     overall: dict[str, float]
     holdout: dict[str, float]
     excluded_pairs: int
+    rollouts: int = 0
+    """Trials the comparison ran for this decision (both prompts; cached base trials excluded)."""
+    capped: bool = False
+    """The pair budget (`max_rollouts`) ended the comparison before every test was settled."""
+    non_voting: list[str] = field(default_factory=list)
+    """Graders left out of the values: LLM judges not calibrated on the judge model in use."""
 
     @property
     def reasons(self) -> list[str]:
@@ -108,210 +131,352 @@ class Decision:
         return {"accepted": self.accepted, "mode": self.mode, "stage": self.stage, "summary": self.summary,
                 "rules": [rule.__dict__ for rule in self.rules],
                 "buckets": [bucket.as_dict() for bucket in self.buckets],
-                "overall": self.overall, "holdout": self.holdout, "excluded_pairs": self.excluded_pairs}
+                "overall": self.overall, "holdout": self.holdout, "excluded_pairs": self.excluded_pairs,
+                "rollouts": self.rollouts, "capped": self.capped, "non_voting": self.non_voting}
 
 
-# ---------------------------------------------------------------- statistics
-def permutation_pvalues(diffs: np.ndarray, weights: np.ndarray, *, seed: int = 0) -> tuple[float, float]:
-    """One-sided p-values (improvement, harm) of the weighted sum of paired differences."""
-    observed = float(np.dot(weights, diffs))
-    moving = diffs != 0
-    contributions = (weights * diffs)[moving]
-    count = len(contributions)
-    if count == 0:
-        return 1.0, 1.0
-    if count <= EXACT_LIMIT:
-        grid = np.array(np.meshgrid(*([[-1.0, 1.0]] * count), indexing="ij")).reshape(count, -1).T
-    else:
-        rng = np.random.default_rng(seed)
-        grid = rng.choice([-1.0, 1.0], size=(DRAWS, count))
-    stats = grid @ contributions  # zero pairs contribute nothing whatever their sign
-    p_up = float(np.mean(stats >= observed - EPSILON))
-    p_down = float(np.mean(stats <= observed + EPSILON))
-    return p_up, p_down
+# ---------------------------------------------------------------- pairs
+def gate_value(trial: Trial, non_voting: frozenset[str] = frozenset()) -> float | None:
+    """What a trial counts for: its score (1/0 by verdict without one), or None when errored or
+    scored only by non-voting graders."""
+    if trial.status == "errored":
+        return None
+    if non_voting and trial.grader_results:
+        applicable = [r for r in trial.grader_results if r.applicable]
+        voting = [r for r in applicable if r.grader not in non_voting]
+        if applicable and not voting:
+            return None
+        if len(voting) < len(applicable):
+            return sum(r.score for r in voting) / len(voting)
+    return trial_value(trial.score, trial.status)
 
 
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm step-down adjusted p-values, in the input order."""
-    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
-    adjusted = [0.0] * len(pvalues)
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[index]))
-        adjusted[index] = running
-    return adjusted
+@dataclass
+class Pair:
+    order: int
+    """When the pair was added: the tests read the changes in this order."""
+    index: int
+    before: float | None
+    after: float | None
+    before_errored: bool
+    after_errored: bool
+
+    @property
+    def usable(self) -> bool:
+        return self.before is not None and self.after is not None
+
+    @property
+    def diff(self) -> float:
+        return self.after - self.before
 
 
-# ---------------------------------------------------------------- pairing
-def pair_trials(before: pd.DataFrame, after: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """Join on (suite, task_id, trial_index); drop pairs with an errored side (returned count)."""
-    keys = ["suite", "task_id", "trial_index"]
-    left = before.assign(value=[trial_value(score, status) for score, status in zip(before["score"], before["status"])])
-    right = after.assign(value=[trial_value(score, status) for score, status in zip(after["score"], after["status"])])
-    merged = left[keys + ["bucket", "split", "status", "value"]].merge(
-        right[keys + ["status", "value"]], on=keys, suffixes=("_before", "_after"))
-    usable = merged["status_before"].ne("errored") & merged["status_after"].ne("errored")
-    merged = merged[usable].copy()
-    merged["diff"] = merged["value_after"] - merged["value_before"]
-    return merged, int((~usable).sum())
+@dataclass(frozen=True)
+class TaskKey:
+    suite: str
+    task_id: str
+    bucket: str
+    split: str
+    regression: bool = False
 
 
-def _weights(pairs: pd.DataFrame) -> np.ndarray:
-    """Each task weighs the same; its pairs share the task's weight."""
-    per_task = pairs.groupby(["suite", "task_id"])["diff"].transform("size")
-    tasks = pairs.groupby(["suite", "task_id"]).ngroups
-    return (1.0 / (per_task * tasks)).to_numpy(dtype=float)
+class PairTable:
+    """The pairs collected so far, by task."""
+
+    def __init__(self, non_voting: Iterable[str] = ()):
+        self.non_voting = frozenset(non_voting)
+        self.tasks: dict[tuple[str, str], TaskKey] = {}
+        self.pairs: dict[tuple[str, str], list[Pair]] = {}
+        self.added = 0
+
+    def add(self, before: Trial, after: Trial, *, regression: bool = False) -> None:
+        key = (before.suite, before.task_id)
+        self.tasks.setdefault(key, TaskKey(before.suite, before.task_id, before.bucket, before.split, regression))
+        self.added += 1
+        self.pairs.setdefault(key, []).append(Pair(
+            self.added, before.index, gate_value(before, self.non_voting), gate_value(after, self.non_voting),
+            before.status == "errored", after.status == "errored"))
+
+    def add_all(self, before: Iterable[Trial], after: Iterable[Trial], regression: set[str] = frozenset()) -> int:
+        """Pair trials by (suite, task, index); returns how many pairs were added. Pairs are added
+        in (suite, task, index) order, not the order trials finished in, so the tests (which read
+        changes in the order they were added) do not depend on scheduling or on a resume."""
+        by_key = {(t.suite, t.task_id, t.index): t for t in before}
+        added = 0
+        for trial in sorted(after, key=lambda t: (t.suite, t.task_id, t.index)):
+            match = by_key.get((trial.suite, trial.task_id, trial.index))
+            if match is not None:
+                self.add(match, trial, regression=trial.suite in regression)
+                added += 1
+        return added
+
+    def count(self, key: tuple[str, str]) -> int:
+        return len(self.pairs.get(key, []))
+
+    def keys(self, *, suite: str | None = None, bucket: str | None = None, split: str | None = None,
+             regression: bool | None = None) -> list[tuple[str, str]]:
+        return sorted(key for key, task in self.tasks.items()
+                      if (suite is None or task.suite == suite) and (bucket is None or task.bucket == bucket)
+                      and (split is None or task.split == split)
+                      and (regression is None or task.regression == regression))
+
+    def errored_counts(self) -> tuple[int, int, int]:
+        """(pairs with an errored side, candidate-only errored, base-only errored)."""
+        pairs = [pair for group in self.pairs.values() for pair in group]
+        return (sum(1 for p in pairs if p.before_errored or p.after_errored),
+                sum(1 for p in pairs if p.after_errored and not p.before_errored),
+                sum(1 for p in pairs if p.before_errored and not p.after_errored))
 
 
-def group_change(pairs: pd.DataFrame, suite: str, bucket: str, *, targeted: bool = False) -> BucketChange:
-    if pairs.empty:
-        return BucketChange(suite, bucket, 0, 0, math.nan, math.nan, 0.0, 1.0, 1.0, targeted)
-    weights = _weights(pairs)
-    before = float(np.dot(weights, pairs["value_before"]))
-    after = float(np.dot(weights, pairs["value_after"]))
-    p_up, p_down = permutation_pvalues(pairs["diff"].to_numpy(dtype=float), weights)
-    low, _, high = mean_interval(pairs.groupby(["suite", "task_id"])["diff"].mean().tolist(), bounds=(-1.0, 1.0))
-    return BucketChange(suite, bucket, pairs.groupby(["suite", "task_id"]).ngroups, len(pairs),
-                        before, after, after - before, p_up, p_down, targeted, ci_low=low, ci_high=high)
+@dataclass
+class GroupStats:
+    tasks: int
+    pairs: int
+    before: float
+    after: float
+    change: float
+    rounds: list[float]
+    """Round r: the mean over tasks of each task's r-th pair change (for the interval)."""
+    diffs: list[float]
+    """Every usable pair's change, in the order the pairs were run (for the tests)."""
+    unjudged: bool
+
+    @property
+    def p_improve(self) -> float:
+        return anytime_p(signs(self.diffs))
+
+    @property
+    def harm_evalue(self) -> float:
+        return evalue(signs(self.diffs, down=True))
+
+    @property
+    def harm_wealth(self) -> float:
+        return current_wealth(signs(self.diffs, down=True))
+
+    @property
+    def drop_z(self) -> float:
+        """The mean drop over its standard error (pairs as independent; 0 under two pairs)."""
+        n = len(self.diffs)
+        if n < 2:
+            return 0.0
+        mean = sum(self.diffs) / n
+        sd = math.sqrt(sum((d - mean) ** 2 for d in self.diffs) / (n - 1))
+        return -mean / max(sd / math.sqrt(n), 1e-3)
+
+    def detectable_drop(self, threshold: float) -> float:
+        """The mean drop the harm test detects with 80% probability at these pairs, if changes
+        keep the size seen so far (NaN when no pair changed or fewer than two pairs)."""
+        moved = [abs(d) for d in self.diffs if abs(d) > 1e-12]
+        if len(self.diffs) < 2 or not moved:
+            return math.nan
+        share = detectable_share(len(moved), threshold)
+        return min(1.0, share * sum(moved) / len(self.diffs))
 
 
-# ---------------------------------------------------------------- the gate
-def decide(before: pd.DataFrame, after: pd.DataFrame, *, targets: Iterable[tuple[str, str]],
-           regression_suites: Iterable[str] = (), config: GateConfig = GateConfig(),
-           stage: str = "full") -> Decision:
-    """Apply the gate to two trial frames (columns of `scoring.trials_frame`).
+def group_stats(table: PairTable, keys: list[tuple[str, str]]) -> GroupStats:
+    """A group's task-weighted before/after means and its rounds (see the module docstring)."""
+    usable = {key: [p for p in table.pairs.get(key, []) if p.usable] for key in keys}
+    scored = [key for key in keys if usable[key]]
+    total = sum(len(table.pairs.get(key, [])) for key in keys)
+    if not scored:
+        judged = any(p.before_errored or p.after_errored for key in keys for p in table.pairs.get(key, []))
+        return GroupStats(len(keys), 0, math.nan, math.nan, 0.0, [], [], unjudged=total > 0 and not judged)
+    before = sum(sum(p.before for p in usable[k]) / len(usable[k]) for k in scored) / len(scored)
+    after = sum(sum(p.after for p in usable[k]) / len(usable[k]) for k in scored) / len(scored)
+    depth = min(len(usable[k]) for k in scored)
+    rounds = [sum(usable[k][r].diff for k in scored) / len(scored) for r in range(depth)]
+    diffs = [pair.diff for pair in sorted((p for k in scored for p in usable[k]), key=lambda p: p.order)]
+    return GroupStats(len(scored), sum(len(usable[k]) for k in scored), before, after, after - before, rounds,
+                      diffs, unjudged=False)
 
-    `stage="targeted"` evaluates only the improvement of the targeted buckets: the early stop of
-    a staged rerun, taken before the rest of the suites are spent on a patch that cannot pass.
-    """
-    targets = set(targets)
-    regression_suites = set(regression_suites)
-    pairs, excluded = pair_trials(before, after)
-    capability = pairs[~pairs["suite"].isin(regression_suites)]
-    train = capability[capability["split"] != "holdout"]
-    holdout = capability[capability["split"] == "holdout"]
 
-    buckets = [group_change(group, suite, bucket, targeted=(suite, bucket) in targets)
-               for (suite, bucket), group in train.groupby(["suite", "bucket"], sort=True)]
-    for suite, bucket in sorted(targets - {(b.suite, b.bucket) for b in buckets}):
-        buckets.append(group_change(train.iloc[0:0], suite, bucket, targeted=True))
-    targeted = [bucket for bucket in buckets if bucket.targeted]
-    for bucket, adjusted in zip(targeted, holm([bucket.p_improve for bucket in targeted])):
-        bucket.p_improve_holm = adjusted
-    overall = _summary(group_change(train, "*", "*"))
-    holdout_change = _summary(group_change(holdout, "*", "holdout"))
+def _change(suite: str, bucket: str, stats: GroupStats, *, kind: str = "bucket",
+            targeted: bool = False) -> BucketChange:
+    low, _, high = mean_interval(stats.rounds, bounds=(-1.0, 1.0)) if len(stats.rounds) >= 2 else (
+        math.nan, math.nan, math.nan)
+    return BucketChange(suite, bucket, stats.tasks, stats.pairs, stats.before, stats.after, stats.change,
+                        stats.p_improve, min(1.0, 1.0 / stats.harm_evalue), targeted, ci_low=low, ci_high=high,
+                        kind=kind, verdict="unjudged" if stats.unjudged else "")
+
+
+# ---------------------------------------------------------------- groups and tests
+@dataclass
+class Groups:
+    """What the gate tests: the targeted buckets (improvement) and the harm family."""
+
+    targets: list[tuple[str, str]]
+    harm: list[tuple[str, str, str, list[tuple[str, str]]]]
+    """(suite, label, kind, task keys) per group tested for harm."""
+
+
+def groups_of(table: PairTable, targets: Iterable[tuple[str, str]]) -> Groups:
+    targets = sorted(set(targets))
+    harm = []
+    train = table.keys(split="train", regression=False)
+    buckets = sorted({(table.tasks[k].suite, table.tasks[k].bucket) for k in train})
+    for suite, bucket in buckets:
+        if (suite, bucket) not in targets:
+            harm.append((suite, bucket, "bucket", table.keys(suite=suite, bucket=bucket, split="train",
+                                                              regression=False)))
+    holdout = table.keys(split="holdout", regression=False)
+    if holdout:
+        harm.append(("*", "holdout", "holdout", holdout))
+    for suite in sorted({table.tasks[k].suite for k in table.keys(regression=True)}):
+        harm.append((suite, "regression", "regression", table.keys(suite=suite, regression=True)))
+    return Groups(targets, harm)
+
+
+def improvement_status(table: PairTable, targets: list[tuple[str, str]], policy: GatePolicy
+                       ) -> dict[tuple[str, str], tuple[str, BucketChange]]:
+    """Per targeted bucket: `improved`, `open` (more pairs could settle it), `futile` or `capped`,
+    with its row. Holm runs over all targeted buckets' current p-values."""
+    rows = {}
+    for suite, bucket in targets:
+        stats = group_stats(table, table.keys(suite=suite, bucket=bucket, split="train", regression=False))
+        rows[(suite, bucket)] = (stats, _change(suite, bucket, stats, targeted=True))
+    adjusted = holm([row.p_improve for _, row in rows.values()])
+    status = {}
+    for (key, (stats, row)), p_holm in zip(rows.items(), adjusted):
+        row.p_improve_holm = p_holm
+        if stats.unjudged:
+            state = "unjudged"
+        elif p_holm < policy.alpha and stats.change > EPSILON:
+            state = "improved"
+        elif stats.pairs >= policy.max_target_pairs:
+            state = "capped"
+        elif stats.pairs >= FUTILE_AFTER and stats.change <= EPSILON:
+            state = "futile"
+        else:
+            state = "open"
+        row.verdict = {"improved": "improved", "unjudged": "unjudged", "futile": "futile"}.get(state, "not shown")
+        status[key] = (state, row)
+    return status
+
+
+def harm_rows(table: PairTable, groups: Groups, policy: GatePolicy) -> list[tuple[list[tuple[str, str]], BucketChange]]:
+    """Per harm group: its task keys and its row with a verdict. The threshold is m / alpha_harm."""
+    threshold = max(1, len(groups.harm)) / policy.alpha_harm
+    out = []
+    for suite, label, kind, keys in groups.harm:
+        stats = group_stats(table, keys)
+        row = _change(suite, label, stats, kind=kind)
+        row.mde = stats.detectable_drop(threshold)
+        if stats.unjudged:
+            row.verdict = "unjudged"
+        elif stats.harm_evalue >= threshold:
+            row.verdict = "harmed"
+        elif suspicious(stats) and not row.mde <= policy.max_bucket_drop:
+            row.verdict = "not shown safe"
+        else:
+            row.verdict = "no harm found"
+        out.append((keys, row))
+    return out
+
+
+def harm_threshold(groups: Groups, policy: GatePolicy) -> float:
+    return max(1, len(groups.harm)) / policy.alpha_harm
+
+
+def suspicious(stats: GroupStats) -> bool:
+    """A harm group worth more pairs: its bets on a drop are not losing."""
+    return not stats.unjudged and stats.harm_wealth > 1.0 + EPSILON
+
+
+# ---------------------------------------------------------------- the decision
+def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: GatePolicy = GatePolicy(),
+           stage: str = "full", rollouts: int = 0, capped: bool = False) -> Decision:
+    """The gate's decision on the pairs collected. `stage="targeted"` judges the targeted buckets
+    only (the comparison stopped before running the rest)."""
+    groups = groups_of(table, targets)
+    status = improvement_status(table, groups.targets, policy)
+    target_rows = [row for _, row in status.values()]
+    harmed = harm_rows(table, groups, policy) if stage != "targeted" else []
+    rows = target_rows + [row for _, row in harmed if row.kind == "bucket"]
+    rows.sort(key=lambda row: (row.suite, row.bucket))
+    extra = {row.kind: row for _, row in harmed if row.kind == "holdout"}
+    extra["overall"] = _change("*", "overall (train)", group_stats(table, table.keys(split="train", regression=False)),
+                               kind="overall")
+    rows += [row for _, row in harmed if row.kind == "regression"]
+    excluded, worse, better = table.errored_counts()
 
     rules: list[RuleResult] = []
-    if stage != "targeted":
-        rules.append(_veto(pairs[pairs["suite"].isin(regression_suites)], before, after, regression_suites))
-    if config.mode == "lenient":
-        if stage == "targeted":
-            rules.append(_lenient_targets(targeted))
-        else:
-            rules.append(_lenient(buckets))
+    if policy.mode == "lenient":
+        rules.append(_lenient(target_rows, [row for _, row in harmed]))
     else:
+        rules.append(_improvement(status, policy))
         if stage != "targeted":
-            rules.append(_no_regression(buckets, config))
-        rules.append(_improvement(targeted, config, overall if stage != "targeted" else None,
-                                  holdout_change if stage != "targeted" else None))
-    return Decision(accepted=all(rule.passed for rule in rules), mode=config.mode, stage=stage, rules=rules,
-                    buckets=buckets, overall=overall, holdout=holdout_change, excluded_pairs=excluded)
+            rules.append(_no_harm([row for _, row in harmed], harm_threshold(groups, policy), policy))
+    if stage != "targeted":
+        rules.append(_errored_rule(worse, better, policy))
+    return Decision(accepted=all(rule.passed for rule in rules), mode=policy.mode, stage=stage, rules=rules,
+                    buckets=rows, overall=_summary(extra.get("overall")), holdout=_summary(extra.get("holdout")),
+                    excluded_pairs=excluded, rollouts=rollouts, capped=capped, non_voting=sorted(table.non_voting))
 
 
-def borderline(decision: Decision) -> bool:
-    """A strict stage-1 rejection in which every targeted bucket rose but not yet significantly:
-    more pairs could settle it (see the loop's second look)."""
-    if decision.accepted or decision.mode != "strict" or decision.stage != "targeted":
-        return False
-    targeted = [bucket for bucket in decision.buckets if bucket.targeted]
-    return bool(targeted) and all(bucket.pairs and bucket.change > EPSILON for bucket in targeted)
+def _summary(row: BucketChange | None) -> dict[str, Any]:
+    if row is None:
+        return {"before": math.nan, "after": math.nan, "change": 0.0, "tasks": 0, "pairs": 0}
+    return {"before": row.before, "after": row.after, "change": row.change, "tasks": row.tasks,
+            "pairs": row.pairs, "verdict": row.verdict, "p_harm": row.p_harm,
+            "mde": None if math.isnan(row.mde) else row.mde}
 
 
-def per_look(config: GateConfig, looks: int) -> GateConfig:
-    """The gate for each of `looks` looks at the same patch: `alpha` split evenly (Bonferroni), so
-    the chance that some look accepts a patch that does nothing stays within `alpha`."""
-    return replace(config, alpha=config.alpha / looks) if looks > 1 else config
+def _label(row: BucketChange) -> str:
+    return row.bucket if row.suite == "*" else f"{row.suite}/{row.bucket}"
 
 
-def _summary(change: BucketChange) -> dict[str, float]:
-    return {"before": change.before, "after": change.after, "change": change.change,
-            "tasks": change.tasks, "pairs": change.pairs}
-
-
-def _veto(pairs: pd.DataFrame, before: pd.DataFrame, after: pd.DataFrame, suites: set[str]) -> RuleResult:
-    if not suites:
-        return RuleResult("regression_veto", True, "no regression suite in this run")
-    scope_before = before[before["suite"].isin(suites)]
-    scope_after = after[after["suite"].isin(suites)]
-    was_green = [key for key, group in scope_before.groupby(["suite", "task_id"])
-                 if len(group) and group["status"].eq("passed").all()]
-    broken = []
-    for key in was_green:
-        group = scope_after[(scope_after["suite"] == key[0]) & (scope_after["task_id"] == key[1])]
-        if group.empty or not group["status"].eq("passed").all():
-            broken.append(f"{key[0]}/{key[1]}")
-    if broken:
-        return RuleResult("regression_veto", False, f"regression task(s) no longer pass: {', '.join(broken)}",
-                          {"broken": broken, "checked": len(was_green)})
-    return RuleResult("regression_veto", True, f"all {len(was_green)} previously passing regression task(s) "
-                                               f"still pass", {"checked": len(was_green)})
-
-
-def _no_regression(buckets: list[BucketChange], config: GateConfig) -> RuleResult:
-    harmed = []
-    for bucket in buckets:
-        if bucket.change < -config.max_bucket_drop - EPSILON:
-            harmed.append(f"{bucket.suite}/{bucket.bucket} fell {bucket.change:+.2f} "
-                          f"(limit -{config.max_bucket_drop:.2f})")
-        elif bucket.change < -EPSILON and bucket.p_harm < config.alpha_harm:
-            harmed.append(f"{bucket.suite}/{bucket.bucket} fell {bucket.change:+.2f}, significant "
-                          f"(p={bucket.p_harm:.3f} < {config.alpha_harm})")
-    numbers = {"max_bucket_drop": config.max_bucket_drop, "alpha_harm": config.alpha_harm,
-               "harmed": harmed}
-    if harmed:
-        return RuleResult("no_bucket_regression", False, "; ".join(harmed), numbers)
-    return RuleResult("no_bucket_regression", True, f"no bucket fell by more than {config.max_bucket_drop:.2f} "
-                                                    f"or significantly", numbers)
-
-
-def _improvement(targeted: list[BucketChange], config: GateConfig, overall: dict | None,
-                 holdout: dict | None) -> RuleResult:
+def _improvement(status: dict, policy: GatePolicy) -> RuleResult:
     problems, wins = [], []
-    for bucket in targeted:
-        label = f"{bucket.suite}/{bucket.bucket}"
-        if bucket.pairs == 0:
+    for state, row in status.values():
+        label = _label(row)
+        if state == "improved":
+            wins.append(f"{label} {row.before:.2f} -> {row.after:.2f} (Holm p={row.p_improve_holm:.3f}, "
+                        f"{row.pairs} pairs)")
+        elif state == "unjudged":
+            problems.append(f"{label} is scored only by uncalibrated judges (unjudged)")
+        elif row.pairs == 0:
             problems.append(f"{label} has no scored pairs")
-        elif bucket.change <= EPSILON:
-            problems.append(f"{label} did not improve ({bucket.before:.2f} -> {bucket.after:.2f})")
-        elif bucket.p_improve_holm >= config.alpha:
-            problems.append(f"{label} rose {bucket.change:+.2f} but not significantly "
-                            f"(Holm p={bucket.p_improve_holm:.3f} >= {config.alpha})")
+        elif row.change <= EPSILON:
+            problems.append(f"{label} did not improve ({row.before:.2f} -> {row.after:.2f}, {row.pairs} pairs)")
         else:
-            wins.append(f"{label} {bucket.before:.2f} -> {bucket.after:.2f} (Holm p={bucket.p_improve_holm:.3f})")
-    if not targeted:
+            problems.append(f"{label} rose {row.change:+.2f} but not significantly "
+                            f"(Holm p={row.p_improve_holm:.3f} >= {policy.alpha}, {row.pairs} pairs)")
+    if not status:
         problems.append("no bucket was targeted")
-    if overall is not None and overall["change"] < -EPSILON:
-        problems.append(f"overall train score fell {overall['change']:+.3f}")
-    if holdout is not None and holdout["pairs"] and holdout["change"] < -config.max_bucket_drop - EPSILON:
-        problems.append(f"holdout fell {holdout['change']:+.2f} (limit -{config.max_bucket_drop:.2f})")
-    numbers = {"alpha": config.alpha, "overall": overall, "holdout": holdout,
-               "targeted": [bucket.as_dict() for bucket in targeted]}
+    numbers = {"alpha": policy.alpha, "targeted": [row.as_dict() for _, row in status.values()]}
     if problems:
         return RuleResult("improvement", False, "; ".join(problems), numbers)
     return RuleResult("improvement", True, "; ".join(wins), numbers)
 
 
-def _lenient(buckets: list[BucketChange]) -> RuleResult:
-    up = [f"{b.suite}/{b.bucket}" for b in buckets if b.change > EPSILON]
-    down = [f"{b.suite}/{b.bucket} {b.change:+.2f}" for b in buckets if b.change < -EPSILON]
+def _no_harm(rows: list[BucketChange], threshold: float, policy: GatePolicy) -> RuleResult:
+    harmed = [f"{_label(r)} fell {r.change:+.2f}, significant (p={r.p_harm:.4f}, {r.pairs} pairs)"
+              for r in rows if r.verdict == "harmed"]
+    numbers = {"alpha_harm": policy.alpha_harm, "groups": len(rows), "evalue_threshold": threshold,
+               "max_bucket_drop": policy.max_bucket_drop}
+    if harmed:
+        return RuleResult("no_harm", False, "; ".join(harmed), numbers)
+    unsure = [f"{_label(r)} ({r.change:+.2f}, detectable drop {r.mde:.2f})" for r in rows
+              if r.verdict == "not shown safe"]
+    note = f"; not shown safe at these pairs: {', '.join(unsure)}" if unsure else ""
+    return RuleResult("no_harm", True, f"no significant drop in {len(rows)} group(s) "
+                                       f"(family-wise alpha {policy.alpha_harm}){note}", numbers)
+
+
+def _errored_rule(worse: int, better: int, policy: GatePolicy) -> RuleResult:
+    p = sign_test_p(worse, better)
+    numbers = {"candidate_only": worse, "base_only": better, "p": p}
+    if worse > better and p < policy.alpha_harm:
+        return RuleResult("errored", False, f"the candidate errored on {worse} pair(s) where the base did not, "
+                                            f"against {better} the other way (sign test p={p:.3f})", numbers)
+    return RuleResult("errored", True, f"errored pairs: {worse} candidate-only, {better} base-only", numbers)
+
+
+def _lenient(targets: list[BucketChange], others: list[BucketChange]) -> RuleResult:
+    rows = [row for row in targets + others if row.kind == "bucket" and row.pairs]
+    up = [_label(r) for r in rows if r.change > EPSILON]
+    down = [f"{_label(r)} {r.change:+.2f}" for r in rows if r.change < -EPSILON]
     if down:
         return RuleResult("lenient", False, f"bucket mean(s) fell: {', '.join(down)}", {"up": up, "down": down})
     if not up:
         return RuleResult("lenient", False, "no bucket mean rose", {"up": up, "down": down})
     return RuleResult("lenient", True, f"rose: {', '.join(up)}; none fell", {"up": up, "down": down})
-
-
-def _lenient_targets(targeted: list[BucketChange]) -> RuleResult:
-    if any(bucket.change > EPSILON for bucket in targeted):
-        return RuleResult("lenient", True, "a targeted bucket rose")
-    return RuleResult("lenient", False, "no targeted bucket rose")

@@ -58,7 +58,8 @@ def _iteration_rows(store: Store, iteration_ids: list[str], costs) -> list[dict[
                 "branch": p["branch"], "status": p["status"], "reason": p["reason"], "rationale": p["rationale"],
                 "diff": p["diff"] or "", "candidate_run_id": p.get("candidate_run_id"),
                 "rules": (p.get("decision") or {}).get("rules") or [],
-                "buckets": (p.get("decision") or {}).get("buckets") or []} for p in proposals],
+                "buckets": (p.get("decision") or {}).get("buckets") or [],
+                "non_voting": (p.get("decision") or {}).get("non_voting") or []} for p in proposals],
         })
     return rows
 
@@ -106,7 +107,7 @@ def _worst_failures(store: Store, run_id: str | None) -> list[dict[str, Any]]:
             continue
         seen.add((trial.suite, trial.task_id))
         rows.append({"suite": trial.suite, "task_id": trial.task_id, "bucket": trial.bucket, "split": trial.split,
-                     "trial": trial.index, "score": trial.score,
+                     "trial": trial.index, "score": trial.score, "ending": trial.error or "",
                      "graders": [{"grader": r.grader, "score": r.score, "rationale": r.rationale}
                                  for r in trial.grader_results if not r.passed]})
         if len(rows) == WORST_FAILURES:

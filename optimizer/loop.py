@@ -23,9 +23,10 @@ from typing import Any, Callable
 from optimizer import gitops
 from optimizer.config import Settings
 from optimizer.errors import ConfigError
-from optimizer.evaluate import finish, judges_used
+from optimizer.compare import compare, policy_from
+from optimizer.evaluate import finish, judges_used, non_voting_graders
 from optimizer.files import write_json, write_text
-from optimizer.gate import Decision, GateConfig, borderline, decide, per_look
+from optimizer.gate import Decision
 from optimizer.ledger import current as current_ledger
 from optimizer.models import context_window, validate_model
 from optimizer.models.mock import check_patcher_script
@@ -35,7 +36,6 @@ from optimizer.registry import get_agent
 from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
                                render_request, select_targets)
 from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id, plan
-from optimizer.scoring import trials_frame
 from optimizer.store import Store
 from optimizer.suites import load_suites, with_regression_suites
 from optimizer.types import RunResult, Suite, Trial, Usage
@@ -58,8 +58,8 @@ class ProposalRecord:
     rollouts: int = 0
     model_rollouts: int = 0
     """Of `rollouts`, the trials that called the model (the rest were served from the cache)."""
-    looks: int = 0
-    """Gate looks at the targeted buckets: 1, or 2 when the first was borderline."""
+    batches: int = 0
+    """Batches of pairs the comparison ran (each followed by a look of the sequential tests)."""
     usage: Usage = field(default_factory=Usage)
     proposal_id: int | None = None
 
@@ -159,94 +159,23 @@ def _check_proposer(settings: Settings) -> None:
     if settings.proposer == "llm":
         validate_model(settings.patcher_model, field="patcher_model")
         if settings.patcher_model.startswith("mock/patcher"):
-            if not settings.mock_patcher_script:
+            if settings.mock_patcher_script and settings.mock_patcher_skill is not None:
+                raise ConfigError("mock/patcher answers from a script or by skill, not both",
+                                  field="mock_patcher_skill",
+                                  fix="unset mock_patcher_skill or mock_patcher_script")
+            if settings.mock_patcher_skill is None and not settings.mock_patcher_script:
                 raise ConfigError("mock/patcher answers from a script, and none is set", field="mock_patcher_script",
                                   fix="set mock_patcher_script (or OPTIMIZER_MOCK_PATCHER_SCRIPT) to a JSON file "
-                                      "of proposals, or choose another --patcher-model")
-            check_patcher_script(settings.mock_patcher_script)
+                                      "of proposals, or mock_patcher_skill for a weak patcher of mock/sim agents, "
+                                      "or choose another --patcher-model")
+            if settings.mock_patcher_script:
+                check_patcher_script(settings.mock_patcher_script)
     make_proposer(settings)
-
-
-@dataclass
-class StagePlan:
-    """Which trials a candidate runs, and what each is compared with.
-
-    Targets are chosen from the baseline's failures, so comparing the candidate with those same
-    baseline trials would favour any patch: a bucket picked for its bad luck tends to look better
-    on a rerun (regression to the mean). The targeted buckets' train tasks are therefore compared
-    on *fresh* trials (indexes k..k+n-1), run once for the base prompt (the confirmation) and
-    once for the candidate; everything else is paired with the baseline's own trials (indexes
-    0..k-1). Each targeted bucket gets about `confirm_pairs` pairs spread over its tasks (n per
-    task, at least `confirm_trials`).
-
-    A clear result is settled on those pairs. When every targeted bucket rose but not yet
-    significantly, a second look adds about `extend_pairs` more fresh pairs per bucket (indexes
-    after the first look's) for both prompts and tests again. With two looks each is tested at
-    alpha / 2, so the false-accept rate stays within alpha; the extra trials are spent only on
-    the patches that need them.
-    """
-
-    targeted: list[PlannedTrial]
-    rest: list[PlannedTrial]
-    extension: list[PlannedTrial] = field(default_factory=list)
-    """The second look's fresh trials (the indexes after `targeted`'s), run for both prompts only
-    when the first look is borderline."""
-
-    @property
-    def confirm(self) -> list[PlannedTrial]:
-        return self.targeted
-
-    @property
-    def looks(self) -> int:
-        return 2 if self.extension else 1
-
-    @classmethod
-    def build(cls, planned: list[PlannedTrial], targets: set[tuple[str, str]], agent: str,
-              fresh_trials: int, min_pairs: int = 0, extend_pairs: int = 0) -> "StagePlan":
-        counts: dict[tuple[str, str], int] = {}
-        for item in planned:
-            key = (item.suite.name, item.task.id)
-            counts[key] = counts.get(key, 0) + 1
-
-        def is_targeted(item: PlannedTrial) -> bool:
-            return (item.suite.name, item.task.bucket) in targets and item.task.split != "holdout"
-
-        bucket_tasks: dict[tuple[str, str], set[str]] = {}
-        for item in planned:
-            if is_targeted(item):
-                bucket_tasks.setdefault((item.suite.name, item.task.bucket), set()).add(item.task.id)
-        fresh, extension, seen = [], [], set()
-        for item in planned:
-            key = (item.suite.name, item.task.id)
-            if is_targeted(item) and key not in seen:
-                seen.add(key)
-                tasks = len(bucket_tasks[(item.suite.name, item.task.bucket)])
-                first = max(fresh_trials, -(-min_pairs // tasks))
-                more = -(-extend_pairs // tasks)
-                start = counts[key]
-                fresh += [PlannedTrial(item.suite, item.task, start + offset) for offset in range(first)]
-                extension += [PlannedTrial(item.suite, item.task, start + first + offset) for offset in range(more)]
-        rest = [item for item in planned if not is_targeted(item) and item.suite.spec.agent_name == agent]
-        return cls(targeted=fresh, rest=rest, extension=extension)
 
 
 def _called_model(trials: list[Trial]) -> int:
     """Trials that made at least one model call (not served wholly from the response cache)."""
     return sum(1 for trial in trials if trial.transcript.usage.calls > 0)
-
-
-def gate_frames(baseline: list[Trial], confirm: list[Trial], after: list[Trial],
-                targets: set[tuple[str, str]]):
-    """(before, after) trial frames: the targeted train trials come from the fresh confirmation run.
-
-    Both are in (suite, task, trial) order, not the order trials happened to finish in, so the
-    gate's sums (and so its numbers, to the last bit) do not depend on scheduling or on a resume."""
-    kept = [t for t in baseline if not ((t.suite, t.bucket) in targets and t.split != "holdout")]
-
-    def ordered(trials: list[Trial]) -> list[Trial]:
-        return sorted(trials, key=lambda t: (t.suite, t.task_id, t.index))
-
-    return trials_frame(ordered(kept + confirm)), trials_frame(ordered(after))
 
 
 class _Iteration:
@@ -257,10 +186,12 @@ class _Iteration:
         self.prompt_paths, self.planned, self.result, self.base_root = prompt_paths, planned, result, base_root
         self.store, self.log = ctx.store, ctx.log
         self.baseline: list[Trial] = []
-        self.confirm: dict[str, list[Trial]] = {}
+        self.fresh_base: dict[tuple[str, str, int], Trial] = {}
+        """Base-prompt trials at fresh indexes, shared by every candidate of the iteration."""
+        self.confirm_run_id: str | None = None
         self.regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
-        self.gate = GateConfig(mode=settings.gate, max_bucket_drop=settings.max_bucket_drop, alpha=settings.alpha,
-                               alpha_harm=settings.alpha_harm)
+        self.policy = policy_from(settings)
+        self.non_voting = non_voting_graders(ctx.store, suites, settings.judge_model) if judges_used(suites) else []
 
     def run(self, *, dry_run: bool, agent: str | None) -> None:
         result, store, base = self.result, self.store, self.result.base
@@ -360,16 +291,20 @@ class _Iteration:
         result.model_rollouts += _called_model(run.trials)
         return run.trials
 
-    def _confirm(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
-        """Fresh base-prompt trials of the targeted tasks, once per iteration (shared by candidates)."""
-        if label not in self.confirm:
-            self.log(f"{label}: {len(planned)} fresh base-prompt trials of the targeted bucket(s)")
-            run = self._run(planned, self.base_root, kind="confirm", label=label)
+    def _base_trials(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
+        """Base-prompt trials at fresh indexes: run once per iteration, recorded in one run, and
+        shared by every candidate."""
+        missing = [item for item in planned if (item.suite.name, item.task.id, item.index) not in self.fresh_base]
+        if missing:
+            self.confirm_run_id = self.confirm_run_id or new_run_id()
+            run = self._run(missing, self.base_root, kind="confirm", label=f"{label} (base prompt)",
+                            run_id=self.confirm_run_id)
             finish(run, self.store)
-            self.result.rollouts += len(planned)
+            self.result.rollouts += len(missing)
             self.result.model_rollouts += _called_model(run.trials)
-            self.confirm[label] = run.trials
-        return self.confirm[label]
+            for trial in run.trials:
+                self.fresh_base[(trial.suite, trial.task_id, trial.index)] = trial
+        return [self.fresh_base[(item.suite.name, item.task.id, item.index)] for item in planned]
 
     def _run(self, planned: list[PlannedTrial], prompt_root: Path, *, kind: str, label: str,
              run_id: str | None = None) -> RunResult:
@@ -406,48 +341,26 @@ class _Iteration:
         prompt_root = workdir / gitops.relative(self.repo, root) if root != Path(self.repo.working_tree_dir).resolve() \
             else workdir
         targets = {(t.suite, t.bucket) for t in selection.targets}
-        stages = StagePlan.build(self.planned, targets, selection.agent, self.settings.confirm_trials,
-                                 self.settings.confirm_pairs, self.settings.extend_pairs)
-        gate = per_look(self.gate, stages.looks)
-        confirm = self._confirm(stages.confirm, "confirmation")
         record.candidate_run_id = run_id = new_run_id()
-        self.log(f"rerun stage 1: {len(stages.targeted)} candidate trials of the targeted bucket(s)")
-        run = self._run(stages.targeted, prompt_root, kind="candidate", label="targeted", run_id=run_id)
-        record.rollouts = len(stages.targeted)
-        record.model_rollouts = _called_model(run.trials)
-        before, after = gate_frames(self.baseline, confirm, run.trials, targets)
-        decision = decide(before, after, targets=targets, regression_suites=self.regression, config=gate,
-                          stage="targeted")
-        record.looks = 1
-        if borderline(decision) and stages.extension:
-            record.looks = 2
-            self.log(f"second look: the targeted bucket(s) rose, not yet significantly; "
-                     f"{len(stages.extension)} more fresh pairs")
-            confirm = confirm + self._confirm(stages.extension, "second-look confirmation")
-            more = self._run(stages.extension, prompt_root, kind="candidate", label="second look", run_id=run_id)
-            record.rollouts += len(stages.extension)
-            record.model_rollouts += _called_model(more.trials)
-            run.trials.extend(more.trials)
-            before, after = gate_frames(self.baseline, confirm, run.trials, targets)
-            decision = decide(before, after, targets=targets, regression_suites=self.regression, config=gate,
-                              stage="targeted")
-        if decision.accepted:
-            self.log(f"rerun stage 2: {len(stages.rest)} more trials (other buckets, holdout, regression)")
-            more = self._run(stages.rest, prompt_root, kind="candidate", label="rest", run_id=run_id)
-            record.rollouts += len(stages.rest)
-            record.model_rollouts += _called_model(more.trials)
-            run.trials.extend(more.trials)
-            reused = [t for t in self.baseline if self._agent_of(t.suite) != selection.agent]
+        sides = _LoopSides(self, prompt_root, run_id)
+        comparison = compare(sides, planned=self.planned, baseline=self.baseline, targets=targets,
+                             agent=selection.agent, regression_suites=self.regression, policy=self.policy,
+                             non_voting=self.non_voting, log=self.log)
+        decision = comparison.decision
+        record.batches = comparison.batches
+        record.rollouts, record.model_rollouts = sides.ran(), sides.model_calls
+        result.rollouts += sides.candidate_count
+        result.model_rollouts += sides.candidate_model_calls
+        run = sides.result(self.settings)
+        if decision.stage != "targeted":  # other agents' suites: their prompts did not change
             recorded = self.store.recorded_trials(run_id)
-            for trial in reused:
-                if (trial.suite, trial.task_id, trial.index) not in recorded:
-                    self.store.record_trial(run_id, trial)
-            run.trials.extend(reused)
-            before, after = gate_frames(self.baseline, confirm, run.trials, targets)
-            decision = decide(before, after, targets=targets, regression_suites=self.regression, config=gate)
-        finish(run, self.store)
-        result.rollouts += record.rollouts
-        result.model_rollouts += record.model_rollouts
+            for trial in self.baseline:
+                if self._agent_of(trial.suite) != selection.agent:
+                    if (trial.suite, trial.task_id, trial.index) not in recorded:
+                        self.store.record_trial(run_id, trial)
+                    run.trials.append(trial)
+        if self.store.has_run(run_id):
+            finish(run, self.store)
         record.decision = decision
         record.status = "accepted" if decision.accepted else "rejected_gate"
         record.reason = decision.summary
@@ -457,6 +370,42 @@ class _Iteration:
 
     def _agent_of(self, suite_name: str) -> str:
         return next(suite.spec.agent_name for suite in self.suites if suite.name == suite_name)
+
+
+class _LoopSides:
+    """`compare`'s two prompts in the loop: base trials from the iteration's shared fresh runs,
+    candidate trials recorded in the proposal's run."""
+
+    def __init__(self, iteration: _Iteration, prompt_root: Path, run_id: str):
+        self.iteration, self.prompt_root, self.run_id = iteration, prompt_root, run_id
+        self.trials: list[Trial] = []
+        self.candidate_count = self.candidate_model_calls = self.base_count = self.base_model_calls = 0
+
+    def base(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
+        result = self.iteration.result
+        rollouts, calls = result.rollouts, result.model_rollouts
+        trials = self.iteration._base_trials(planned, label)
+        self.base_count += result.rollouts - rollouts
+        self.base_model_calls += result.model_rollouts - calls
+        return trials
+
+    def candidate(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
+        run = self.iteration._run(planned, self.prompt_root, kind="candidate", label=label, run_id=self.run_id)
+        self.trials += run.trials
+        self.candidate_count += len(planned)
+        self.candidate_model_calls += _called_model(run.trials)
+        return run.trials
+
+    def ran(self) -> int:
+        return self.base_count + self.candidate_count
+
+    @property
+    def model_calls(self) -> int:
+        return self.base_model_calls + self.candidate_model_calls
+
+    def result(self, settings: Settings) -> RunResult:
+        return RunResult(run_id=self.run_id, started_at=datetime.now(timezone.utc), settings=settings.model_dump(),
+                         trials=list(self.trials))
 
 
 def _run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_root: Path, *, kind: str,
@@ -499,16 +448,15 @@ def _commit_message(selection: Selection, decision: Decision | None, record: Pro
     if decision is None:
         lines.append("Gate: not run yet")
     else:
-        second = ", second look" if record.looks == 2 else ""
-        lines.append(f"Gate ({decision.mode}, {decision.stage}{second}): "
-                     f"{'accepted' if decision.accepted else 'rejected'}")
+        lines.append(f"Gate ({decision.mode}, {decision.stage}): {'accepted' if decision.accepted else 'rejected'}"
+                     f" after {record.rollouts} trials in {record.batches} batch(es) of pairs")
         lines.extend(f"  {reason}" for reason in decision.reasons)
         lines.append("")
         lines.append("Bucket scores (before -> after, change):")
         for bucket in decision.buckets:
             mark = "*" if bucket.targeted else " "
             lines.append(f" {mark} {bucket.suite}/{bucket.bucket}: {_f(bucket.before)} -> {_f(bucket.after)} "
-                         f"({bucket.change:+.2f})")
+                         f"({bucket.change:+.2f}, {bucket.pairs} pairs, {bucket.verdict or 'not tested'})")
     lines += ["", f"Targeted buckets: {', '.join(f'{t.suite}/{t.bucket}' for t in selection.targets)}",
               f"Iteration: {result.iteration_id}", f"Request: {result.request_path}"]
     if record.rationale:
@@ -544,7 +492,7 @@ def _summary(result: IterationResult) -> dict[str, Any]:
             "request": str(result.request_path) if result.request_path else None,
             "report": str(result.report_path) if result.report_path else None,
             "proposals": [{"ordinal": p.ordinal, "branch": p.branch, "status": p.status, "reason": p.reason,
-                           "rollouts": p.rollouts, "looks": p.looks, "patcher_cost_usd": p.usage.cost_usd,
+                           "rollouts": p.rollouts, "batches": p.batches, "patcher_cost_usd": p.usage.cost_usd,
                            "patcher_tokens": p.usage.total_tokens} for p in result.proposals]}
 
 
@@ -565,12 +513,19 @@ def _write_report(result: IterationResult) -> Path:
         if record.diff:
             lines += ["```diff", record.diff.rstrip("\n"), "```", ""]
         if record.decision:
-            lines += ["| bucket | before | after | change | p (improve) | p (harm) |", "|---|---|---|---|---|---|"]
+            lines += ["| bucket | pairs | before | after | change | 95% interval | verdict | p (improve) | p (harm) "
+                      "| detectable drop |", "|---|---|---|---|---|---|---|---|---|---|"]
             for bucket in record.decision.buckets:
                 name = f"**{bucket.bucket}**" if bucket.targeted else bucket.bucket
-                lines.append(f"| {bucket.suite}/{name} | {_f(bucket.before)} | {_f(bucket.after)} | "
-                             f"{bucket.change:+.2f} | {bucket.p_improve:.3f} | {bucket.p_harm:.3f} |")
+                interval = "–" if bucket.ci_low != bucket.ci_low else f"[{bucket.ci_low:+.2f}, {bucket.ci_high:+.2f}]"
+                p_up = bucket.p_improve_holm if bucket.p_improve_holm is not None else bucket.p_improve
+                lines.append(f"| {bucket.suite}/{name} | {bucket.pairs} | {_f(bucket.before)} | {_f(bucket.after)} | "
+                             f"{bucket.change:+.2f} | {interval} | {bucket.verdict or '–'} | {p_up:.3f} | "
+                             f"{bucket.p_harm:.3f} | {_f(bucket.mde)} |")
             lines.append("")
+            if record.decision.non_voting:
+                lines += [f"Not voting (LLM judges not calibrated on the judge model in use): "
+                          f"{', '.join(record.decision.non_voting)}.", ""]
             lines += [f"- {reason}" for reason in record.decision.reasons]
             lines.append("")
     path = result.run_dir / "report.md"

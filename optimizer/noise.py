@@ -1,95 +1,173 @@
-"""`optimizer noise`: how often would the gate accept a patch that changes nothing?
+"""`optimizer noise`: the gate's error rates, measured through the code `optimizer run` uses.
 
-Each repeat plays one iteration of `optimizer run` in which the "patch" changes nothing: a
-baseline run (seed a) picks the targets exactly as `optimizer run` would, fresh base-prompt
-trials of the targeted tasks are run for the confirmation (seed a), and the "candidate" is the
-same prompt sampled again with another seed (b), staged like a real candidate. The gate then
-decides as it would on a real patch; every acceptance is a false accept. The strict gate must
-stay at or below 5%.
+Each repeat plays the comparison of one iteration of `optimizer run` (`optimizer.compare`) on
+real trials: a baseline run (seed a) picks the targets as `run` would, then candidates are
+compared with the base prompt, each sampled under another seed (b), as a model at temperature
+above zero gives different outcomes each time (on `mock/sim`, `sim_noise = "independent"` makes
+its outcomes independent between prompts and seeds). The candidates, per repeat:
+
+* **A/A**: the base prompt itself. Every acceptance is a false accept.
+* **good** (`mock/sim` only): the base prompt plus the simulator's rule for the target. Power.
+* **harmful** (`mock/sim` only): that rule plus a sentence contradicting a one-task bucket of the
+  same agent. Every acceptance is a harmful accept.
+
+Rates come with Clopper-Pearson 95% intervals; rollouts are counted per decision as `run`
+counts them (both prompts, cached base trials excepted).
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from optimizer.evaluate import finish
-from optimizer.gate import GateConfig, borderline, decide, per_look
-from optimizer.loop import LoopContext, StagePlan, gate_frames, loop_settings
+from optimizer.compare import compare, policy_from
+from optimizer.evaluate import finish, judges_used, non_voting_graders
+from optimizer.loop import LoopContext, loop_settings
 from optimizer.models import validate_model
+from optimizer.registry import get_agent
 from optimizer.request import select_targets
-from optimizer.runner import Runner, plan
+from optimizer.runner import PlannedTrial, Runner, plan, read_prompt
+from optimizer.stats import clopper_pearson
 from optimizer.suites import load_suites
+from optimizer.types import Trial
 
 SEED_STRIDE = 7919
+CASES = ("A/A", "good", "harmful")
+
+
+@dataclass
+class CaseTally:
+    decisions: int = 0
+    accepts: int = 0
+    rollouts: int = 0
+    capped: int = 0
+
+    def add(self, accepted: bool, rollouts: int, capped: bool) -> None:
+        self.decisions += 1
+        self.accepts += accepted
+        self.rollouts += rollouts
+        self.capped += capped
+
+    @property
+    def rate(self) -> float:
+        return self.accepts / self.decisions if self.decisions else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return clopper_pearson(self.accepts, self.decisions)
+
+    @property
+    def mean_rollouts(self) -> float:
+        return self.rollouts / self.decisions if self.decisions else 0.0
 
 
 @dataclass
 class NoiseResult:
     repeats: int
-    strict_accepts: int = 0
-    lenient_accepts: int = 0
+    cases: dict[str, CaseTally] = field(default_factory=lambda: {name: CaseTally() for name in CASES})
     skipped: int = 0
-    """Repeats whose first run had no failing train trial (nothing to target)."""
+    """Repeats whose baseline had no failing train trial (nothing to target)."""
     rollouts: int = 0
     details: list[dict] = field(default_factory=list)
 
-    @property
-    def tested(self) -> int:
-        return self.repeats - self.skipped
 
-    def rate(self, accepts: int) -> float:
-        return accepts / self.tested if self.tested else 0.0
+class _NoiseSides:
+    """Base prompt at seed a (fresh trials shared by the repeat's cases), candidate at seed b."""
+
+    def __init__(self, run, base_cache: dict, candidate_root: Path):
+        self.run_trials, self.base_cache, self.candidate_root = run, base_cache, candidate_root
+        self.count = 0
+
+    def base(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
+        missing = [i for i in planned if (i.suite.name, i.task.id, i.index) not in self.base_cache]
+        for trial in self.run_trials("a", missing, None) if missing else []:
+            self.base_cache[(trial.suite, trial.task_id, trial.index)] = trial
+        self.count += len(missing)
+        return [self.base_cache[(i.suite.name, i.task.id, i.index)] for i in planned]
+
+    def candidate(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
+        self.count += len(planned)
+        return self.run_trials("b", planned, self.candidate_root)
+
+    def ran(self) -> int:
+        return self.count
 
 
-def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | None = None) -> NoiseResult:
+def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | None = None,
+                  cases: tuple[str, ...] = CASES) -> NoiseResult:
     settings = loop_settings(ctx.settings)
     validate_model(settings.agent_model, field="agent_model")
     suites = load_suites(suite_names or settings.suites, ctx.project_root)
     planned = plan(suites, trials=settings.trials)
     regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
-    strict = GateConfig(mode="strict", max_bucket_drop=settings.max_bucket_drop, alpha=settings.alpha,
-                        alpha_harm=settings.alpha_harm)
-    lenient = GateConfig(mode="lenient")
+    policy = policy_from(settings)
+    non_voting = non_voting_graders(ctx.store, suites, settings.judge_model) if judges_used(suites) else []
+    simulated = settings.agent_model.split("@")[0] == "mock/sim"
     result = NoiseResult(repeats=repeats)
-    def run(seed: int, items) -> list:
-        seeded = settings.model_copy(update={"seed": seed})
-        runner = Runner(seeded, ctx.store, project_root=ctx.project_root, on_trial=ctx.on_trial)
-        done = runner.run(suites, items, kind="noise")
-        finish(done, ctx.store)
-        result.rollouts += len(items)
-        return done.trials
 
     for repeat in range(repeats):
-        seed_a = settings.seed + SEED_STRIDE * (2 * repeat + 1)
-        seed_b = seed_a + SEED_STRIDE
-        baseline = run(seed_a, planned)
+        seeds = {"a": settings.seed + SEED_STRIDE * (2 * repeat + 1)}
+        seeds["b"] = seeds["a"] + SEED_STRIDE
+
+        def run(side: str, items: list[PlannedTrial], prompt_root: Path | None) -> list[Trial]:
+            seeded = settings.model_copy(update={"seed": seeds[side]})
+            runner = Runner(seeded, ctx.store, project_root=ctx.project_root, prompt_root=prompt_root,
+                            on_trial=ctx.on_trial)
+            done = runner.run(suites, items, kind="noise")
+            finish(done, ctx.store)
+            result.rollouts += len(items)
+            return done.trials
+
+        baseline = run("a", planned, None)
         selection = select_targets(baseline, suites, max_targets=settings.target_buckets)
         if selection is None:
             result.skipped += 1
             continue
         targets = {(t.suite, t.bucket) for t in selection.targets}
-        stages = StagePlan.build(planned, targets, selection.agent, settings.confirm_trials, settings.confirm_pairs,
-                                 settings.extend_pairs)
-        confirm = run(seed_a, stages.confirm)
-        candidate = run(seed_b, stages.targeted + stages.rest)
-        agents = {suite.name: suite.spec.agent_name for suite in suites}
-        candidate += [t for t in baseline if agents[t.suite] != selection.agent]
-        gate = per_look(strict, stages.looks)
-        before, after = gate_frames(baseline, confirm, candidate, targets)
-        first = decide(before, after, targets=targets, regression_suites=regression, config=gate, stage="targeted")
-        lenient_decision = decide(before, after, targets=targets, regression_suites=regression, config=lenient)
-        if borderline(first) and stages.extension:  # the loop's second look
-            confirm += run(seed_a, stages.extension)
-            candidate += run(seed_b, stages.extension)
-            before, after = gate_frames(baseline, confirm, candidate, targets)
-            first = decide(before, after, targets=targets, regression_suites=regression, config=gate,
-                           stage="targeted")
-        strict_decision = decide(before, after, targets=targets, regression_suites=regression, config=gate) \
-            if first.accepted else first
-        result.strict_accepts += strict_decision.accepted
-        result.lenient_accepts += lenient_decision.accepted
-        result.details.append({"repeat": repeat, "targets": sorted(f"{s}/{b}" for s, b in targets),
-                               "strict": strict_decision.summary, "lenient": lenient_decision.accepted})
-        ctx.log(f"repeat {repeat + 1}/{repeats}: strict {'ACCEPT' if strict_decision.accepted else 'reject'}, "
-                f"lenient {'ACCEPT' if lenient_decision.accepted else 'reject'}")
+        entry = get_agent(selection.agent)
+        base_prompt = read_prompt(entry, ctx.project_root)
+        candidates = {"A/A": base_prompt}
+        texts = entry.sim_profile.rule_texts if simulated and entry.sim_profile else None
+        if texts is not None:
+            rules = [texts.rules[b] for _, b in sorted(targets) if b in texts.rules]
+            victim = _one_task_bucket(planned, selection.agent, targets, texts.contradictions)
+            if rules:
+                candidates["good"] = _with_lines(base_prompt, rules)
+                if victim:
+                    candidates["harmful"] = _with_lines(base_prompt, rules + [texts.contradictions[victim]])
+        candidates = {case: prompt for case, prompt in candidates.items() if case in cases}
+        base_cache: dict = {}
+        outcome = {"repeat": repeat, "targets": sorted(f"{s}/{b}" for s, b in targets)}
+        for case, prompt in candidates.items():
+            with tempfile.TemporaryDirectory(prefix="optimizer-noise-") as folder:
+                target = Path(folder) / entry.prompt_file
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(prompt, encoding="utf-8")
+                sides = _NoiseSides(run, base_cache, Path(folder))
+                comparison = compare(sides, planned=planned, baseline=baseline, targets=targets,
+                                     agent=selection.agent, regression_suites=regression, policy=policy,
+                                     non_voting=non_voting)
+            result.cases[case].add(comparison.decision.accepted, comparison.rollouts, comparison.decision.capped)
+            outcome[case] = comparison.decision.summary
+        result.details.append(outcome)
+        ctx.log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
+            f"{case} {'ACCEPT' if 'accepted' in str(outcome[case])[:8] else 'reject'}" for case in candidates))
     return result
+
+
+def _one_task_bucket(planned: list[PlannedTrial], agent: str, targets: set[tuple[str, str]],
+                     contradictions: dict[str, str]) -> str | None:
+    """A train bucket of `agent` with a single task, other than the targets, that has a contradiction."""
+    tasks: dict[tuple[str, str], set[str]] = {}
+    for item in planned:
+        if item.suite.spec.agent_name == agent and item.task.split == "train":
+            tasks.setdefault((item.suite.name, item.task.bucket), set()).add(item.task.id)
+    for (suite, bucket), ids in sorted(tasks.items()):
+        if len(ids) == 1 and (suite, bucket) not in targets and bucket in contradictions:
+            return bucket
+    return None
+
+
+def _with_lines(prompt: str, lines: list[str]) -> str:
+    return prompt.rstrip("\n") + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"

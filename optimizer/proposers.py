@@ -9,8 +9,9 @@
   `{request}` and `{workdir}`; it runs in the proposal's worktree with a timeout, and the patch is
   whatever it changed there (`git diff`).
 * `mock/patcher` is not a proposer but a model: the `llm` proposer on `--patcher-model
-  mock/patcher` answers from a JSON script (`mock_patcher_script`), so tests and demos go through
-  the same dspy and litellm path as a real model.
+  mock/patcher` answers from a JSON script (`mock_patcher_script`), or as a weak patcher of the
+  `mock/sim` agents (`mock_patcher_skill`), so tests and demos go through the same dspy and
+  litellm path as a real model.
 
 A proposer writes its change into the worktree and returns what it did; the loop then checks,
 commits and evaluates it.
@@ -30,7 +31,7 @@ from optimizer.gitops import changed_files, diff_of
 from optimizer.ledger import current as current_ledger
 from optimizer.ledger import estimate_tokens
 from optimizer.models import is_embedded
-from optimizer.models._context import PROPOSAL_KEY, SCRIPT_KEY
+from optimizer.models._context import PROPOSAL_KEY, SCRIPT_KEY, SEED_KEY, SKILL_KEY
 from optimizer.models._dspy import dspy_lm, lm_usage
 from optimizer.patch import Edit, EditError, apply_edits
 from optimizer.types import Usage
@@ -84,11 +85,14 @@ class Proposer(Protocol):
 class LLMProposer:
     name = "llm"
 
-    def __init__(self, model: str, *, script: str | None = None, temperature: float = 0.0,
-                 retry_attempts: int = 4, patch_format: str = "edits"):
+    def __init__(self, model: str, *, script: str | None = None, skill: float | None = None, seed: int = 0,
+                 temperature: float = 0.0, retry_attempts: int = 4, patch_format: str = "edits"):
+        """`script`, or `skill` and `seed`, are passed on to `mock/patcher` (other models ignore them)."""
         self.model = model
         self.patch_format = patch_format
         self.script = script
+        self.skill = skill
+        self.seed = seed
         self.temperature = temperature
         self.retry_attempts = retry_attempts
 
@@ -96,6 +100,8 @@ class LLMProposer:
         metadata = {PROPOSAL_KEY: request.ordinal}
         if self.script:
             metadata[SCRIPT_KEY] = self.script
+        if self.skill is not None:
+            metadata.update({SKILL_KEY: self.skill, SEED_KEY: self.seed})
         max_tokens = MAX_ANSWER_TOKENS[self.patch_format]
         lm = dspy_lm(self.model, metadata=metadata, max_tokens=max_tokens,
                      retry_attempts=self.retry_attempts, temperature=self.temperature)
@@ -237,4 +243,5 @@ def make_proposer(settings) -> Proposer:
                               fix="set proposer_command in [tool.optimizer] or OPTIMIZER_PROPOSER_COMMAND")
         return CommandProposer(settings.proposer_command, timeout_s=settings.proposer_timeout)
     return LLMProposer(settings.patcher_model, script=settings.mock_patcher_script,
+                       skill=settings.mock_patcher_skill, seed=settings.seed,
                        retry_attempts=settings.retry_attempts, patch_format=patch_format(settings))

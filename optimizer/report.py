@@ -31,6 +31,8 @@ def summarize(run: RunResult) -> dict[str, Any]:
         "tasks": _records(tasks),
         "errors": [{"suite": t.suite, "task_id": t.task_id, "trial": t.index, "error": t.error}
                    for t in run.trials if t.status == "errored"],
+        "unfinished": [{"suite": t.suite, "task_id": t.task_id, "trial": t.index, "error": t.error}
+                       for t in run.trials if t.status == "failed" and t.error],
     }
 
 

@@ -198,6 +198,7 @@ def failure_records(trials: list[Trial], suites: list[Suite], selection: Selecti
             "trial_index": worst.index, "score": _trial_value(worst),
             "failed": len(failing), "trials": len(group),
             "graders": [result.model_dump() for result in worst.grader_results],
+            "ending": worst.error or "",
             "workspace": _workspace(worst), "trace": _trace(worst),
         })
     records.sort(key=lambda r: (r["score"], -r["failed"], r["task_id"]))

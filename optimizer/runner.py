@@ -26,19 +26,18 @@ from typing import Callable, Iterator
 
 from optimizer.agent_run import AgentContext
 from optimizer.config import Settings
-from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialTimeout
+from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialCutShort, TrialTimeout
 from optimizer.judging import JudgeSettings, judging
 from optimizer.ledger import BudgetExceeded
 from optimizer import processes as forked
-from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answered_in_process, concurrency_limit,
-                              litellm_module, register_trial,
-                              unregister_trial)
+from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answer_variant, answered_in_process,
+                              concurrency_limit, litellm_module, register_trial, unregister_trial)
 from optimizer.registry import AgentEntry, get_agent, get_grader, judges_of
 from optimizer.scoring import trial_verdict
 from optimizer.store import Store
 from optimizer.suites import fixture_paths, task_fingerprint
 from optimizer.turns import trial_turn
-from optimizer.types import GraderResult, Outcome, RunResult, Suite, Task, Transcript, Trial
+from optimizer.types import GraderResult, Outcome, RunResult, Suite, Task, Transcript, Trial, TrialStatus
 
 GRACE_S = 5.0
 """How long past its deadline a stuck trial may run before the runner stops waiting for it."""
@@ -103,9 +102,13 @@ def fingerprints(suites: list[Suite], settings: Settings, prompt_root: Path,
             tasks[f"{suite.name}/{task.id}"] = task_fingerprint(task)
             for spec in task.graders:
                 graders[spec.name] = get_grader(spec.name).fingerprint
-    return {"prompts": prompts, "tasks": tasks, "graders": graders, "trials": trials, "seed": settings.seed,
-            "temperature": settings.temperature,
-            "models": {"agent": settings.agent_model, "judge": settings.judge_model}}
+    result = {"prompts": prompts, "tasks": tasks, "graders": graders, "trials": trials, "seed": settings.seed,
+              "temperature": settings.temperature,
+              "models": {"agent": settings.agent_model, "judge": settings.judge_model}}
+    variant = answer_variant(settings.agent_model, settings.sim_noise)
+    if variant is not None:
+        result["agent_variant"] = variant
+    return result
 
 
 class Runner:
@@ -125,7 +128,8 @@ class Runner:
                                    retry_attempts=settings.retry_attempts, in_process=in_process)
         self.agent_model = ModelClient(settings.agent_model, role="agent", cache=store if settings.cache else None,
                                        retry=retry, seed=settings.seed, temperature=settings.temperature,
-                                       in_process=in_process)
+                                       in_process=in_process,
+                                       variant=answer_variant(settings.agent_model, settings.sim_noise))
 
     def models_called(self, planned: list[PlannedTrial]) -> list[str]:
         """The agent model, and the judge model when some planned task has a judge grader."""
@@ -196,7 +200,7 @@ class Runner:
         key = f"{run_id}:{suite.name}:{task.id}:{item.index}"
         entry = get_agent(suite.spec.agent_name)
         register_trial(key, TrialContext(task=task, agent_name=entry.name, trial_index=item.index,
-                                         seed=self.settings.seed))
+                                         seed=self.settings.seed, sim_noise=self.settings.sim_noise))
         workspace = Path(tempfile.mkdtemp(prefix="optimizer-trial-", dir=self.workspace_parent))
         begun = time.monotonic()
         deadline = begun + task.timeout_seconds
@@ -210,6 +214,9 @@ class Runner:
                 result = entry.run(context)
             except BudgetExceeded:
                 raise  # the job stops; this trial is not a result
+            except TrialCutShort as exc:  # before TrialTimeout: a passed deadline is both
+                return _cut_short(item, exc.message, time.monotonic() - begun, client,
+                                  getattr(exc, "partial_transcript", None))
             except (ModelCallError, TrialTimeout) as exc:
                 return _errored(item, f"{type(exc).__name__}: {exc}", time.monotonic() - begun, client,
                                 getattr(exc, "partial_transcript", None))
@@ -217,8 +224,8 @@ class Runner:
                 detail = "".join(traceback.format_exception_only(exc)).strip()
                 return _errored(item, f"agent crashed: {detail}", time.monotonic() - begun, client)
             if time.monotonic() > deadline:
-                return _errored(item, f"TrialTimeout: the trial took longer than timeout_seconds="
-                                      f"{task.timeout_seconds}", time.monotonic() - begun, client)
+                return _cut_short(item, f"finished only after timeout_seconds={task.timeout_seconds} had passed",
+                                  time.monotonic() - begun, client, result.transcript, result.outcome)
             result.transcript.usage = client.usage
             result.transcript.model = client.model
             trial = Trial(suite=suite.name, task_id=task.id, bucket=task.bucket, split=task.split,
@@ -332,10 +339,23 @@ def _drain(done: SimpleQueue, timeout: float) -> list[Future]:
 
 def _errored(item: PlannedTrial, error: str, duration: float, client: ModelClient | None = None,
              partial: Transcript | None = None) -> Trial:
-    """An errored trial; it keeps the conversation so far (when the agent's loop had one) for diagnosis."""
-    transcript = partial or Transcript()
+    """An errored trial (the setup failed it, not the agent): counted, never scored. It keeps the
+    conversation so far (when the agent's loop had one) for diagnosis."""
+    return _ungraded(item, "errored", None, error, duration, client, partial, Outcome())
+
+
+def _cut_short(item: PlannedTrial, ending: str, duration: float, client: ModelClient,
+               transcript: Transcript | None, outcome: Outcome | None = None) -> Trial:
+    """A trial the agent's own run ended unfinished (`TrialCutShort`): failed with score 0, its
+    graders not run, `error` saying how it ended, the conversation so far kept."""
+    return _ungraded(item, "failed", 0.0, f"ended: {ending}", duration, client, transcript, outcome or Outcome())
+
+
+def _ungraded(item: PlannedTrial, status: TrialStatus, score: float | None, error: str, duration: float,
+              client: ModelClient | None, transcript: Transcript | None, outcome: Outcome) -> Trial:
+    transcript = transcript or Transcript()
     if client:
         transcript.usage, transcript.model = client.usage, client.model
     return Trial(suite=item.suite.name, task_id=item.task.id, bucket=item.task.bucket, split=item.task.split,
-                 index=item.index, status="errored", error=error, duration_s=duration,
-                 transcript=transcript, outcome=Outcome())
+                 index=item.index, status=status, score=score, error=error, duration_s=duration,
+                 transcript=transcript, outcome=outcome)

@@ -4,7 +4,8 @@ Trial score = mean of its applicable graders' scores; the trial passes iff every
 grader passed; a trial with an errored grader is errored. Task score = mean score of its scored
 (non-errored) trials; pass@k = some trial passed; pass^k = every scored trial passed. Bucket and
 suite figures are means over tasks, with a 95% t-interval over task scores. Errored trials are
-counted, never scored.
+counted, never scored. A trial the agent cut short (its turn limit, or its deadline passing while
+the model kept answering) is not graded: the runner records it failed with score 0.
 """
 
 from __future__ import annotations

@@ -7,15 +7,37 @@ wrong template) by turning the task's reference tool calls into wrong ones.
 
 How a rule is found in a prompt. The prompt is split into sentences (lines, and `. `/`; `
 boundaries). A rule is *stated* when one sentence matches every one of the rule's concept
-patterns (case-insensitive regular expressions). It is *contradicted* when such a sentence puts a
-negation (`never`, `not`, `don't`, `do not`, `avoid`) within four words before the rule's first
-concept (e.g. "never use event for meetings"). Text that matches no rule changes nothing.
+patterns (case-insensitive regular expressions). Such a sentence instead *contradicts* the rule
+when, before the first match of the rule's first concept (its *head*):
+
+* a negation (`never`, `not`, `don't`, `do not`, `avoid`) is among the four words right before
+  the head, and no `but` stands between that negation and the head ("never use event for
+  meetings" contradicts; "do not paraphrase but keep times ... exactly" states: "not X but Y"
+  affirms Y); or
+* `rather than` or `instead of` comes earlier in the head's clause, i.e. with no `,`, `:` or `;`
+  between it and the head ("rewrite times ... in your own words rather than keep them exactly"
+  contradicts; "keep times ... exactly rather than paraphrasing them" states, the rule coming
+  first; so does "rather than paraphrase them, keep times ... exactly", a clause of its own).
+
+One contradicting sentence outweighs any number of stating ones. Text that matches no rule
+changes nothing.
 
 Pass probability of a trial: the bucket's base rate; `stated_rate` (default 0.92) when the rule
 is stated; `contradicted_rate` (default 0.08) when it is contradicted. Each trial draws one
-number u in [0, 1) from sha256(seed, task id, trial index): the trial follows the reference
-solution when u < p, else the failing behaviour. The same u is used before and after a prompt
-change, so a stated rule can only turn failing trials into passing ones.
+number u in [0, 1) and follows the reference solution when u < p, else the failing behaviour.
+The noise mode (setting `sim_noise`) decides what u is drawn from:
+
+* `paired` (default): sha256(seed, task id, trial index). The same u is used before and after a
+  prompt change, so a stated rule can only turn failing trials into passing ones: baseline and
+  candidate share their randomness, which makes comparisons easier than on a real model.
+* `independent`: the same, plus a hash of the system prompt. A changed prompt gets independent
+  draws at its own rate, as a real model sampled at temperature > 0 would; the same prompt,
+  seed and trial index still reproduce exactly.
+
+`RuleTexts` (a JSON file next to each profile) holds, per bucket, a sentence the sim scores as
+stating the rule and one it scores as contradicting it, plus distractors that touch no bucket:
+what stand-in patchers write (`benchmarks/sim_patcher.py`, the weak `mock/patcher`).
+`check_rule_texts` says whether the texts still score that way against the profile's rules.
 """
 
 from __future__ import annotations
@@ -24,12 +46,30 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from optimizer.errors import InputError
 from optimizer.types import Task, ToolCallSpec
 
 NEGATION = re.compile(r"\b(never|not|don't|dont|avoid)\b", re.IGNORECASE)
+BUT = re.compile(r"\bbut\b", re.IGNORECASE)
+CONTRAST = re.compile(r"\b(rather than|instead of)\b", re.IGNORECASE)
+CLAUSE_BREAK = re.compile(r"[,:;]")
+NEGATION_WINDOW = 4
+"""Words before a rule's head in which a negation contradicts it."""
 SENTENCE_SPLIT = re.compile(r"\n+|(?<=[.;!?])\s+")
+NOISE_MODES: tuple[str, ...] = ("paired", "independent")
+
+
+def _contradicts(before: str) -> bool:
+    """Whether the text of a sentence before a rule's head turns the rule around (see above)."""
+    window = " ".join(before.split()[-NEGATION_WINDOW:])
+    if NEGATION.search(BUT.split(window)[-1]):
+        return True
+    return CONTRAST.search(CLAUSE_BREAK.split(before)[-1]) is not None
 
 
 @dataclass(frozen=True)
@@ -50,11 +90,49 @@ class Rule:
             if not all(pattern.search(sentence) for pattern in patterns):
                 continue
             head = patterns[0].search(sentence)
-            before = sentence[: head.start()].split()[-4:]
-            if NEGATION.search(" ".join(before)):
+            if _contradicts(sentence[: head.start()]):
                 return "contradicted"
             found = "stated"
         return found
+
+
+class _RuleTextsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    class Bucket(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        rule: str
+        contradiction: str
+
+    buckets: dict[str, Bucket]
+    distractors: list[str] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class RuleTexts:
+    """Sentences about one agent's buckets, as the sim scores them (see the module docstring)."""
+
+    rules: dict[str, str]
+    """Per bucket, a general rule the sim scores as stated."""
+    contradictions: dict[str, str]
+    """Per bucket, a natural sentence the sim scores as contradicting that bucket's rule."""
+    distractors: tuple[str, ...]
+    """Plausible rules that state or contradict no bucket's rule."""
+    source: Path | None = None
+
+
+def load_rule_texts(path: Path) -> RuleTexts:
+    """Read a rule-texts file: `{"buckets": {bucket: {"rule", "contradiction"}}, "distractors": [...]}`."""
+    try:
+        data = _RuleTextsFile.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise InputError(error["msg"], path=path, field=".".join(str(part) for part in error["loc"]),
+                         fix='{"buckets": {"<bucket>": {"rule": "...", "contradiction": "..."}}, '
+                             '"distractors": ["..."]}') from None
+    return RuleTexts(rules={bucket: texts.rule for bucket, texts in data.buckets.items()},
+                     contradictions={bucket: texts.contradiction for bucket, texts in data.buckets.items()},
+                     distractors=tuple(data.distractors), source=path)
 
 
 @dataclass(frozen=True)
@@ -68,6 +146,8 @@ class SimProfile:
     default_rate: float = 0.5
     stated_rate: float = 0.92
     contradicted_rate: float = 0.08
+    rule_texts: RuleTexts | None = None
+    """What a stand-in patcher writes for this agent's buckets (None: it has nothing to write)."""
 
     def pass_probability(self, task: Task, system_prompt: str) -> float:
         base = self.base_rates.get(task.bucket, self.default_rate)
@@ -82,11 +162,42 @@ class SimProfile:
         return base
 
 
-def trial_draw(seed: int, task_id: str, trial_index: int) -> tuple[float, random.Random]:
-    """The trial's uniform number and a generator seeded from it, both reproducible."""
-    digest = hashlib.sha256(f"{seed}:{task_id}:{trial_index}".encode()).digest()
+def check_rule_texts(profile: SimProfile) -> list[str]:
+    """Why the profile's rule texts do not score as they claim (empty when they all do): every
+    bucket's `rule` is stated and its `contradiction` contradicted for that bucket alone, and no
+    distractor touches any bucket."""
+    texts = profile.rule_texts
+    if texts is None:
+        return ["the profile has no rule texts"]
+    problems = [f"{bucket}: no rule text" for bucket in profile.rules if bucket not in texts.rules]
+    problems += [f"{bucket}: rule text for a bucket the profile has no rule for"
+                 for bucket in texts.rules if bucket not in profile.rules]
+    claims = [(text, bucket, "stated") for bucket, text in texts.rules.items()]
+    claims += [(text, bucket, "contradicted") for bucket, text in texts.contradictions.items()]
+    claims += [(text, None, "absent") for text in texts.distractors]
+    for text, own, wanted in claims:
+        for bucket, rule in profile.rules.items():
+            expected = wanted if bucket == own else "absent"
+            found = rule.status(text)
+            if found != expected:
+                problems.append(f"{bucket}: {text!r} is {found}, not {expected}")
+    return problems
+
+
+def trial_draw(seed: int, task_id: str, trial_index: int, prompt_key: str = "") -> tuple[float, random.Random]:
+    """The trial's uniform number and a generator seeded from it, both reproducible. A
+    `prompt_key` (independent noise) gives each prompt draws of its own."""
+    source = f"{seed}:{task_id}:{trial_index}" + (f":{prompt_key}" if prompt_key else "")
+    digest = hashlib.sha256(source.encode()).digest()
     value = int.from_bytes(digest[:8], "big") / 2**64
     return value, random.Random(int.from_bytes(digest[8:16], "big"))
+
+
+def prompt_key(system_prompt: str, noise: str) -> str:
+    """What of the prompt enters the draw: nothing when `paired`, its hash when `independent`."""
+    if noise not in NOISE_MODES:
+        raise ValueError(f"unknown sim noise mode {noise!r}; known: {', '.join(NOISE_MODES)}")
+    return hashlib.sha256(system_prompt.encode()).hexdigest()[:16] if noise == "independent" else ""
 
 
 @dataclass
@@ -96,9 +207,10 @@ class SimDecision:
     calls: list[ToolCallSpec] = field(default_factory=list)
 
 
-def decide(profile: SimProfile, task: Task, system_prompt: str, seed: int, trial_index: int) -> SimDecision:
+def decide(profile: SimProfile, task: Task, system_prompt: str, seed: int, trial_index: int,
+           noise: str = "paired") -> SimDecision:
     probability = profile.pass_probability(task, system_prompt)
-    value, rng = trial_draw(seed, task.id, trial_index)
+    value, rng = trial_draw(seed, task.id, trial_index, prompt_key(system_prompt, noise))
     if value < probability:
         calls = list(task.reference_solution.tool_calls) if task.reference_solution else []
         return SimDecision(True, probability, calls)

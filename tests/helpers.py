@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def event_task(task_id: str = "card_event_standup", **overrides: Any) -> dict[str, Any]:
@@ -34,4 +38,24 @@ def write_suite(root: Path, tasks: list[dict[str, Any]] | dict[str, Any], name: 
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content if isinstance(content, str) else json.dumps(content, ensure_ascii=False))
+    return root
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def project_repo(root: Path, extra_files: dict[str, str] | None = None) -> Path:
+    """A throw-away git repository holding a copy of the card suite, prompts and manual (one
+    commit on main), for `optimizer run` to branch from."""
+    for folder in ("suites/card_agent", "agents/prompts", "prompt_manual", "fixtures"):
+        shutil.copytree(PROJECT_ROOT / folder, root / folder)
+    (root / "pyproject.toml").write_text("[tool.optimizer]\nconcurrency = 8\n")
+    for relative, text in (extra_files or {}).items():
+        (root / relative).write_text(text)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.name", "Test User")
+    git(root, "config", "user.email", "test@example.com")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "initial")
     return root

@@ -4,13 +4,12 @@ with scripted proposals from mock/patcher (through dspy and litellm, like a real
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import PROJECT_ROOT
+from tests.helpers import git, project_repo
 
 PROMPT = "agents/prompts/card_agent.md"
 DATA_LINE = "- data: fill the template's fields from the note itself; do not invent details."
@@ -18,22 +17,9 @@ FACT_RULE = "- Keep times, URLs, amounts and names exactly as written in the not
 LINK_HARM = "- Never use link for a web page unless the note asks for it."
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
-
-
 @pytest.fixture
 def repo(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "repo"
-    for folder in ("suites/card_agent", "agents/prompts", "prompt_manual", "fixtures"):
-        shutil.copytree(PROJECT_ROOT / folder, root / folder)
-    (root / "pyproject.toml").write_text("[tool.optimizer]\nconcurrency = 8\n")
-    (root / "notes.txt").write_text("committed\n")
-    git(root, "init", "-q", "-b", "main")
-    git(root, "config", "user.name", "Test User")
-    git(root, "config", "user.email", "test@example.com")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "initial")
+    root = project_repo(tmp_path / "repo", {"notes.txt": "committed\n"})
     (root / "notes.txt").write_text("committed\nplus an uncommitted edit\n")
     (root / "scratch.txt").write_text("untracked\n")
     monkeypatch.setenv("OPTIMIZER_ROOT", str(root))
@@ -99,70 +85,52 @@ def test_a_general_rule_for_the_failing_bucket_is_accepted(cli, repo, tmp_path, 
     assert code == 0 and f"already merged: {branches[0]} into main" in out, out + err
 
 
-def test_a_borderline_first_look_runs_fresh_pairs_for_both_prompts_and_tests_again(cli, repo, tmp_path,
-                                                                                  monkeypatch):
-    from optimizer import loop
+def test_targets_are_compared_on_fresh_pairs_in_batches_and_the_rest_on_the_baselines(cli, repo, tmp_path,
+                                                                                        monkeypatch):
+    from optimizer.config import load_settings
+    from optimizer.store import open_store
 
-    looks, decide = [], loop.decide
-
-    def recorded(*args, **kwargs):
-        looks.append(decide(*args, **kwargs))
-        return looks[-1]
-
-    monkeypatch.setattr(loop, "decide", recorded)
-    monkeypatch.setattr(loop, "borderline", lambda decision: len(looks) == 1)
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
     code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
     assert code == 0, out + err
     text = err.replace("\n", " ")
-    # fact_preservation has two train tasks: 6 fresh pairs each per look (confirm_pairs = extend_pairs = 12)
-    assert "confirmation: 12 fresh base-prompt trials" in text
-    assert "second look: the targeted bucket(s) rose, not yet significantly; 12 more fresh pairs" in text
-    assert "second-look confirmation: 12 fresh base-prompt trials" in text
-    assert [decision.stage for decision in looks] == ["targeted", "targeted", "full"]
-    assert [next(b for b in d.buckets if b.targeted).pairs for d in looks] == [12, 24, 24]
+    # fact_preservation has two train tasks: 8 fresh pairs per batch, 4 per task
+    assert "targets: 8 fresh pairs of card_agent/fact_preservation" in text
+    assert "rest: " in text and "harm check" in text
     summary = json.loads((tmp_path / "run.json").read_text())
+    proposal = summary["proposals"][0]
+    assert proposal["status"] == "accepted" and proposal["batches"] >= 2
     decision = json.loads((Path(summary["request"]).parent / "decision-1.json").read_text())
-    bucket = next(b for b in decision["buckets"] if b["targeted"])
-    assert bucket["pairs"] == 24
-    improvement = next(rule for rule in decision["rules"] if rule["rule"] == "improvement")
-    assert improvement["numbers"]["alpha"] == pytest.approx(0.05)  # two looks, alpha / 2 each
-    assert summary["proposals"][0]["looks"] == 2
+    target = next(b for b in decision["buckets"] if b["targeted"])
+    assert target["pairs"] % 8 == 0 and target["verdict"] == "improved"
+    assert decision["rollouts"] <= 250
+    store = open_store(load_settings(repo), repo)
+    candidate = store.load_trials(store.proposals()[-1]["candidate_run_id"])
+    fresh = {t.index for t in candidate if t.bucket == "fact_preservation" and t.split == "train"}
+    assert min(fresh) >= 4, "targets are never judged on the baseline trials that chose them"
     message = git(repo, "log", "-1", "--format=%B", optimizer_branches(repo)[0])
-    assert "Gate (strict, full, second look): accepted" in message
+    assert "Gate (strict, full): accepted" in message and "batch(es) of pairs" in message
 
 
-def test_one_look_when_extend_pairs_is_zero(cli, repo, tmp_path, monkeypatch):
-    from optimizer import loop
+def test_run_and_noise_decide_through_the_same_comparison(cli, repo, tmp_path, monkeypatch):
+    from optimizer import compare as comparison
+    from optimizer import loop, noise
 
-    monkeypatch.setattr(loop, "borderline", lambda decision: True)
+    calls = []
+    real = comparison.compare
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["policy"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "compare", counted)
+    monkeypatch.setattr(noise, "compare", counted)
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
-    code, out, err = cli("run", "--confirm-pairs", "8", "--extend-pairs", "0", "--json", str(tmp_path / "run.json"))
+    assert cli("run")[0] == 0
+    code, out, err = cli("noise", "--repeats", "1")
     assert code == 0, out + err
-    assert "confirmation: 8 fresh base-prompt trials" in err.replace("\n", " ")
-    assert "second look" not in err
-    summary = json.loads((tmp_path / "run.json").read_text())
-    assert summary["proposals"][0]["looks"] == 1
-    decision = json.loads((Path(summary["request"]).parent / "decision-1.json").read_text())
-    improvement = next(rule for rule in decision["rules"] if rule["rule"] == "improvement")
-    assert improvement["numbers"]["alpha"] == pytest.approx(0.10)
-
-
-def test_stage_plan_indexes_the_second_look_after_the_first():
-    from optimizer.loop import StagePlan
-    from optimizer.runner import plan
-    from optimizer.suites import load_suite
-
-    suite = load_suite("card_agent", PROJECT_ROOT)
-    planned = plan([suite], trials=4)
-    stages = StagePlan.build(planned, {("card_agent", "fact_preservation")}, "card_agent", 3, 12, 12)
-    tasks = {item.task.id for item in stages.targeted}
-    assert len(tasks) == 2 and stages.looks == 2
-    for task in tasks:
-        assert [i.index for i in stages.targeted if i.task.id == task] == [4, 5, 6, 7, 8, 9]
-        assert [i.index for i in stages.extension if i.task.id == task] == [10, 11, 12, 13, 14, 15]
-    one_look = StagePlan.build(planned, {("card_agent", "fact_preservation")}, "card_agent", 3, 12, 0)
-    assert one_look.looks == 1 and not one_look.extension
+    assert len(calls) >= 2 and len(set(calls)) == 1  # one procedure, one policy from the same settings
+    assert "false accepts (A/A): " in out and "power (the sim's rule for the target): " in out
 
 
 def test_a_patch_that_harms_another_bucket_is_rejected_naming_it(cli, repo, tmp_path, monkeypatch):
@@ -172,8 +140,8 @@ def test_a_patch_that_harms_another_bucket_is_rejected_naming_it(cli, repo, tmp_
     assert code == 0, out + err
     proposal = json.loads((tmp_path / "run.json").read_text())["proposals"][0]
     assert proposal["status"] == "rejected_gate"
-    assert "no_bucket_regression" in proposal["reason"] and "card_agent/template_link" in proposal["reason"]
-    assert "fact_preservation" not in proposal["reason"].split("no_bucket_regression")[1].split(";")[0]
+    assert "no_harm" in proposal["reason"] and "card_agent/template_link fell" in proposal["reason"]
+    assert "fact_preservation" not in proposal["reason"].split("no_harm")[1].split(";")[0]
     assert optimizer_branches(repo) == [], "a rejected branch must be deleted"
     assert snapshot(repo) == before
 
@@ -182,7 +150,7 @@ def test_a_patch_that_harms_another_bucket_is_rejected_naming_it(cli, repo, tmp_
     assert "branch deleted" in out and LINK_HARM in out
 
 
-def test_a_patch_breaking_a_regression_task_is_vetoed(cli, repo, tmp_path, monkeypatch):
+def test_a_regression_suite_is_tested_for_harm_with_the_buckets(cli, repo, tmp_path, monkeypatch):
     task = json.loads((repo / "suites/card_agent/tasks/card_link_recipe_bookmark.json").read_text()
                       if (repo / "suites/card_agent/tasks/card_link_recipe_bookmark.json").exists() else
                       next((repo / "suites/card_agent").rglob("card_link_recipe_bookmark.json")).read_text())
@@ -200,8 +168,11 @@ def test_a_patch_breaking_a_regression_task_is_vetoed(cli, repo, tmp_path, monke
     assert code == 0, out + err
     proposal = json.loads((tmp_path / "run.json").read_text())["proposals"][0]
     assert proposal["status"] == "rejected_gate"
-    assert "regression_veto: regression task(s) no longer pass: card_regression/regression_link_recipe" \
-        in proposal["reason"]
+    assert "no_harm: " in proposal["reason"]
+    summary = json.loads((tmp_path / "run.json").read_text())
+    decision = json.loads((Path(summary["request"]).parent / "decision-1.json").read_text())
+    row = next(b for b in decision["buckets"] if b["kind"] == "regression")
+    assert row["suite"] == "card_regression" and row["change"] < 0  # tested for harm like any bucket
 
 
 @pytest.mark.parametrize("added, offending", [
@@ -291,7 +262,7 @@ def test_the_checkout_is_untouched_after_a_crash_mid_iteration(repo, tmp_path, m
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash while gating")
 
-    monkeypatch.setattr(loop, "decide", crash)
+    monkeypatch.setattr(loop, "compare", crash)
     store = open_store(settings, repo)
     with pytest.raises(RuntimeError, match="simulated crash"):
         loop.run_iteration(loop.LoopContext(settings=settings, project_root=repo, store=store, log=lambda m: None))
@@ -373,6 +344,7 @@ def test_mock_patcher_without_a_script_is_a_configuration_error(cli, repo):
 
 
 def test_the_gate_false_accept_rate_on_mock_sim_is_at_most_five_percent(repo, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_SIM_NOISE", "independent")
     from optimizer.config import load_settings
     from optimizer.store import open_store
     from optimizer.loop import LoopContext
@@ -380,9 +352,10 @@ def test_the_gate_false_accept_rate_on_mock_sim_is_at_most_five_percent(repo, mo
 
     settings = load_settings(repo)
     result = measure_noise(LoopContext(settings=settings, project_root=repo, store=open_store(settings, repo),
-                                       log=lambda m: None), repeats=20)
-    assert result.tested == 20
-    assert result.rate(result.strict_accepts) <= 0.05
+                                       log=lambda m: None), repeats=20, cases=("A/A",))
+    aa = result.cases["A/A"]
+    assert aa.decisions == 20 - result.skipped >= 18
+    assert aa.rate <= 0.05
 
 
 def test_a_patch_stopped_by_the_checks_is_not_quoted_in_the_next_request(cli, repo, tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
-"""Model faults are retried with backoff; a trial that still fails is errored and the run goes on."""
+"""Model faults are retried with backoff; a trial that still fails is errored and the run goes on.
+A slow model that still answers is no fault: the trial that runs out of time is failed."""
 
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ def _make_handler():
                 if not script:
                     raise AssertionError(f"fake/{model} ran out of script")
                 step = script.pop(0)
+            if step == "hang":  # no answer until the client's timeout (the trial's time left) runs out
+                time.sleep(kwargs.get("timeout") or 0)
+                raise _fault("timeout", model)
             if step in ("timeout", "429", "500", "401"):
                 raise _fault(step, model)
             arguments = "{not json" if step == "malformed" else json.dumps(
@@ -69,10 +73,11 @@ def _make_handler():
 register_provider("fake", _make_handler, [])
 
 
-def run_with_script(tmp_path, model: str, script: list[str], trials: int = 1, **settings_values):
+def run_with_script(tmp_path, model: str, script: list[str], trials: int = 1, task: dict | None = None,
+                    **settings_values):
     SCRIPTS[f"{model}"] = list(script)
     CALLS.pop(model, None)
-    suite = write_suite(tmp_path / "suite", [event_task()])
+    suite = write_suite(tmp_path / "suite", [task or event_task()])
     settings = load_settings(PROJECT_ROOT, {"agent_model": f"fake/{model}", "trials": trials, "concurrency": 1,
                                         "cache": False, "retry_attempts": 3, **settings_values})
     plan = prepare(settings, PROJECT_ROOT, [str(suite)])
@@ -122,15 +127,40 @@ def test_authentication_error_is_not_retried(tmp_path):
     assert "AuthenticationError" in run.trials[0].error
 
 
-def test_a_trial_past_its_timeout_is_errored_and_the_run_goes_on(tmp_path):
+def test_a_trial_that_finishes_past_its_timeout_fails_with_score_zero_and_the_run_goes_on(tmp_path):
+    """The model answers, slowly: the trial is the agent's failure, not a fault of the setup."""
     slow = event_task("slow", timeout_seconds=1)
     fast = event_task("fast")
     suite = write_suite(tmp_path / "suite", [slow, fast])
     settings = load_settings(PROJECT_ROOT, {"agent_model": "mock/oracle@1200ms", "concurrency": 2, "cache": False})
     run, summary = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
-    status = {t.task_id: t.status for t in run.trials}
-    assert status == {"slow": "errored", "fast": "passed"}
-    assert "timeout_seconds=1" in next(t.error for t in run.trials if t.task_id == "slow")
+    trials = {t.task_id: t for t in run.trials}
+    assert {task: (t.status, t.score) for task, t in trials.items()} == {"slow": ("failed", 0.0),
+                                                                         "fast": ("passed", 1.0)}
+    assert trials["slow"].error == "ended: finished only after timeout_seconds=1 had passed"
+    assert trials["slow"].transcript.tool_calls, "the conversation is kept"
+    assert summary["totals"]["errored"] == 0
+
+
+def test_a_provider_that_hangs_until_the_deadline_leaves_the_trial_errored(tmp_path):
+    run, summary, _ = run_with_script(tmp_path, "hang", ["hang", "ok"], task=event_task(timeout_seconds=1))
+    trial = run.trials[0]
+    assert (trial.status, trial.score) == ("errored", None)
+    assert trial.error.startswith("TrialTimeout: ") and "while a model call was failing" in trial.error
+    assert summary["totals"]["errored"] == 1 and summary["unfinished"] == []
+
+
+def test_a_model_failing_every_call_leaves_every_trial_errored_and_eval_blames_the_setup(cli, tmp_path):
+    SCRIPTS["down"] = ["500"] * 8  # 2 trials x 4 attempts
+    suite = write_suite(tmp_path / "suite", [event_task()])
+    out_json = tmp_path / "out.json"
+    code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "fake/down", "--trials", "2",
+                         "--no-cache", "--json", str(out_json))
+    assert code == 3, out + err
+    assert "every trial errored: this points at the setup" in err
+    summary = json.loads(out_json.read_text())
+    assert summary["totals"]["errored"] == 2 and summary["buckets"][0]["mean_score"] is None
+    assert all("gave up after" in error["error"] for error in summary["errors"])
 
 
 def test_a_trial_that_hangs_holding_its_turn_is_given_up_and_the_others_finish(tmp_path, monkeypatch):

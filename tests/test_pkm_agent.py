@@ -83,7 +83,7 @@ def test_a_bad_calibration_file_is_an_input_error_naming_the_line(cli, monkeypat
     assert "labels.jsonl" in err and "line 2.label" in err
 
 
-def test_a_runaway_agent_ends_errored_at_the_turn_limit(cli, tmp_path):
+def test_a_runaway_agent_fails_with_score_zero_at_the_turn_limit_and_eval_does_not_blame_the_setup(cli, tmp_path):
     calls = [{"name": "LS", "arguments": {}}] * 5
     task = {"id": "pkm_runaway", "metadata": {"failure_bucket": "loop", "max_turns": "3"},
             "input": {"content": "anything", "base_fixture": "fresh"},
@@ -91,10 +91,18 @@ def test_a_runaway_agent_ends_errored_at_the_turn_limit(cli, tmp_path):
             "graders": [{"name": "pkm_completion"}]}
     suite = write_suite(tmp_path / "runaway", [task], name="runaway", agent_name="pkm_agent")
     out_json = tmp_path / "out.json"
-    code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "mock/oracle", "--json", str(out_json))
-    assert code == 3  # every trial errored
-    errors = json.loads(out_json.read_text())["errors"]
-    assert len(errors) == 1 and "all 3 turns" in errors[0]["error"]
+    code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "mock/oracle", "--trials", "2",
+                         "--json", str(out_json))
+    assert code == 0, out + err  # every trial failed: a normal run, not a broken setup
+    assert "every trial errored" not in err and "setup" not in out + err
+    assert "failed: runaway/pkm_runaway #0: ended: the agent used all 3 turns without finishing" in out
+    assert "pass 0%  errored 0" in err  # the progress line counts them as failures
+    summary = json.loads(out_json.read_text())
+    assert summary["totals"]["errored"] == 0 and summary["errors"] == []
+    assert summary["suites"][0]["mean_score"] == 0.0 and summary["suites"][0]["pass_at_k"] == 0.0
+    assert len(summary["unfinished"]) == 2
+    code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "mock/oracle", "--fail-under", "0.5")
+    assert code == 1, out + err
 
 
 def test_every_simulated_trial_passes_exactly_when_the_sim_decides_it_does(cli, isolated, tmp_path):
@@ -139,15 +147,18 @@ def test_each_documented_rule_is_recognised_and_only_its_bucket_moves():
         assert others == [], (bucket, others)
 
 
-def test_an_errored_trial_keeps_the_conversation_so_far(cli, isolated, tmp_path):
+def test_a_trial_ended_at_the_turn_limit_keeps_the_conversation_so_far(cli, isolated, tmp_path):
     calls = [{"name": "LS", "arguments": {}}] * 5
     task = {"id": "pkm_runaway", "metadata": {"failure_bucket": "loop", "max_turns": "2"},
             "input": {"content": "anything", "base_fixture": "fresh"},
             "reference_solution": {"tool_calls": calls}, "graders": [{"name": "pkm_completion"}]}
     suite = write_suite(tmp_path / "runaway", [task], name="runaway", agent_name="pkm_agent")
     code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "mock/oracle")
-    assert code == 3
+    assert code == 0, out + err
     with sqlite3.connect(isolated / "optimizer.db") as db:
-        transcript = json.loads(db.execute("select transcript_json from trials").fetchone()[0])
+        status, score, error, transcript = db.execute(
+            "select status, score, error, transcript_json from trials").fetchone()
+    assert (status, score, error) == ("failed", 0.0, "ended: the agent used all 2 turns without finishing")
+    transcript = json.loads(transcript)
     assert [call["name"] for call in transcript["tool_calls"]] == ["LS", "LS"]
     assert transcript["usage"]["calls"] == 2

@@ -40,7 +40,7 @@ def test_the_report_holds_tables_charts_proposals_and_failures(report):
     assert page.count('class="proposal"') == 2
     assert 'data-status="accepted"' in page and 'data-status="rejected_gate"' in page
     assert '<span class="add">+' + FACT_RULE.replace("'", "&#39;") in page
-    assert "no_bucket_regression" in page and "improvement" in page
+    assert "no_harm" in page and "improvement" in page
     failures = page.split('id="failures"')[1].split("</table>")[0]
     assert failures.count("<tr") >= 2 and "card_" in failures
     assert "per accepted patch" in page

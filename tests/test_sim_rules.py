@@ -1,14 +1,23 @@
-"""mock/sim is prompt-sensitive: the right general rule raises a bucket, other text does not."""
+"""mock/sim is prompt-sensitive: the right general rule raises a bucket, other text does not; the
+rule texts stand-in patchers write score as they claim; the weak mock/patcher draws among them."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import re
+from collections import Counter
+from dataclasses import replace
 
 import pytest
 
 from agents.card.sim import PROFILE
-from optimizer.sim import decide
+from optimizer.errors import InputError
+from optimizer.sim import check_rule_texts, decide, load_rule_texts
 from optimizer.suites import load_suite
+from optimizer.weak_patcher import weak_answer
 from tests.conftest import PROJECT_ROOT
+from tests.helpers import git, project_repo
 
 BASE_PROMPT = (PROJECT_ROOT / "agents/prompts/card_agent.md").read_text()
 EVENT_RULE = "When a note names a meeting or appointment with a concrete future time, use event."
@@ -86,3 +95,194 @@ def test_failing_behaviour_per_bucket():
         else:
             expected = next(g.config["expected_template_ids"] for g in task.graders if g.name == "card_template_choice")
             assert calls[0].arguments["ui_configs"][0]["template_id"] not in expected
+
+
+# ---- negations: "rather than" / "instead of", and "not X but Y"
+
+@pytest.mark.parametrize("sentence, status", [
+    ("Rewrite times, URLs and amounts in your own words rather than keep them exactly.", "contradicted"),
+    ("Paraphrase names instead of copy times, URLs and names exactly.", "contradicted"),
+    ("Do not paraphrase but keep times, URLs and names exactly as written.", "stated"),
+    ("Keep times, URLs and names exactly rather than paraphrasing them.", "stated"),
+    ("Rather than paraphrase them, keep times, URLs and names exactly.", "stated"),
+    ("Never keep times, URLs or names exactly.", "contradicted"),
+    ("Keep times, URLs and names exactly as written.", "stated"),
+])
+def test_negation_and_contrast_on_the_card_fact_rule(sentence, status):
+    assert PROFILE.rules["fact_preservation"].status(sentence) == status
+
+
+@pytest.mark.parametrize("sentence, status", [
+    ("Create a new file rather than append to an existing file.", "contradicted"),
+    ("When an existing file covers the topic, append to it instead of creating a new file.", "stated"),
+    ("Do not create a new file but append to the existing file on the topic.", "stated"),
+    ("Never add to an existing file, always write a new file.", "contradicted"),
+])
+def test_negation_and_contrast_on_a_pkm_rule(sentence, status):
+    from agents.pkm.sim import PROFILE as PKM
+
+    assert PKM.rules["route_into_existing_file"].status(sentence) == status
+
+
+def test_one_contradicting_sentence_outweighs_a_stating_one():
+    prompt = ("Keep times, URLs and names exactly as written.\n"
+              "Rewrite times, URLs and amounts in your own words rather than keep them exactly.")
+    assert PROFILE.rules["fact_preservation"].status(prompt) == "contradicted"
+
+
+# ---- rule texts: what stand-in patchers write, scored as they claim
+
+def profiles():
+    from agents.card.sim import PROFILE as CARD
+    from agents.pkm.sim import PROFILE as PKM
+
+    return {"card_agent": CARD, "pkm_agent": PKM}
+
+
+@pytest.mark.parametrize("agent", ["card_agent", "pkm_agent"])
+def test_every_rule_text_scores_as_it_claims(agent):
+    profile = profiles()[agent]
+    assert set(profile.rule_texts.rules) == set(profile.rules) == set(profile.rule_texts.contradictions)
+    assert len(profile.rule_texts.distractors) >= 3
+    assert check_rule_texts(profile) == []
+
+
+def test_the_rule_text_check_names_each_text_that_misscores():
+    texts = PROFILE.rule_texts
+    broken = replace(PROFILE, rule_texts=replace(
+        texts, rules={**texts.rules, "template_event": texts.distractors[0]},
+        contradictions={**texts.contradictions, "template_link": texts.rules["template_link"]},
+        distractors=(*texts.distractors, texts.rules["fact_preservation"])))
+    problems = check_rule_texts(broken)
+    assert any(p.startswith("template_event: ") and "is absent, not stated" in p for p in problems)
+    assert any(p.startswith("template_link: ") and "is stated, not contradicted" in p for p in problems)
+    assert any(p.startswith("fact_preservation: ") and "is stated, not absent" in p for p in problems)
+    assert len(problems) == 3
+    assert check_rule_texts(replace(PROFILE, rule_texts=None)) == ["the profile has no rule texts"]
+
+
+def test_a_malformed_rule_texts_file_names_the_field(tmp_path):
+    path = tmp_path / "sim_rules.json"
+    path.write_text(json.dumps({"buckets": {"template_event": {"rule": "Use event."}}, "distractors": ["x"]}))
+    with pytest.raises(InputError, match=r"field 'buckets.template_event.contradiction'"):
+        load_rule_texts(path)
+
+
+@pytest.mark.parametrize("agent", ["card_agent", "pkm_agent"])
+def test_rule_texts_pass_the_pre_rollout_lint(agent):
+    """A stand-in patcher's answers must reach the gate, not be stopped as copied eval data."""
+    from optimizer.patch import LintIndex, lint
+
+    texts = profiles()[agent].rule_texts
+    index = LintIndex.from_suites([load_suite(agent, PROJECT_ROOT)])
+    base = (PROJECT_ROOT / f"agents/prompts/{agent}.md").read_text()
+    for text in [*texts.rules.values(), *texts.contradictions.values(), *texts.distractors]:
+        assert lint(base, text, index).passed, (text, lint(base, text, index).reason)
+
+
+def test_the_benchmark_patcher_appends_the_rule_from_the_agent_data(tmp_path):
+    spec = importlib.util.spec_from_file_location("sim_patcher", PROJECT_ROOT / "benchmarks/sim_patcher.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "prompt.md").write_text("# Prompt\n")
+    request = tmp_path / "request.md"
+    request.write_text(REQUEST.format(bucket="archive_finished_project", agent="pkm_agent"))
+    assert module.main(str(request), str(tmp_path), "prompt.md") == 0
+    from agents.pkm.sim import PROFILE as PKM
+
+    assert (tmp_path / "prompt.md").read_text() == \
+        f"# Prompt\n- {PKM.rule_texts.rules['archive_finished_project']}\n"
+
+
+# ---- the weak mock/patcher (mock_patcher_skill)
+
+REQUEST = ("# Prompt patch request: {agent}\n\n## Targeted buckets\n"
+           "- **{agent}/{bucket}**: 3 of 4 train trials failed, mean score 0.25.\n\n"
+           "## Every other bucket (must not get worse)\n- {agent}/template_link: mean 0.90, 1 of 8 train trials failed\n")
+FACT_REQUEST = REQUEST.format(agent="card_agent", bucket="fact_preservation")
+
+
+def test_the_weak_patcher_is_right_at_its_skill_and_otherwise_harmful_or_useless():
+    texts = PROFILE.rule_texts
+    right = texts.rules["fact_preservation"]
+    answers = [weak_answer(FACT_REQUEST, skill=0.3, seed=5, ordinal=ordinal) for ordinal in range(1, 201)]
+    kinds = Counter(answer.kind for answer in answers)
+    assert set(kinds) == {"right", "harmful", "useless"}
+    assert abs(kinds["right"] / 200 - 0.3) <= 4 * (0.3 * 0.7 / 200) ** 0.5, kinds
+    assert abs(kinds["harmful"] / 200 - 0.175) <= 4 * (0.175 * 0.825 / 200) ** 0.5, kinds
+    for answer in answers:
+        if answer.kind == "right":
+            assert answer.rules == [right]
+        elif answer.kind == "harmful":
+            assert answer.rules[0] == right and len(answer.rules) == 2
+            harmed = [bucket for bucket, text in texts.contradictions.items() if text == answer.rules[1]]
+            assert harmed and harmed != ["fact_preservation"]
+        else:
+            assert len(answer.rules) == 1 and answer.rules[0] in texts.distractors
+    assert weak_answer(FACT_REQUEST, skill=0.3, seed=5, ordinal=7) == answers[6]
+    other_seed = [weak_answer(FACT_REQUEST, skill=0.3, seed=6, ordinal=n) for n in range(1, 201)]
+    assert other_seed != answers
+
+
+def test_the_weak_patcher_answers_for_the_agent_that_owns_the_bucket():
+    from agents.pkm.sim import PROFILE as PKM
+
+    request = REQUEST.format(agent="pkm_agent", bucket="no_overwrite")
+    assert weak_answer(request, skill=1.0, seed=0, ordinal=1).rules == [PKM.rule_texts.rules["no_overwrite"]]
+    unknown = REQUEST.format(agent="card_agent", bucket="no_such_bucket")
+    assert weak_answer(unknown, skill=1.0, seed=0, ordinal=1).kind == "none"
+
+
+def first_ordinal(kind: str, skill: float) -> int:
+    return next(n for n in range(1, 500) if weak_answer(FACT_REQUEST, skill=skill, seed=0, ordinal=n).kind == kind)
+
+
+@pytest.mark.parametrize("patch_format", ["edits", "rule"])
+def test_a_weak_patcher_reply_goes_through_the_real_proposer(tmp_path, patch_format):
+    from optimizer.proposers import LLMProposer, ProposalRequest
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "prompt.md").write_text("# Card agent\n\n- Save one card per note.\n")
+    git(workdir, "init", "-q", "-b", "main")
+    git(workdir, "add", "-A")
+    git(workdir, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "base")
+    ordinal = first_ordinal("harmful", 0.3)
+    expected = weak_answer(FACT_REQUEST, skill=0.3, seed=0, ordinal=ordinal).rules
+    proposer = LLMProposer("mock/patcher", skill=0.3, seed=0, patch_format=patch_format)
+    proposal = proposer.propose(ProposalRequest(request=FACT_REQUEST, request_path=tmp_path / "request.md",
+                                                prompt_file="prompt.md", workdir=workdir, ordinal=ordinal))
+    assert proposal.error is None, proposal.error
+    patched = (workdir / "prompt.md").read_text()
+    assert all(rule in patched for rule in expected)
+    assert PROFILE.rules["fact_preservation"].status(patched) == "stated"
+    assert "contradicted" in {rule.status(patched) for rule in PROFILE.rules.values()}
+    assert proposal.rationale.startswith("A harmful answer for fact_preservation")
+
+
+def test_a_weak_patcher_run_proposes_the_right_rule_for_its_target(cli, tmp_path, monkeypatch):
+    repo = project_repo(tmp_path / "repo")
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(repo))
+    monkeypatch.setenv("OPTIMIZER_PATCHER_MODEL", "mock/patcher")
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SKILL", "1.0")
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    target = re.search(r"targets: card_agent/(\w+)", err.replace("\n", " ")).group(1)
+    branch = summary["proposals"][0]["branch"]
+    added = [line[1:] for line in git(repo, "diff", f"main..{branch}").splitlines()
+             if line.startswith("+") and not line.startswith("+++")]
+    assert added == [f"- {PROFILE.rule_texts.rules[target]}"]
+    assert summary["status"] == "accepted", summary
+
+
+def test_mock_patcher_refuses_both_a_script_and_a_skill(cli, tmp_path, monkeypatch):
+    repo = project_repo(tmp_path / "repo")
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(repo))
+    monkeypatch.setenv("OPTIMIZER_PATCHER_MODEL", "mock/patcher")
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SKILL", "0.5")
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SCRIPT", str(script))
+    code, out, err = cli("run")
+    assert code == 2 and "not both" in err, out + err

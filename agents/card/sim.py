@@ -23,15 +23,20 @@ What a failing Card Agent does, by bucket: template buckets put a tempting wrong
 (sometimes keeping the right one second, worth half credit); `fact_preservation` paraphrases
 the required facts away; `multi_fact_day` uses the fact_id of the day's first note; and
 `trivial_input` answers in chat without saving.
+
+`sim_rules.json` next to this file holds, per bucket, a rule the sim scores as stated and a
+sentence it scores as contradicting the rule, plus distractors that touch no bucket: what
+stand-in patchers write (see `optimizer.sim.RuleTexts`; tests check that they score so).
 """
 
 from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 from typing import Any
 
-from optimizer import Rule, SimProfile, Task, ToolCallSpec
+from optimizer import Rule, SimProfile, Task, ToolCallSpec, load_rule_texts
 
 GATHERING = r"meeting|call|appointment|standup|dinner|class|session|reservation"
 
@@ -119,4 +124,5 @@ def failing_calls(task: Task, rng: random.Random) -> list[ToolCallSpec]:
     return [ToolCallSpec(name=call.name, arguments=arguments)]
 
 
-PROFILE = SimProfile(rules=RULES, base_rates=BASE_RATES, failing_calls=failing_calls)
+PROFILE = SimProfile(rules=RULES, base_rates=BASE_RATES, failing_calls=failing_calls,
+                     rule_texts=load_rule_texts(Path(__file__).with_name("sim_rules.json")))

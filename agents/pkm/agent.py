@@ -5,8 +5,8 @@ The trial workspace holds `PKM/` (a copy of the task's fixture) and `.pkm/edit_h
 the sandboxed tools, and every turn must be a tool call (`tool_choice="required"`: only what is
 filed counts, never a chat reply). The run ends when `skip_pkm_organization` succeeds, when the
 insight is set once the note is filed (its marker is in a PARA file), when the model stops
-without a tool call (a provider that cannot force tool calls), at the turn limit (an errored
-trial), or at the trial deadline.
+without a tool call (a provider that cannot force tool calls), or, with the trial failed at score
+0, at the turn limit or at the trial deadline.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from agents.texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, Outcome, Task
 
 MAX_TURNS = 25
-"""Model turns a trial may take (a task may set `metadata.max_turns`); past it the trial is errored."""
+"""Model turns a trial may take (a task may set `metadata.max_turns`); past it the trial fails with score 0."""
 MAX_REMINDERS = 2
 
 

@@ -24,15 +24,20 @@ file outside the expected folders; `read_before_write` edits without reading; `n
 replaces the old entry instead of adding to it; `consolidate_fragmented` adds one more small
 file; `archive_finished_project` edits the project where it is instead of archiving it; skip
 buckets file the input anyway; `fresh_workspace` writes a loose file at the PKM/ root.
+
+`sim_rules.json` next to this file holds, per bucket, a rule the sim scores as stated and a
+sentence it scores as contradicting the rule, plus distractors that touch no bucket: what
+stand-in patchers write (see `optimizer.sim.RuleTexts`; tests check that they score so).
 """
 
 from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 from typing import Any
 
-from optimizer import Rule, SimProfile, Task, ToolCallSpec
+from optimizer import Rule, SimProfile, Task, ToolCallSpec, load_rule_texts
 
 MARKER = re.compile(r"<!--\s*fact_id:\s*fact_pkm_[^\s>]*\s*-->")
 
@@ -132,4 +137,5 @@ def failing_calls(task: Task, rng: random.Random) -> list[ToolCallSpec]:
     return misfile(task, reference)
 
 
-PROFILE = SimProfile(rules=RULES, base_rates=BASE_RATES, failing_calls=failing_calls)
+PROFILE = SimProfile(rules=RULES, base_rates=BASE_RATES, failing_calls=failing_calls,
+                     rule_texts=load_rule_texts(Path(__file__).with_name("sim_rules.json")))

@@ -136,9 +136,10 @@ def print_summary(summary: dict[str, Any]) -> None:
                   f"{totals['errored']} errored; model calls {totals['model_calls']}, "
                   f"cache hits {totals['cache_hits']}, tokens {totals['prompt_tokens'] + totals['completion_tokens']:,}, "
                   f"cost ${totals['cost_usd']:.4f}", highlight=False)
-    for error in summary["errors"][:10]:
-        console.print(f"  errored: {error['suite']}/{error['task_id']} #{error['trial']}: {error['error']}",
-                      highlight=False, markup=False)
+    for label, key in (("errored", "errors"), ("failed", "unfinished")):
+        for row in (summary.get(key) or [])[:10]:
+            console.print(f"  {label}: {row['suite']}/{row['task_id']} #{row['trial']}: {row['error']}",
+                          highlight=False, markup=False)
     print_judges(summary.get("judges") or [])
 
 
@@ -154,26 +155,33 @@ def render_decision(decision) -> Table:
     data = decision if isinstance(decision, dict) else decision.as_dict()
     table = Table(title=f"gate ({data['mode']}, {data['stage']}): "
                         f"{'ACCEPTED' if data['accepted'] else 'rejected'}", title_justify="left")
-    for name in ("bucket", "tasks", "before", "after", "change", "95% CI of change", "p improve", "p harm"):
-        table.add_column(name, justify="left" if name == "bucket" else "right")
+    for name in ("bucket", "pairs", "before", "after", "change", "95% interval", "verdict", "p improve", "p harm",
+                 "detectable drop"):
+        table.add_column(name, justify="left" if name in ("bucket", "verdict") else "right")
     rows = list(data["buckets"])
     for label, key in (("overall (train)", "overall"), ("holdout", "holdout")):
         summary = data.get(key) or {}
-        if summary.get("pairs"):
-            rows.append({"suite": "", "bucket": label, "tasks": summary["tasks"], "before": summary["before"],
-                         "after": summary["after"], "change": summary["change"]})
+        if summary.get("pairs") and not any(row.get("kind") == key for row in rows):
+            rows.append({"suite": "", "bucket": label, "pairs": summary["pairs"], "before": summary["before"],
+                         "after": summary["after"], "change": summary["change"], "verdict": summary.get("verdict"),
+                         "p_harm": summary.get("p_harm"), "mde": summary.get("mde")})
     for row in rows:
-        name = f"{row['suite']}/{row['bucket']}" if row.get("suite") else row["bucket"]
+        name = f"{row['suite']}/{row['bucket']}" if row.get("suite") not in ("", "*", None) else row["bucket"]
         if row.get("targeted"):
             name = f"* {name}"
         interval = (f"[{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"
                     if row.get("ci_low") is not None else "–")
         holm = row.get("p_improve_holm")
         p_up = fmt(holm if holm is not None else row.get("p_improve"), "ratio3")
-        table.add_row(name, str(row.get("tasks", "")), fmt(row.get("before")), fmt(row.get("after")),
-                      f"{row['change']:+.2f}" if row.get("change") is not None else "–", interval, p_up,
-                      fmt(row.get("p_harm"), "ratio3"))
-    table.caption = "\n".join(f"{'pass' if rule['passed'] else 'FAIL'} {rule['rule']}: {rule['reason']}"
-                              for rule in data["rules"])
+        table.add_row(name, str(row.get("pairs", "")), fmt(row.get("before")), fmt(row.get("after")),
+                      f"{row['change']:+.2f}" if row.get("change") is not None else "–", interval,
+                      escape(row.get("verdict") or "–"), p_up, fmt(row.get("p_harm"), "ratio3"), fmt(row.get("mde")))
+    caption = [f"{'pass' if rule['passed'] else 'FAIL'} {rule['rule']}: {rule['reason']}" for rule in data["rules"]]
+    if data.get("non_voting"):
+        caption.append("not voting (LLM judges not calibrated on the judge model in use): "
+                       + ", ".join(data["non_voting"]))
+    if data.get("rollouts"):
+        caption.append(f"{data['rollouts']} trials{' (budget reached)' if data.get('capped') else ''}")
+    table.caption = escape("\n".join(caption))
     table.caption_justify = "left"
     return table

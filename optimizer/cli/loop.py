@@ -39,12 +39,10 @@ def run_command(
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
-    confirm_trials: Optional[int] = typer.Option(
-        None, help="Fewest fresh trials per targeted task on which base and candidate are compared (default 3)."),
-    confirm_pairs: Optional[int] = typer.Option(
-        None, help="Fresh pairs per targeted bucket on the gate's first look (default 12)."),
-    extend_pairs: Optional[int] = typer.Option(
-        None, help="More fresh pairs for a borderline first look; 0 for one look (default 12)."),
+    max_rollouts: Optional[int] = typer.Option(
+        None, help="Trials the gate may run per proposal, both prompts counted (default 250)."),
+    batch_pairs: Optional[int] = typer.Option(
+        None, help="Fresh pairs per targeted bucket between two looks of the sequential test (default 8)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit to start from (default HEAD)."),
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
@@ -61,8 +59,7 @@ def run_command(
 
     root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
                                judge_model=judge_model, patcher_model=patcher_model, trials=trials, concurrency=concurrency,
-                               processes=processes, confirm_trials=confirm_trials, confirm_pairs=confirm_pairs,
-                               extend_pairs=extend_pairs)
+                               processes=processes, max_rollouts=max_rollouts, batch_pairs=batch_pairs)
     ctx = _context(settings, root)
     with recording(settings, ctx.store):
         result = run_iteration(ctx, suite_names=suite or None, base_ref=base, dry_run=dry_run, agent=agent)
@@ -99,23 +96,32 @@ def review_command(
 
 def noise_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
-    repeats: int = typer.Option(20, min=1, help="A/A pairs to run."),
+    repeats: int = typer.Option(20, min=1, help="Repeats: each draws a baseline and compares its candidates."),
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
     processes: Optional[int] = typer.Option(None, help=PROCESSES_HELP),
+    sim_noise: str = typer.Option("independent", help="mock/sim's randomness between prompts: independent "
+                                                      "(as a real model at temperature > 0) or paired."),
 ) -> None:
-    """Run the baseline against itself and report how often the gate would accept (false accepts)."""
+    """The gate's error rates: false accepts (A/A), and on mock/sim the power for the sim's right
+    rule and the acceptance of a harmful patch, each with a 95% interval."""
     from optimizer.cli._common import console, recording
     from optimizer.noise import measure_noise
 
-    root, settings = _settings(agent_model=agent_model, judge_model=judge_model, trials=trials, processes=processes)
+    root, settings = _settings(agent_model=agent_model, judge_model=judge_model, trials=trials, processes=processes,
+                               sim_noise=sim_noise)
     ctx = _context(settings, root)
     with recording(settings, ctx.store):
         result = measure_noise(ctx, repeats=repeats, suite_names=suite or None)
-    console.print(f"A/A repeats: {result.repeats} ({result.skipped} with nothing to target); "
+    console.print(f"repeats: {result.repeats} ({result.skipped} with nothing to target); "
                   f"rollouts {result.rollouts}", highlight=False)
-    console.print(f"false-accept rate, strict gate:  {result.rate(result.strict_accepts):.1%} "
-                  f"({result.strict_accepts}/{result.tested})", highlight=False)
-    console.print(f"false-accept rate, lenient gate: {result.rate(result.lenient_accepts):.1%} "
-                  f"({result.lenient_accepts}/{result.tested})", highlight=False)
+    labels = {"A/A": "false accepts (A/A)", "good": "power (the sim's rule for the target)",
+              "harmful": "harmful accepts (rule + contradiction of a one-task bucket)"}
+    for case, tally in result.cases.items():
+        if not tally.decisions:
+            continue
+        low, high = tally.interval
+        console.print(f"{labels[case]}: {tally.accepts}/{tally.decisions} = {tally.rate:.1%} "
+                      f"[95% CI {low:.1%}, {high:.1%}]; {tally.mean_rollouts:.0f} rollouts per decision, "
+                      f"{tally.capped} at the budget", highlight=False, markup=False)

@@ -10,13 +10,14 @@ from __future__ import annotations
 from optimizer.errors import ModelConfigError
 from optimizer.models import local
 from optimizer.models import mock
+from optimizer.models.mock import answer_variant
 from optimizer.models._context import TrialContext, register_trial, unregister_trial
 from optimizer.models._litellm import litellm_module, price_as_free, register_provider, registered_prefixes
 from optimizer.models.client import (Completion, MalformedResponse, ModelClient, ResponseCache, RetryPolicy,
                                      ToolCallRequest)
 
 __all__ = ["Completion", "MalformedResponse", "ModelClient", "ResponseCache", "RetryPolicy", "ToolCallRequest",
-           "TrialContext", "answered_in_process", "concurrency_limit", "context_window", "is_embedded", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
+           "TrialContext", "answer_variant", "answered_in_process", "concurrency_limit", "context_window", "is_embedded", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
 
 
 def is_embedded(model: str) -> bool:

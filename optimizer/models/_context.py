@@ -19,6 +19,10 @@ PROPOSAL_KEY = "optimizer_proposal"
 """Metadata of a patcher call: the proposal's ordinal (which entry `mock/patcher` answers with)."""
 SCRIPT_KEY = "optimizer_patcher_script"
 """Metadata of a patcher call: the `mock/patcher` script file."""
+SKILL_KEY = "optimizer_patcher_skill"
+"""Metadata of a patcher call: the weak `mock/patcher`'s skill (`mock_patcher_skill`)."""
+SEED_KEY = "optimizer_patcher_seed"
+"""Metadata of a patcher call: the settings' seed, which the weak `mock/patcher` draws from."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class TrialContext:
     agent_name: str
     trial_index: int
     seed: int
+    sim_noise: str = "paired"
+    """How `mock/sim` draws this trial's outcome (setting `sim_noise`, see `optimizer.sim`)."""
 
 
 _lock = threading.Lock()

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from optimizer.errors import ModelCallError, TrialTimeout
+from optimizer.errors import DeadlinePassed, ModelCallError, TrialTimeout
 from optimizer.ledger import current as current_ledger
 from optimizer.ledger import estimate_tokens
 from optimizer.models._context import METADATA_KEY
@@ -90,11 +90,13 @@ class Completion:
 
 
 def cache_key(model: str, messages: list[dict], tools: list[dict] | None, params: dict,
-              trial_index: int) -> str:
-    """Hash of the sorted request; the trial index makes repeated trials separate samples."""
-    blob = json.dumps({"model": model, "messages": messages, "tools": tools or [],
-                       "params": params, "trial": trial_index},
-                      sort_keys=True, ensure_ascii=False, default=str)
+              trial_index: int, variant: str | None = None) -> str:
+    """Hash of the sorted request; the trial index makes repeated trials separate samples. A
+    `variant` (see `ModelClient.variant`) is hashed too; without one the key is what it always was."""
+    request = {"model": model, "messages": messages, "tools": tools or [], "params": params, "trial": trial_index}
+    if variant is not None:
+        request["variant"] = variant
+    blob = json.dumps(request, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -120,6 +122,9 @@ class ModelClient:
     in_process: bool = False
     """Answer `mock/*` models here instead of through litellm (`suites validate`, which replays
     reference solutions and must not pay litellm's import)."""
+    variant: str | None = None
+    """What decides the answer besides the request (`mock/sim`'s noise mode, see
+    `mock.answer_variant`); part of the cache key, so one mode's answers are never served to the other."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def bind(self, *, trial_key: str, trial_index: int, deadline: float | None,
@@ -127,14 +132,19 @@ class ModelClient:
         return replace(self, trial_key=trial_key, trial_index=trial_index, deadline=deadline, run_id=run_id,
                        usage=Usage(), _lock=threading.Lock())
 
-    def remaining(self) -> float | None:
+    def remaining(self, *, retrying: bool = False) -> float | None:
+        """Seconds left before the trial's deadline. Past it, a first attempt means the model
+        answered every earlier call and the agent used up the time (`DeadlinePassed`: the trial is
+        failed); a retry means the model was failing to answer (`TrialTimeout`: errored)."""
         if self.deadline is None:
             return None
         left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TrialTimeout("the trial ran past its timeout_seconds",
-                               fix="raise timeout_seconds in the task file or use a faster model")
-        return left
+        if left > 0:
+            return left
+        if retrying:
+            raise TrialTimeout("the trial ran past its timeout_seconds while a model call was failing",
+                               fix="check the provider, or raise timeout_seconds in the task file")
+        raise DeadlinePassed("ran past timeout_seconds while the model kept answering")
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, *,
                  max_tokens: int | None = None, temperature: float | None = None,
@@ -144,7 +154,7 @@ class ModelClient:
         params = {k: v for k, v in {"temperature": self.temperature if temperature is None else temperature,
                                     "seed": self.seed, "max_tokens": max_tokens,
                                     "tool_choice": tool_choice if tools else None}.items() if v is not None}
-        key = cache_key(self.model, messages, tools, params, self.trial_index)
+        key = cache_key(self.model, messages, tools, params, self.trial_index, self.variant)
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
@@ -175,7 +185,7 @@ class ModelClient:
         litellm = None if direct else litellm_module()
         last_error: Exception | None = None
         for attempt in range(self.retry.max_attempts):
-            remaining = self.remaining()
+            remaining = self.remaining(retrying=attempt > 0)
             started = time.monotonic()
             try:
                 metadata = {METADATA_KEY: self.trial_key}
@@ -198,7 +208,7 @@ class ModelClient:
             f"last error {type(last_error).__name__}: {_short(last_error)}")
 
     def _sleep(self, seconds: float) -> None:
-        remaining = self.remaining()
+        remaining = self.remaining(retrying=True)
         if remaining is not None and seconds >= remaining:
             raise TrialTimeout("the trial ran out of time while waiting to retry a model call")
         time.sleep(seconds)

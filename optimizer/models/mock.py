@@ -14,6 +14,12 @@
   An entry `{"raw": "..."}` is returned verbatim (a reply no parser can use); an entry with a
   `"rule"` answers the `rule` patch format; an entry's `"after_feedback"` (another entry) is the
   answer once the proposer sends feedback on the first.
+* `mock/patcher` with `mock_patcher_skill` set (and no script) is a weak patcher: it reads the
+  targeted buckets from the request inside the proposer's prompt and, from a seeded draw,
+  proposes the rule `mock/sim` recognises for them (probability `skill`), that rule plus one
+  contradicting another bucket of the agent (a harmful patch), or a distractor (a useless one);
+  see `optimizer.weak_patcher`. It answers in the patch format the proposer asked for: the
+  sentences as one `rule`, or as list items appended by one edit with an empty `search`.
 
 All accept a latency suffix for benchmarks, e.g. `mock/oracle@50ms` sleeps 50 ms per call.
 `in_process` answers the same way without litellm, for `optimizer suites validate`: the oracle
@@ -31,7 +37,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from optimizer.models._context import (JUDGE_INPUTS_KEY, JUDGE_KEY, METADATA_KEY, PROPOSAL_KEY, SCRIPT_KEY,
-                                      trial_context)
+                                      SEED_KEY, SKILL_KEY, trial_context)
 from optimizer.models._litellm import register_provider
 
 MOCK_NAMES = ("oracle", "sim", "patcher")
@@ -87,6 +93,15 @@ def _response(model: str, messages: list[dict], message: dict, finish: str) -> d
     return {"model": f"mock/{model}", "choices": [{"message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens}}
+
+
+def answer_variant(model: str, sim_noise: str) -> str | None:
+    """What decides `model`'s answers besides the request: `mock/sim`'s noise mode (None for any
+    other model), so the response cache keeps the modes apart."""
+    if not model.startswith("mock/"):
+        return None
+    parsed = parse_mock_model(model.removeprefix("mock/"))
+    return f"sim_noise={sim_noise}" if parsed and parsed[0] == "sim" else None
 
 
 def served_in_process(model: str, in_process: bool) -> bool:
@@ -155,14 +170,17 @@ def check_patcher_script(path: str) -> None:
 
 def _patcher_reply(metadata: dict, messages: list[dict]) -> str:
     path = metadata.get(SCRIPT_KEY)
-    if not path:
-        raise ValueError("mock/patcher needs a script: set mock_patcher_script (OPTIMIZER_MOCK_PATCHER_SCRIPT)")
-    script = json.loads(Path(path).read_text(encoding="utf-8"))
     ordinal = int(metadata.get(PROPOSAL_KEY) or 1)
-    entry = script[ordinal - 1] if 0 < ordinal <= len(script) else {
-        "rationale": "The script has no more proposals.", "edits": []}
-    if "after_feedback" in entry and _feedback_given(messages):
-        entry = entry["after_feedback"]
+    if path:
+        script = json.loads(Path(path).read_text(encoding="utf-8"))
+        entry = script[ordinal - 1] if 0 < ordinal <= len(script) else {
+            "rationale": "The script has no more proposals.", "edits": []}
+        if "after_feedback" in entry and _feedback_given(messages):
+            entry = entry["after_feedback"]
+    elif metadata.get(SKILL_KEY) is not None:
+        entry = _weak_entry(metadata, messages, ordinal)
+    else:
+        raise ValueError("mock/patcher needs a script (mock_patcher_script) or a skill (mock_patcher_skill)")
     if "raw" in entry:
         return str(entry["raw"])
     if "rule" in entry:  # the answer to the `rule` patch format
@@ -171,6 +189,28 @@ def _patcher_reply(metadata: dict, messages: list[dict]) -> str:
     edits = json.dumps(entry.get("edits", []), ensure_ascii=False)
     return (f"[[ ## rationale ## ]]\n{entry.get('rationale', '')}\n\n[[ ## edits ## ]]\n{edits}\n\n"
             f"[[ ## completed ## ]]")
+
+
+def _weak_entry(metadata: dict, messages: list[dict], ordinal: int) -> dict:
+    """The weak patcher's answer as a script entry, in the patch format the proposer asked for."""
+    from optimizer.weak_patcher import weak_answer
+
+    request = _request_text(messages)
+    answer = weak_answer(request, skill=float(metadata[SKILL_KEY]), seed=int(metadata.get(SEED_KEY) or 0),
+                         ordinal=ordinal, attempt=1 if _feedback_given(messages) else 0)
+    rationale = f"A {answer.kind} answer for {', '.join(answer.targets) or 'no known bucket'}."
+    system = next((str(m.get("content") or "") for m in messages if m.get("role") == "system"), "")
+    if "[[ ## rule ## ]]" in system:
+        return {"rationale": rationale, "rule": " ".join(answer.rules)}
+    edits = [{"search": "", "replace": "\n".join(f"- {rule}" for rule in answer.rules)}] if answer.rules else []
+    return {"rationale": rationale, "edits": edits}
+
+
+def _request_text(messages: list[dict]) -> str:
+    """The `request` field of the proposer's prompt (the text of request.md)."""
+    text = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
+    _, _, rest = text.partition("[[ ## request ## ]]")
+    return rest.split("[[ ## feedback ## ]]", 1)[0].strip("\n")
 
 
 def _feedback_given(messages: list[dict]) -> bool:
@@ -191,7 +231,7 @@ def _script(name: str, context, messages: list[dict]):
     if profile is None:
         raise ValueError(f"agent {context.agent_name!r} has no sim profile; mock/sim cannot play it")
     system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
-    return decide(profile, task, system, context.seed, context.trial_index).calls
+    return decide(profile, task, system, context.seed, context.trial_index, context.sim_noise).calls
 
 
 def _make_handler():

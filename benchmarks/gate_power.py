@@ -1,0 +1,286 @@
+"""The gate's error rates on the noisy simulator: today's gate, the previous one, and gepa's own
+acceptance, side by side on the same planted cases. Prints a table; asserts nothing.
+
+    .venv/bin/python benchmarks/gate_power.py [--aa 300] [--good 40] [--harm 40] [--suites card_agent pkm_agent]
+
+Cases, per suite (each repeat draws a fresh baseline of 4 trials per task):
+* **A/A**: the candidate is the base prompt, sampled again. Targets are chosen from the baseline
+  as `optimizer run` chooses them. Every acceptance is a false accept.
+* **good**: the candidate adds the simulator's rule for bucket B, and B is the target. Power.
+* **harmful**: the rule for the target plus a sentence contradicting a one-task bucket (the
+  smallest buckets, when a suite has none of one task) whose true mean score falls by at least
+  0.2. Every acceptance is a harmful accept.
+
+Trials are drawn from `mock/sim`'s own model, not run through the agents: a trial passes with the
+probability the sim's rule machinery gives its prompt (`SimProfile.pass_probability`), each draw
+independent of the other prompt's (`sim_noise = "independent"`), and a failing trial scores
+what the real agent and graders gave that task's failing trials in a calibration run made at
+start-up through the runner. That keeps tens of thousands of decisions to minutes, and the
+decisions are made by the same `optimizer.compare.compare` that `optimizer run` calls.
+`optimizer noise` measures the same things through the real runner.
+
+Arms: `new` is `optimizer.compare` with default settings; `previous` is the gate this project
+used before (fixed 12 fresh pairs, a Bonferroni second look, a permutation test per bucket at
+0.20 uncorrected, a -0.10 point limit; kept in benchmarks/legacy_gate.py); `gepa` is the default
+acceptance of the `gepa` package's reflective mutation (the child's score summed over a minibatch
+of 3 train examples must beat the parent's on the same minibatch, both evaluated afresh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import legacy_gate  # noqa: E402
+
+from optimizer.compare import compare  # noqa: E402
+from optimizer.config import Settings  # noqa: E402
+from optimizer.gate import GatePolicy  # noqa: E402
+from optimizer.noise import CaseTally  # noqa: E402
+from optimizer.registry import get_agent  # noqa: E402
+from optimizer.request import select_targets  # noqa: E402
+from optimizer.runner import PlannedTrial, Runner, plan  # noqa: E402
+from optimizer.scoring import trials_frame  # noqa: E402
+from optimizer.store import Store  # noqa: E402
+from optimizer.suites import load_suites  # noqa: E402
+from optimizer.types import Trial  # noqa: E402
+
+GEPA_MINIBATCH = 3
+
+
+# ---------------------------------------------------------------- the fast simulator
+def failing_scores(suite_names: list[str], trials: int) -> dict[tuple[str, str], list[float]]:
+    """Scores of failing trials per task, from a real run of mock/sim through the runner."""
+    with tempfile.TemporaryDirectory() as folder:
+        settings = Settings(agent_model="mock/sim", judge_model="mock/sim", sim_noise="independent", cache=False,
+                            concurrency=8, processes=2)
+        store = Store(f"sqlite:///{folder}/bench.db")
+        suites = load_suites(suite_names, ROOT)
+        run = Runner(settings, store, project_root=ROOT).run(suites, plan(suites, trials=trials), kind="bench")
+    table: dict[tuple[str, str], list[float]] = {}
+    for trial in run.trials:
+        table.setdefault((trial.suite, trial.task_id), [])
+        if trial.status == "failed":
+            table[(trial.suite, trial.task_id)].append(trial.score or 0.0)
+    return table
+
+
+@dataclass
+class FastSim:
+    suites: list
+    fails: dict[tuple[str, str], list[float]]
+
+    def probability(self, item: PlannedTrial, prompt: str) -> float:
+        profile = get_agent(item.suite.spec.agent_name).sim_profile
+        return profile.pass_probability(item.task, prompt)
+
+    def trial(self, item: PlannedTrial, prompt: str, rng: random.Random) -> Trial:
+        passed = rng.random() < self.probability(item, prompt)
+        scores = self.fails[(item.suite.name, item.task.id)] or [0.0]
+        score = 1.0 if passed else rng.choice(scores)
+        return Trial(suite=item.suite.name, task_id=item.task.id, bucket=item.task.bucket, split=item.task.split,
+                     index=item.index, status="passed" if passed else "failed", score=score)
+
+    def true_mean(self, items: list[PlannedTrial], prompt: str) -> float:
+        """The expected task-weighted mean score of these (distinct) tasks under `prompt`."""
+        values = []
+        for item in items:
+            scores = self.fails[(item.suite.name, item.task.id)] or [0.0]
+            p = self.probability(item, prompt)
+            values.append(p + (1 - p) * sum(scores) / len(scores))
+        return sum(values) / len(values)
+
+
+@dataclass
+class FastSides:
+    """The `compare` interface over the fast simulator: base trials cached by index."""
+
+    sim: FastSim
+    base_prompt: str
+    candidate_prompt: str
+    rng: random.Random
+    cache: dict = field(default_factory=dict)
+    count: int = 0
+
+    def base(self, planned, label):
+        out = []
+        for item in planned:
+            key = (item.suite.name, item.task.id, item.index)
+            if key not in self.cache:
+                self.cache[key] = self.sim.trial(item, self.base_prompt, self.rng)
+                self.count += 1
+            out.append(self.cache[key])
+        return out
+
+    def candidate(self, planned, label):
+        self.count += len(planned)
+        return [self.sim.trial(item, self.candidate_prompt, self.rng) for item in planned]
+
+    def ran(self) -> int:
+        return self.count
+
+
+# ---------------------------------------------------------------- the three arms
+def new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy):
+    sides = FastSides(sim, base, candidate, rng)
+    result = compare(sides, planned=planned, baseline=baseline, targets=targets, agent=agent, policy=policy)
+    return result.decision.accepted, result.rollouts, result.decision.capped
+
+
+def previous_gate(sim, planned, baseline, base, candidate, targets, agent, rng):
+    """The former staged comparison: 12 fresh pairs per target (>= 3 per task), a second look of
+    12 more when every target rose but not significantly (each look at alpha/2), then the rest."""
+    config = legacy_gate.per_look(legacy_gate.GateConfig(), 2)
+    def is_target(item):
+        return (item.suite.name, item.task.bucket) in targets and item.task.split != "holdout"
+    counts, tasks = {}, {}
+    for item in planned:
+        counts[(item.suite.name, item.task.id)] = counts.get((item.suite.name, item.task.id), 0) + 1
+        if is_target(item):
+            tasks.setdefault((item.suite.name, item.task.bucket), {})[(item.suite.name, item.task.id)] = item
+    def fresh(offset_pairs, pairs):
+        out = []
+        for bucket, items in tasks.items():
+            per = max(3, -(-pairs // len(items))) if offset_pairs == 0 else -(-pairs // len(items))
+            first = 0 if offset_pairs == 0 else max(3, -(-12 // len(items)))
+            for key, item in items.items():
+                out += [PlannedTrial(item.suite, item.task, counts[key] + first + i) for i in range(per)]
+        return out
+    look1 = fresh(0, 12)
+    confirm = [sim.trial(i, base, rng) for i in look1]
+    after = [sim.trial(i, candidate, rng) for i in look1]
+    rollouts = 2 * len(look1)
+    kept = [t for t in baseline if not ((t.suite, t.bucket) in targets and t.split != "holdout")]
+    def frames(cand):
+        order = lambda ts: sorted(ts, key=lambda t: (t.suite, t.task_id, t.index))  # noqa: E731
+        return trials_frame(order(kept + confirm)), trials_frame(order(cand))
+    decision = legacy_gate.decide(*frames(after), targets=targets, config=config, stage="targeted")
+    if legacy_gate.borderline(decision):
+        look2 = fresh(12, 12)
+        confirm += [sim.trial(i, base, rng) for i in look2]
+        after += [sim.trial(i, candidate, rng) for i in look2]
+        rollouts += 2 * len(look2)
+        decision = legacy_gate.decide(*frames(after), targets=targets, config=config, stage="targeted")
+    if not decision.accepted:
+        return False, rollouts, False
+    rest = [item for item in planned if not is_target(item) and item.suite.spec.agent_name == agent]
+    after += [sim.trial(i, candidate, rng) for i in rest]
+    rollouts += len(rest)
+    decision = legacy_gate.decide(*frames(after), targets=targets, config=config)
+    return decision.accepted, rollouts, False
+
+
+def gepa_acceptance(sim, planned, base, candidate, rng):
+    """gepa's reflective-mutation step: parent and child on the same minibatch of 3 train
+    examples (one rollout each), accepted when the child's sum is strictly higher."""
+    train = sorted({(i.suite.name, i.task.id): i for i in planned if i.task.split == "train"}.items())
+    batch = [item for _, item in rng.sample(train, GEPA_MINIBATCH)]
+    parent = sum(sim.trial(i, base, rng).score for i in batch)
+    child = sum(sim.trial(i, candidate, rng).score for i in batch)
+    return child > parent, 2 * GEPA_MINIBATCH, False
+
+
+# ---------------------------------------------------------------- cases
+def cells(tally: CaseTally) -> str:
+    low, high = tally.interval
+    return (f"{tally.accepts:>4}/{tally.decisions:<4} {tally.rate:6.1%} [{low:5.1%}, {high:5.1%}] "
+            f"{tally.mean_rollouts:6.0f} {tally.capped:>4}")
+
+
+def with_lines(prompt: str, *lines: str) -> str:
+    return prompt.rstrip("\n") + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--aa", type=int, default=300)
+    parser.add_argument("--good", type=int, default=40)
+    parser.add_argument("--harm", type=int, default=40)
+    parser.add_argument("--suites", nargs="*", default=["card_agent", "pkm_agent"])
+    parser.add_argument("--buckets", nargs="*", default=None, help="targets tried for power (default: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--policy", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="override GatePolicy fields, e.g. max_rollouts=400")
+    args = parser.parse_args()
+    started = time.monotonic()
+    overrides = dict(item.split("=", 1) for item in args.policy)
+    policy = GatePolicy(**{key: type(getattr(GatePolicy(), key))(value) for key, value in overrides.items()})
+    fails = failing_scores(args.suites, trials=16)
+    print(f"calibration: failing-trial scores from {16} real mock/sim trials per task "
+          f"({time.monotonic() - started:.0f} s)")
+    print(f"policy: {policy}")
+    header = (f"{'suite':<11} {'case':<40} {'arm':<9} {'accepted':>9}  rate   [95% CP]       "
+              f"rollouts capped")
+    for suite_name in args.suites:
+        suites = load_suites([suite_name], ROOT)
+        suite = suites[0]
+        agent = suite.spec.agent_name
+        entry = get_agent(agent)
+        base = (ROOT / entry.prompt_file).read_text(encoding="utf-8")
+        texts = entry.sim_profile.rule_texts
+        planned = plan(suites, trials=4)
+        sim = FastSim(suites, fails)
+        rng = random.Random(args.seed)
+        by_bucket: dict[str, list[PlannedTrial]] = {}
+        for item in planned:
+            if item.index == 0 and item.task.split == "train":
+                by_bucket.setdefault(item.task.bucket, []).append(item)
+
+        def baseline_draw() -> list[Trial]:
+            return [sim.trial(item, base, rng) for item in planned]
+
+        def run_case(name: str, candidate: str, repeats: int, targets_for) -> None:
+            tallies = {"new": CaseTally(), "previous": CaseTally(), "gepa": CaseTally()}
+            for _ in range(repeats):
+                baseline = baseline_draw()
+                targets = targets_for(baseline)
+                if targets is None:
+                    continue
+                tallies["new"].add(*new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy))
+                tallies["previous"].add(*previous_gate(sim, planned, baseline, base, candidate, targets, agent, rng))
+                tallies["gepa"].add(*gepa_acceptance(sim, planned, base, candidate, rng))
+            for arm, tally in tallies.items():
+                print(f"{suite_name:<11} {name:<40} {arm:<9} {cells(tally)}", flush=True)
+
+        print()
+        print(header)
+
+        def chosen(baseline):
+            selection = select_targets(baseline, suites)
+            return None if selection is None else {(t.suite, t.bucket) for t in selection.targets}
+
+        run_case("A/A (targets as `run` picks them)", base, args.aa, chosen)
+        buckets = args.buckets or sorted(by_bucket)
+        for bucket in buckets:
+            if bucket not in texts.rules or bucket not in by_bucket:
+                continue
+            good = with_lines(base, texts.rules[bucket])
+            gain = sim.true_mean(by_bucket[bucket], good) - sim.true_mean(by_bucket[bucket], base)
+            run_case(f"good: {bucket} (+{gain:.2f})", good, args.good, lambda _, b=bucket: {(suite_name, b)})
+        target = min(by_bucket, key=lambda b: sim.true_mean(by_bucket[b], base))
+        smallest = min(len(items) for bucket, items in by_bucket.items() if bucket != target)
+        for bucket, items in sorted(by_bucket.items()):
+            if len(items) != smallest or bucket == target:
+                continue
+            harmful = with_lines(base, texts.rules[target], texts.contradictions[bucket])
+            drop = sim.true_mean(items, base) - sim.true_mean(items, harmful)
+            if drop < 0.2:
+                print(f"{suite_name:<11} (harmful: {bucket} falls only {drop:.2f}; not a planted case)")
+                continue
+            label = f"harm: {target} + !{bucket}{'' if smallest == 1 else f' [{smallest} tasks]'} (-{drop:.2f})"
+            run_case(label, harmful, args.harm,
+                     lambda _, t=target: {(suite_name, t)})
+    print(f"\n{time.monotonic() - started:.0f} s in all")
+
+
+if __name__ == "__main__":
+    main()

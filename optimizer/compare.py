@@ -1,0 +1,216 @@
+"""The one comparison procedure behind `optimizer run`, `nightly` and `noise`: which pairs to run,
+in what order, and when to stop. `optimizer.gate` judges the pairs; this module decides what to
+spend on them.
+
+1. **Targets, sequentially.** Fresh pairs (trial indexes after the baseline's, run once with each
+   prompt) of the targeted buckets' train tasks, `batch_pairs` per bucket at a time, spread
+   evenly over its tasks. After each batch the improvement test looks again (the betting test is
+   valid at every look). A bucket stops when it is shown improved, when it reaches
+   `max_target_pairs`, or for futility (not above zero after 16 pairs). If a targeted bucket
+   ends without being shown improved, the candidate is rejected here and nothing else runs.
+2. **The rest.** The candidate runs every other task of the changed agent's suites (train,
+   holdout, regression) at the baseline's trial indexes; each trial pairs with the baseline's.
+3. **Harm, by power.** Every harm group gets at least `min_bucket_pairs` pairs (a one-task bucket
+   has only the baseline's few trials, so it gets fresh pairs for both prompts). Then, one batch
+   at a time, of the groups whose drop test is winning its bets (wealth above 1), the one whose
+   drop is largest against its standard error gets `batch_pairs` more fresh pairs, until no group's test leans to harm, the leaning ones
+   are settled or at `max_bucket_pairs`, or the proposal's budget (`max_rollouts` trials) is
+   spent. The budget goes first where harm is likeliest.
+
+Base-prompt trials at fresh indexes are shared by every candidate of an iteration (the `Sides`
+object caches them), so a second candidate pays only for its own side.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol
+
+from optimizer.gate import (Decision, GatePolicy, PairTable, decide, group_stats, groups_of, harm_threshold,
+                            improvement_status, suspicious)
+from optimizer.runner import PlannedTrial
+from optimizer.types import Trial
+
+Log = Callable[[str], None]
+
+
+def policy_from(settings) -> GatePolicy:
+    """The gate's policy from `Settings` (fields of the same names)."""
+    return GatePolicy(mode=settings.gate, alpha=settings.alpha, alpha_harm=settings.alpha_harm,
+                      max_bucket_drop=settings.max_bucket_drop, batch_pairs=settings.batch_pairs,
+                      max_target_pairs=settings.max_target_pairs, min_bucket_pairs=settings.min_bucket_pairs,
+                      max_bucket_pairs=settings.max_bucket_pairs, max_rollouts=settings.max_rollouts)
+
+
+class Sides(Protocol):
+    """Runs trials with the base prompt or the candidate prompt."""
+
+    def base(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
+        """Base-prompt trials at fresh indexes (may serve ones run before from a cache)."""
+
+    def candidate(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
+        """Candidate-prompt trials."""
+
+    def ran(self) -> int:
+        """Trials actually run so far for this candidate (cache-served base trials excluded)."""
+
+
+@dataclass
+class Comparison:
+    decision: Decision
+    candidate_trials: list[Trial] = field(default_factory=list)
+    base_trials: list[Trial] = field(default_factory=list)
+    """The fresh base-prompt trials this comparison paired with."""
+    rollouts: int = 0
+    batches: int = 0
+
+
+class _Plan:
+    """Fresh trial indexes per task, and the planned items by task."""
+
+    def __init__(self, planned: list[PlannedTrial]):
+        self.items: dict[tuple[str, str], PlannedTrial] = {}
+        self.next_index: dict[tuple[str, str], int] = {}
+        for item in planned:
+            key = (item.suite.name, item.task.id)
+            self.items.setdefault(key, item)
+            self.next_index[key] = max(self.next_index.get(key, 0), item.index + 1)
+
+    def fresh(self, keys: list[tuple[str, str]], pairs: int) -> list[PlannedTrial]:
+        """`pairs` fresh trials spread evenly (whole rounds) over `keys`."""
+        if not keys or pairs <= 0:
+            return []
+        per_task = math.ceil(pairs / len(keys))
+        out = []
+        for key in keys:
+            item = self.items[key]
+            start = self.next_index[key]
+            out += [PlannedTrial(item.suite, item.task, start + offset) for offset in range(per_task)]
+            self.next_index[key] = start + per_task
+        return out
+
+
+def _floor_pairs(rest: list[PlannedTrial], regression: set[str], policy: GatePolicy) -> int:
+    """Fresh pairs the harm groups need to reach `min_bucket_pairs` (in whole rounds per task)."""
+    if policy.mode != "strict":
+        return 0
+    groups: dict[tuple, dict[str, int]] = {}
+    for item in rest:
+        if item.suite.name in regression:
+            key: tuple = ("regression", item.suite.name)
+        elif item.task.split == "holdout":
+            key = ("holdout",)
+        else:
+            key = ("bucket", item.suite.name, item.task.bucket)
+        tasks = groups.setdefault(key, {})
+        tasks[item.task.id] = tasks.get(item.task.id, 0) + 1
+    need = 0
+    for tasks in groups.values():
+        missing = policy.min_bucket_pairs - sum(tasks.values())
+        if missing > 0:
+            need += math.ceil(missing / len(tasks)) * len(tasks)
+    return need
+
+
+def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial], targets: Iterable[tuple[str, str]],
+            agent: str, regression_suites: Iterable[str] = (), policy: GatePolicy = GatePolicy(),
+            non_voting: Iterable[str] = (), log: Log = lambda message: None) -> Comparison:
+    """Compare the candidate with the base prompt; see the module docstring for the order."""
+    targets = sorted(set(targets))
+    regression = set(regression_suites)
+    table = PairTable(non_voting)
+    plan = _Plan(planned)
+    result = Comparison(decision=None)  # type: ignore[arg-type]
+
+    def is_target(item: PlannedTrial) -> bool:
+        return (item.suite.name, item.task.bucket) in targets and item.task.split != "holdout"
+
+    target_keys = {bucket: sorted({(i.suite.name, i.task.id) for i in planned
+                                   if is_target(i) and (i.suite.name, i.task.bucket) == bucket})
+                   for bucket in targets}
+    rest = [item for item in planned if not is_target(item) and item.suite.spec.agent_name == agent]
+
+    def run_pairs(items: list[PlannedTrial], label: str) -> None:
+        base = sides.base(items, label)
+        after = sides.candidate(items, label)
+        table.add_all(base, after, regression)
+        result.base_trials += base
+        result.candidate_trials += after
+        result.batches += 1
+
+    def budget_left() -> int:
+        return policy.max_rollouts - sides.ran()
+
+    # 1. targets, in batches, until each is settled; the rest and the harm floor are reserved
+    reserve = len(rest) + 2 * _floor_pairs(rest, regression, policy)
+    capped = False
+    while True:
+        status = improvement_status(table, targets, policy) if table.pairs else {
+            bucket: ("open", None) for bucket in targets}
+        open_buckets = [bucket for bucket, (state, _) in status.items() if state == "open"]
+        if not open_buckets or any(state in ("futile", "capped", "unjudged") for state, _ in status.values()):
+            break
+        if policy.mode == "lenient" and table.pairs:
+            break
+        batch = [item for bucket in open_buckets for item in plan.fresh(target_keys[bucket], policy.batch_pairs)]
+        if not batch:
+            break
+        if 2 * len(batch) > budget_left() - reserve and table.pairs:
+            capped = True
+            break
+        log(f"targets: {len(batch)} fresh pairs of {', '.join('/'.join(b) for b in open_buckets)}")
+        run_pairs(batch, "targeted")
+    settled = improvement_status(table, targets, policy)
+    if policy.mode == "lenient":
+        passing = any(row.change > 0 for _, row in settled.values())
+    else:
+        passing = all(state == "improved" for state, _ in settled.values())
+    if not passing:
+        result.rollouts = sides.ran()
+        result.decision = decide(table, targets=targets, policy=policy, stage="targeted", rollouts=result.rollouts,
+                                 capped=capped)
+        return result
+
+    # 2. the rest of the changed agent's suites, paired with the baseline's own trials
+    if rest:
+        log(f"rest: {len(rest)} candidate trials (other buckets, holdout, regression)")
+        after = sides.candidate(rest, "rest")
+        table.add_all(baseline, after, regression)
+        result.candidate_trials += after
+
+    # 3. harm groups: a floor of pairs each, then more for the likeliest harmed
+    groups = groups_of(table, targets)
+    threshold = harm_threshold(groups, policy)
+    tested = [(label, keys) for _, label, kind, keys in groups.harm]
+    floor_done = False
+    while policy.mode == "strict":
+        states = [(name, keys, group_stats(table, keys)) for name, keys in tested]
+        if any(stats.harm_evalue >= threshold for _, _, stats in states):
+            break  # a significant drop: the candidate is rejected whatever else is found
+        if not floor_done:
+            floor_done = True
+            batch = [item for _, keys, stats in states if not stats.unjudged
+                     for item in plan.fresh(keys, policy.min_bucket_pairs - sum(table.count(k) for k in keys))]
+            label = "harm check: pairs up to the floor"
+        else:
+            leaning = [(stats.drop_z, name, keys) for name, keys, stats in states
+                       if suspicious(stats) and sum(table.count(k) for k in keys) < policy.max_bucket_pairs]
+            if not leaning:
+                break
+            _, name, keys = max(leaning, key=lambda entry: entry[0])
+            fits = min(max(len(keys), policy.batch_pairs // 2), budget_left() // 2)
+            if fits < len(keys):
+                capped = True
+                break
+            batch, label = plan.fresh(keys, fits - fits % len(keys)), f"harm check: {name}"
+        if not batch:
+            continue
+        if 2 * len(batch) > budget_left():
+            capped = True
+            break
+        log(f"{label}: {len(batch)} fresh pairs")
+        run_pairs(batch, "harm check")
+    result.rollouts = sides.ran()
+    result.decision = decide(table, targets=targets, policy=policy, rollouts=result.rollouts, capped=capped)
+    return result

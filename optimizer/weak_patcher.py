@@ -1,0 +1,85 @@
+"""The weak mode of `mock/patcher`: a stand-in patcher that knows `mock/sim`'s rules, but is not
+always right (setting `mock_patcher_skill`).
+
+It reads the targeted buckets from the request (`request.md` lists them as
+`- **<suite>/<bucket>**: ...`), finds the agent whose sim profile has rule texts for them (the
+agent the request names first), and draws what to answer from a generator seeded by the
+settings' seed, the request text, the proposal ordinal and the attempt, so several candidates
+of one iteration differ and a rerun of the same request reproduces:
+
+* with probability `skill`, **right**: the targeted buckets' rules;
+* with probability (1 - skill) / 4, **harmful**: those rules plus the contradiction of another
+  bucket of the same agent, so the gate must catch the harm;
+* otherwise **useless**: one distractor, a plausible rule the sim ignores.
+
+The texts are the profiles' `RuleTexts` (data files next to each profile), never written here.
+`benchmarks/sim_patcher.py`, the always-right command proposer, reads them the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass, field
+
+from optimizer.sim import RuleTexts
+
+TARGET = re.compile(r"^- \*\*[^*/]+/([A-Za-z0-9_]+)\*\*:", re.MULTILINE)
+AGENT = re.compile(r"^# Prompt patch request: (\S+)", re.MULTILINE)
+HARM_SHARE = 0.25
+"""Share of the wrong answers that are harmful; the rest are useless."""
+
+
+def targeted_buckets(request: str) -> list[str]:
+    """The buckets the request targets, in its order."""
+    return list(dict.fromkeys(TARGET.findall(request)))
+
+
+def rule_texts_for(buckets: list[str], agent_name: str | None = None) -> RuleTexts | None:
+    """The rule texts of the agent owning every one of `buckets`: `agent_name` when it does,
+    else the first such agent by name; None when no registered profile has texts for them all."""
+    from optimizer.registry import agents
+
+    owners = {name: entry.sim_profile.rule_texts for name, entry in sorted(agents().items())
+              if entry.sim_profile and entry.sim_profile.rule_texts
+              and buckets and all(bucket in entry.sim_profile.rule_texts.rules for bucket in buckets)}
+    if agent_name in owners:
+        return owners[agent_name]
+    return next(iter(owners.values()), None)
+
+
+@dataclass(frozen=True)
+class WeakAnswer:
+    kind: str
+    """`right`, `harmful`, `useless`, or `none` (no profile knows the targeted buckets)."""
+    rules: list[str] = field(default_factory=list)
+    """The sentences to add to the prompt, in order."""
+    targets: list[str] = field(default_factory=list)
+
+
+def draw(request: str, *, seed: int, ordinal: int, attempt: int) -> random.Random:
+    """The generator one answer is drawn from: the same inputs give the same answer (the request
+    without its surrounding whitespace, which prompt formats differ in). The skill is left out, so
+    with a higher skill every answer that was right stays right."""
+    request_hash = hashlib.sha256(request.strip().encode()).hexdigest()
+    digest = hashlib.sha256(f"{seed}:{ordinal}:{attempt}:{request_hash}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def weak_answer(request: str, *, skill: float, seed: int, ordinal: int, attempt: int = 0) -> WeakAnswer:
+    """What the weak patcher proposes for this request (see the module docstring)."""
+    targets = targeted_buckets(request)
+    named = AGENT.search(request)
+    texts = rule_texts_for(targets, named.group(1) if named else None)
+    if texts is None:
+        return WeakAnswer("none", [], targets)
+    rng = draw(request, seed=seed, ordinal=ordinal, attempt=attempt)
+    value = rng.random()
+    right = [texts.rules[bucket] for bucket in targets]
+    if value < skill:
+        return WeakAnswer("right", right, targets)
+    others = sorted(set(texts.contradictions) - set(targets))
+    if value < skill + (1 - skill) * HARM_SHARE and others:
+        return WeakAnswer("harmful", right + [texts.contradictions[rng.choice(others)]], targets)
+    return WeakAnswer("useless", [rng.choice(texts.distractors)], targets)

@@ -1,0 +1,250 @@
+"""The gate's statistics and decisions, on hand-made pairs and a scripted comparison."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from optimizer.compare import compare
+from optimizer.gate import GatePolicy, PairTable, decide
+from optimizer.runner import PlannedTrial
+from optimizer.stats import (BET_GRID, anytime_p, clopper_pearson, detectable_share, evalue, holm, sign_test_p,
+                             signs, wealth_path)
+from optimizer.types import GraderResult, Suite, SuiteSpec, Task, Trial
+
+
+# ---------------------------------------------------------------- statistics
+def test_sign_bets_grow_by_the_grid_average_of_each_bet():
+    path = wealth_path(signs([0.3, -0.0, 0.5, -0.2]))  # the zero change places no bet
+    expected = np.mean([(1 + lam) * (1 + lam) * (1 - lam) for lam in BET_GRID])
+    assert len(path) == 3 and path[-1] == pytest.approx(expected)
+    assert anytime_p(signs([0.3, 0.5])) == pytest.approx(1 / np.mean([(1 + lam) ** 2 for lam in BET_GRID]))
+    assert evalue([]) == 1.0 and anytime_p([]) == 1.0
+    assert signs([0.2, -0.4], down=True) == [-1.0, 1.0]
+
+
+def test_the_sequential_sign_test_keeps_its_level_when_looking_after_every_pair():
+    rng = np.random.default_rng(7)
+    alpha, sequences, looks = 0.05, 4000, 60
+    changes = rng.choice([-1.0, 0.0, 1.0], size=(sequences, looks), p=[0.3, 0.4, 0.3])  # symmetric: the null
+    rejected = sum(wealth_path(signs(row)).max(initial=1.0) >= 1 / alpha for row in changes)
+    assert rejected / sequences <= alpha  # Ville: at most alpha however often one looks
+    # the same looks at a fixed-n sign test would reject more often: repeated looks inflate it
+    naive = sum(any(sign_test_p(int((row[:n] > 0).sum()), int((row[:n] < 0).sum())) < alpha
+                    for n in range(5, looks + 1, 5)) for row in changes)
+    assert naive / sequences > rejected / sequences
+
+
+def test_the_sequential_sign_test_finds_a_clear_improvement_in_a_few_batches():
+    rng = np.random.default_rng(3)
+    hits = 0
+    for _ in range(400):
+        changes = rng.choice([-0.3, 0.0, 0.3], size=32, p=[0.05, 0.45, 0.5])
+        hits += anytime_p(signs(changes)) < 0.05
+    assert hits / 400 > 0.9
+
+
+def test_holm_is_step_down_and_monotone():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
+
+
+def test_exact_intervals_and_sign_test():
+    low, high = clopper_pearson(0, 10)
+    assert low == 0.0 and high == pytest.approx(1 - 0.025 ** (1 / 10))
+    low, high = clopper_pearson(5, 10)
+    assert low == pytest.approx(0.1871, abs=1e-4) and high == pytest.approx(0.8129, abs=1e-4)
+    assert sign_test_p(5, 0) == pytest.approx(1 / 32)
+    assert sign_test_p(0, 0) == 1.0 and sign_test_p(1, 1) == pytest.approx(0.75)
+
+
+def test_a_detectable_share_falls_as_pairs_grow():
+    shares = [detectable_share(n, threshold=130) for n in (4, 16, 64, 256)]
+    assert shares[0] == 1.0 and shares == sorted(shares, reverse=True) and shares[-1] < 0.4
+
+
+# ---------------------------------------------------------------- decisions on hand-made pairs
+def trial(task: str, index: int, score: float, *, bucket: str | None = None, split: str = "train",
+          suite: str = "s", status: str | None = None, graders: list[GraderResult] | None = None) -> Trial:
+    return Trial(suite=suite, task_id=task, bucket=bucket or task.rstrip("0123456789"), split=split, index=index,
+                 status=status or ("passed" if score == 1.0 else "failed"), score=score,
+                 grader_results=graders or [])
+
+
+def table_of(pairs: dict[str, list[tuple[float, float]]], **kwargs) -> PairTable:
+    table = PairTable(kwargs.pop("non_voting", ()))
+    for task, values in pairs.items():
+        for index, (before, after) in enumerate(values):
+            table.add(trial(task, index, before, **kwargs), trial(task, index, after, **kwargs))
+    return table
+
+
+def test_a_clear_improvement_with_nothing_harmed_is_accepted():
+    table = table_of({"a1": [(0, 1)] * 10, "b1": [(1, 1)] * 8, "c1": [(0.5, 0.5)] * 8})
+    decision = decide(table, targets={("s", "a")})
+    assert decision.accepted, decision.reasons
+    target = next(b for b in decision.buckets if b.bucket == "a")
+    assert target.verdict == "improved" and target.change == pytest.approx(1.0) and target.p_improve_holm < 0.05
+    assert {b.bucket: b.verdict for b in decision.buckets if not b.targeted} == {"b": "no harm found",
+                                                                               "c": "no harm found"}
+
+
+def test_a_significant_drop_anywhere_rejects_and_is_named():
+    table = table_of({"a1": [(0, 1)] * 10, "b1": [(1, 0)] * 14, "c1": [(1, 1)] * 8})
+    decision = decide(table, targets={("s", "a")})
+    assert not decision.accepted
+    harm = next(rule for rule in decision.rules if rule.rule == "no_harm")
+    assert not harm.passed and "s/b fell -1.00, significant" in harm.reason
+    assert next(b for b in decision.buckets if b.bucket == "b").verdict == "harmed"
+
+
+def test_noise_in_untouched_buckets_does_not_veto():
+    # a few drops and rises in b (no net harm), a couple of drops in c: not significant across the family
+    table = table_of({"a1": [(0, 1)] * 10, "b1": [(1, 0), (0, 1), (1, 0), (1, 1)], "c1": [(1, 0), (1, 0), (1, 1)]})
+    decision = decide(table, targets={("s", "a")})
+    assert decision.accepted, decision.reasons
+    c = next(b for b in decision.buckets if b.bucket == "c")
+    assert c.change < -0.5 and c.verdict == "not shown safe" and c.mde > 0.10  # said, not hidden
+
+
+def test_the_harm_threshold_is_bonferroni_over_the_groups_tested():
+    # eight straight drops: p = 1/E about 0.02 -- significant alone at 0.10, not over 12 groups
+    drops = {"b1": [(1, 0)] * 8}
+    alone = decide(table_of({"a1": [(0, 1)] * 10, **drops}), targets={("s", "a")})
+    assert not alone.accepted
+    many = table_of({"a1": [(0, 1)] * 10, **drops, **{f"x{i}_1": [(1, 1)] * 8 for i in range(11)}})
+    decision = decide(many, targets={("s", "a")})
+    rule = next(rule for rule in decision.rules if rule.rule == "no_harm")
+    assert rule.numbers["groups"] == 12 and rule.numbers["evalue_threshold"] == pytest.approx(120)
+    assert rule.passed
+
+
+def test_an_insignificant_rise_is_not_enough_but_lenient_accepts_it():
+    table = table_of({"a1": [(0, 1), (1, 1), (1, 1), (0, 1)], "b1": [(1, 1)] * 4})
+    strict = decide(table, targets={("s", "a")})
+    assert not strict.accepted and "not significantly" in strict.summary
+    assert decide(table, targets={("s", "a")}, policy=GatePolicy(mode="lenient")).accepted
+
+
+def test_holm_runs_over_the_targeted_buckets():
+    pairs = {"a1": [(0, 1)] * 6, "b1": [(0, 1)] * 6}
+    one = decide(table_of(pairs), targets={("s", "a")}, stage="targeted")
+    two = decide(table_of(pairs), targets={("s", "a"), ("s", "b")}, stage="targeted")
+    p_one = next(b for b in one.buckets if b.bucket == "a").p_improve_holm
+    p_two = next(b for b in two.buckets if b.bucket == "a").p_improve_holm
+    assert p_two == pytest.approx(2 * p_one)
+
+
+def test_judges_that_do_not_vote_leave_a_bucket_unjudged():
+    judge = [GraderResult(grader="judge_x", score=0.0, passed=False)]
+    judged_up = [GraderResult(grader="judge_x", score=1.0, passed=True)]
+    table = PairTable(non_voting=["judge_x"])
+    for index in range(10):
+        table.add(trial("a1", index, 0.0, graders=judge), trial("a1", index, 1.0, graders=judged_up))
+    decision = decide(table, targets={("s", "a")})
+    assert not decision.accepted and "unjudged" in decision.summary and decision.non_voting == ["judge_x"]
+    # with a voting grader beside it, only the voting grader's score counts
+    mixed = PairTable(non_voting=["judge_x"])
+    check_fail = GraderResult(grader="check", score=0.0, passed=False)
+    check_pass = GraderResult(grader="check", score=1.0, passed=True)
+    for index in range(10):
+        mixed.add(trial("a1", index, 0.0, graders=judged_up + [check_fail]),
+                  trial("a1", index, 0.5, graders=judge + [check_pass]))
+    row = next(b for b in decide(mixed, targets={("s", "a")}).buckets if b.bucket == "a")
+    assert row.before == 0.0 and row.after == 1.0
+
+
+def test_errored_pairs_are_left_out_and_a_candidate_that_errors_more_is_rejected():
+    table = table_of({"a1": [(0, 1)] * 10})
+    for index in range(10, 18):
+        table.add(trial("a1", index, 0.0), trial("a1", index, 0.0, status="errored"))
+    decision = decide(table, targets={("s", "a")})
+    assert decision.excluded_pairs == 8 and not decision.accepted
+    rule = next(rule for rule in decision.rules if rule.rule == "errored")
+    assert not rule.passed and "errored on 8 pair(s)" in rule.reason
+
+
+# ---------------------------------------------------------------- the comparison procedure
+def planned_items(buckets: dict[str, int], trials: int = 4) -> list[PlannedTrial]:
+    suite = Suite.model_construct(spec=SuiteSpec(name="s", agent_name="card_agent"), root=".", tasks=[])
+    items = []
+    for bucket, count in buckets.items():
+        for number in range(count):
+            task = Task.model_construct(id=f"{bucket}{number}", metadata={"failure_bucket": bucket, "split": "train"})
+            items += [PlannedTrial(suite, task, index) for index in range(trials)]
+    return items
+
+
+class ScriptedSides:
+    """Pass probabilities per bucket for each prompt; every trial an independent draw."""
+
+    def __init__(self, base: dict[str, float], candidate: dict[str, float], seed: int = 0):
+        self.rates = {"base": base, "candidate": candidate}
+        self.rng = random.Random(seed)
+        self.count = 0
+        self.labels: list[str] = []
+
+    def _draw(self, side: str, planned: list[PlannedTrial]) -> list[Trial]:
+        self.count += len(planned)
+        return [trial(item.task.id, item.index, float(self.rng.random() < self.rates[side][item.task.bucket]))
+                for item in planned]
+
+    def base(self, planned, label):
+        self.labels.append(label)
+        return self._draw("base", planned)
+
+    def candidate(self, planned, label):
+        return self._draw("candidate", planned)
+
+    def ran(self) -> int:
+        return self.count
+
+
+def test_compare_stops_a_clear_improvement_early_then_checks_every_bucket():
+    planned = planned_items({"a": 1, "b": 2, "c": 1})
+    sides = ScriptedSides({"a": 0.1, "b": 0.6, "c": 0.6}, {"a": 0.95, "b": 0.6, "c": 0.6})
+    baseline = sides._draw("base", planned)
+    sides.count = 0
+    result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent")
+    assert result.decision.stage == "full"
+    target = next(b for b in result.decision.buckets if b.bucket == "a")
+    assert target.verdict == "improved" and target.pairs < GatePolicy().max_target_pairs
+    c = next(b for b in result.decision.buckets if b.bucket == "c")
+    assert c.pairs >= GatePolicy().min_bucket_pairs  # the one-task bucket got fresh pairs beyond its 4
+    assert result.rollouts == sides.ran() <= GatePolicy().max_rollouts
+
+
+def test_compare_rejects_a_patch_that_does_nothing_without_running_the_rest():
+    planned = planned_items({"a": 1, "b": 2})
+    sides = ScriptedSides({"a": 0.5, "b": 0.6}, {"a": 0.5, "b": 0.6}, seed=4)
+    baseline = sides._draw("base", planned)
+    result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent")
+    assert not result.decision.accepted and result.decision.stage == "targeted"
+    assert "rest" not in sides.labels and "harm check" not in sides.labels
+
+
+def test_compare_keeps_within_the_rollout_budget():
+    planned = planned_items({"a": 1, "b": 1, "c": 1, "d": 1})
+    sides = ScriptedSides({k: 0.5 for k in "abcd"}, {"a": 0.9, "b": 0.2, "c": 0.2, "d": 0.2}, seed=1)
+    baseline = sides._draw("base", planned)
+    sides.count = 0
+    policy = GatePolicy(max_rollouts=60)
+    result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent",
+                     policy=policy)
+    assert result.rollouts <= 60
+
+
+def test_compare_a_harmful_patch_is_caught_on_a_one_task_bucket():
+    planned = planned_items({"a": 1, "b": 1, "c": 2, "d": 2})
+    caught = 0
+    for seed in range(40):
+        sides = ScriptedSides({"a": 0.2, "b": 0.6, "c": 0.6, "d": 0.6}, {"a": 0.95, "b": 0.05, "c": 0.6, "d": 0.6},
+                              seed=seed)
+        baseline = sides._draw("base", planned)
+        sides.count = 0
+        result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent")
+        caught += not result.decision.accepted
+    assert caught >= 36

@@ -1,0 +1,149 @@
+"""How a trial ends decides what it counts for. An agent that uses all its turns, or runs past its
+deadline while the model keeps answering, *failed* (score 0, counted in every mean); only a setup
+fault (a model that cannot answer) leaves a trial *errored* and out of the scores."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from optimizer.config import load_settings
+from optimizer.errors import DeadlinePassed, TrialTimeout
+from optimizer.evaluate import execute, prepare
+from optimizer.models import ModelClient, register_provider
+from optimizer.store import open_store
+from tests.conftest import PROJECT_ROOT
+from tests.helpers import event_task, write_suite
+from tests.test_loop import after_data_line, repo, script  # noqa: F401 (repo is a fixture)
+
+FACT_ID = "2026/05/25.md#ts_1"
+UNFINISHED_SAVE = {"name": "save_timeline_card", "arguments": {"fact_id": FACT_ID}}
+"""A save the tool refuses (no title, no template): the card agent is told so and goes on."""
+LOOP_RULE = "- Before answering, always save the card once more to double-check it."
+
+
+def _looping_model():
+    """`looper/sim` plays mock/sim, except that a system prompt holding `LOOP_RULE` makes it repeat
+    a save the tool refuses, turn after turn: a patch that sends the agent into a loop."""
+    import litellm
+    from litellm import CustomLLM
+    from litellm.types.utils import ModelResponse
+
+    class Looper(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            if LOOP_RULE not in messages[0]["content"]:
+                metadata = (kwargs.get("litellm_params") or {}).get("metadata")
+                return litellm.completion(model="mock/sim", messages=messages, metadata=metadata, num_retries=0)
+            arguments = json.dumps(UNFINISHED_SAVE["arguments"])
+            call = {"id": "again", "type": "function", "function": {"name": UNFINISHED_SAVE["name"],
+                                                                     "arguments": arguments}}
+            return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": None,
+                                                                    "tool_calls": [call]},
+                                                        "finish_reason": "tool_calls"}],
+                                 usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+
+    return Looper()
+
+
+register_provider("looper", _looping_model, ["looper/sim"])
+
+
+def looping_task(task_id: str, **overrides) -> dict:
+    """A card task whose reference solution (what mock/oracle plays) never gets the card saved."""
+    return event_task(task_id, reference_solution={"tool_calls": [UNFINISHED_SAVE] * 30}, **overrides)
+
+
+def run_suite(tmp_path, tasks: list[dict], agent_model: str):
+    suite = write_suite(tmp_path / "suite", tasks)
+    settings = load_settings(PROJECT_ROOT, {"agent_model": agent_model, "concurrency": 2, "cache": False})
+    store = open_store(settings, PROJECT_ROOT)
+    run, summary = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), store)
+    return {trial.task_id: trial for trial in run.trials}, summary, store, run.run_id
+
+
+def test_a_trial_at_the_turn_limit_fails_with_score_zero_and_counts_against_the_bucket(tmp_path):
+    trials, summary, store, run_id = run_suite(tmp_path, [event_task("finishes"), looping_task("loops")],
+                                               "mock/oracle")
+    looped = trials["loops"]
+    assert (looped.status, looped.score) == ("failed", 0.0)
+    assert looped.error == "ended: the agent used all 8 turns without finishing"
+    assert looped.grader_results == [], "an unfinished trial is not graded"
+    assert [call.name for call in looped.transcript.tool_calls] == ["save_timeline_card"] * 8
+    assert all(call.is_error for call in looped.transcript.tool_calls)
+    assert looped.transcript.usage.calls == 8
+    assert trials["finishes"].status == "passed"
+
+    assert summary["totals"]["errored"] == 0
+    bucket = summary["buckets"][0]
+    assert bucket["mean_score"] == 0.5, "the looping trial must pull the mean down, not drop out of it"
+    assert bucket["pass_at_k"] == 0.5
+    assert summary["unfinished"] == [{"suite": "tmp_suite", "task_id": "loops", "trial": 0,
+                                      "error": "ended: the agent used all 8 turns without finishing"}]
+    stored = store.load_trials(run_id)
+    assert {(t.task_id, t.status, t.score, t.error) for t in stored} == {
+        ("finishes", "passed", 1.0, None), ("loops", "failed", 0.0, looped.error)}
+
+
+def test_the_patch_request_shows_how_an_unfinished_trial_ended(tmp_path):
+    from optimizer.request import failure_records, load_manual, render_request, select_targets
+    from optimizer.suites import load_suites
+
+    trials, _, _, _ = run_suite(tmp_path, [event_task("finishes"), looping_task("loops")], "mock/oracle")
+    suites = load_suites([str(tmp_path / "suite")], PROJECT_ROOT)
+    selection = select_targets(list(trials.values()), suites)
+    failures = failure_records(list(trials.values()), suites, selection)
+    assert [(f["task_id"], f["score"], f["ending"]) for f in failures] == [
+        ("loops", 0.0, "ended: the agent used all 8 turns without finishing")]
+    text, _ = render_request(selection=selection, failures=failures, prompt="prompt", prompt_file="p.md",
+                             manual=load_manual(PROJECT_ROOT, "card_agent"), iteration_id="it", base_commit="0" * 40,
+                             agent_model="mock/oracle", max_changed_lines=3, token_budget=10_000)
+    assert "Trial 0, score 0.00, not graded: ended: the agent used all 8 turns without finishing." in text
+
+
+def test_a_trial_whose_deadline_passes_while_the_model_keeps_answering_fails_with_score_zero(tmp_path):
+    """Each answer takes 0.3 s; the deadline passes between two of them, long before the turn limit."""
+    trials, summary, _, _ = run_suite(tmp_path, [looping_task("loops", timeout_seconds=1)], "mock/oracle@300ms")
+    looped = trials["loops"]
+    assert (looped.status, looped.score) == ("failed", 0.0)
+    assert looped.error == "ended: ran past timeout_seconds=1 while the model kept answering"
+    assert 1 <= len(looped.transcript.tool_calls) < 8
+    assert looped.transcript.usage.calls == len(looped.transcript.tool_calls)
+    assert summary["totals"]["errored"] == 0 and summary["buckets"][0]["mean_score"] == 0.0
+
+
+def test_a_deadline_found_passed_on_a_first_attempt_is_the_agents_and_on_a_retry_the_providers():
+    """At a first attempt every earlier call was answered, so the agent used the time up; at a
+    retry the model was failing to answer."""
+    client = ModelClient("mock/oracle", deadline=time.monotonic() - 1)
+    with pytest.raises(DeadlinePassed):
+        client.remaining()
+    with pytest.raises(TrialTimeout) as raised:
+        client.remaining(retrying=True)
+    assert not isinstance(raised.value, DeadlinePassed)
+    assert ModelClient("mock/oracle", deadline=time.monotonic() + 60).remaining() > 0
+
+
+def test_a_patch_that_sends_the_agent_into_a_loop_is_rejected_on_its_zeros(cli, repo, tmp_path, monkeypatch):
+    """Were the looping trials errored, they would drop out of the gate's pairs and the bucket
+    would show no after score at all."""
+    monkeypatch.setenv("OPTIMIZER_AGENT_MODEL", "looper/sim")
+    script(tmp_path, monkeypatch, after_data_line(LOOP_RULE))
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    proposal = summary["proposals"][0]
+    assert proposal["status"] == "rejected_gate", proposal
+    decision = json.loads((Path(summary["request"]).parent / "decision-1.json").read_text())
+    assert decision["accepted"] is False
+    targeted = next(row for row in decision["buckets"] if row["targeted"])
+    assert targeted["pairs"] > 0 and targeted["before"] > 0
+    assert targeted["after"] == 0.0, "every looping trial counts as a zero"
+
+    store = open_store(load_settings(repo, {}), repo)
+    candidate_run = next(row["candidate_run_id"] for row in store.proposals(branch=proposal["branch"]))
+    looped = store.load_trials(candidate_run)
+    assert looped and {(t.status, t.score, t.error) for t in looped} == {
+        ("failed", 0.0, "ended: the agent used all 8 turns without finishing")}
