@@ -18,11 +18,11 @@ $(VENV)/.installed: pyproject.toml
 model: setup
 	$(BIN)/optimizer model install
 
-# The main job: one optimization iteration of the Card Agent on the embedded model. One trial
-# per task, and 8 fresh pairs per targeted bucket in a single look for the comparison, keep the
-# first run, set-up included, well under 45 minutes on 2 cores; `make run RUN_FLAGS=` uses the
-# defaults (4 trials; 12 pairs, and 12 more on a borderline first look).
-RUN_FLAGS ?= --trials 1 --confirm-trials 4 --confirm-pairs 8 --extend-pairs 0
+# The main job: one optimization iteration of the Card Agent on the embedded model. One baseline
+# trial per task, and a comparison budget of 80 trials (batches of 4 target pairs; every other
+# bucket checked with at least 2 pairs) keep the first run, set-up included, under 45 minutes
+# on 2 cores; `make run RUN_FLAGS=` uses the defaults (4 trials; up to 250 trials per proposal).
+RUN_FLAGS ?= --trials 1 --max-rollouts 80 --batch-pairs 4 --min-bucket-pairs 2
 run: model
 	$(BIN)/optimizer run --suite card_agent $(RUN_FLAGS)
 

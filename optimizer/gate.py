@@ -415,9 +415,11 @@ def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: Gate
 def _summary(row: BucketChange | None) -> dict[str, Any]:
     if row is None:
         return {"before": math.nan, "after": math.nan, "change": 0.0, "tasks": 0, "pairs": 0}
-    return {"before": row.before, "after": row.after, "change": row.change, "tasks": row.tasks,
-            "pairs": row.pairs, "verdict": row.verdict, "p_harm": row.p_harm,
-            "mde": None if math.isnan(row.mde) else row.mde}
+    summary = {"before": row.before, "after": row.after, "change": row.change, "tasks": row.tasks,
+               "pairs": row.pairs}
+    if row.kind != "overall":  # the train split overall is described, not tested
+        summary.update(verdict=row.verdict, p_harm=row.p_harm, mde=None if math.isnan(row.mde) else row.mde)
+    return summary
 
 
 def _label(row: BucketChange) -> str:
