@@ -227,7 +227,8 @@ class _Iteration:
             selection=selection, failures=failures, prompt=prompt, prompt_file=prompt_path, manual=manual,
             iteration_id=result.iteration_id, base_commit=base.commit, agent_model=self.settings.agent_model,
             max_changed_lines=self.settings.max_changed_lines, token_budget=budget,
-            rejected_ideas=rejected_ideas(rejected, {f"{t.suite}/{t.bucket}" for t in selection.targets}))
+            rejected_ideas=rejected_ideas(rejected, {f"{t.suite}/{t.bucket}" for t in selection.targets}),
+            non_voting=self.non_voting, judge_model=self.settings.judge_model)
         result.request_path = result.run_dir / "request.md"
         write_text(result.request_path, request)
         targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]

@@ -213,14 +213,17 @@ def _environment() -> jinja2.Environment:
 def render_request(*, selection: Selection, failures: list[dict[str, Any]], prompt: str, prompt_file: str,
                    manual: Manual, iteration_id: str, base_commit: str, agent_model: str,
                    max_changed_lines: int, token_budget: int,
-                   rejected_ideas: list[str] | None = None) -> tuple[str, int]:
-    """The request text, and how many failures were left out to fit `token_budget`."""
+                   rejected_ideas: list[str] | None = None, non_voting: list[str] | None = None,
+                   judge_model: str = "") -> tuple[str, int]:
+    """The request text, and how many failures were left out to fit `token_budget`. `non_voting`
+    names the graders whose scores the gate leaves out (LLM judges not calibrated on
+    `judge_model`), so the patcher knows their verdicts decide nothing."""
     template = _environment().get_template("request.md.j2")
     context = dict(agent=selection.agent, targets=selection.targets, other_buckets=selection.others,
                    prompt=prompt.rstrip("\n"), prompt_file=prompt_file, manual=manual.text,
                    manual_hash=manual.sha256, iteration_id=iteration_id, base_commit=base_commit,
                    agent_model=agent_model, max_changed_lines=max_changed_lines,
-                   rejected_ideas=rejected_ideas or [])
+                   rejected_ideas=rejected_ideas or [], non_voting=non_voting or [], judge_model=judge_model)
     shown = list(failures)
     while True:
         text = template.render(**context, failures=shown, omitted=len(failures) - len(shown))

@@ -248,3 +248,46 @@ def test_compare_a_harmful_patch_is_caught_on_a_one_task_bucket():
         result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent")
         caught += not result.decision.accepted
     assert caught >= 36
+
+
+def test_the_sign_bets_keep_their_level_exactly_over_every_sign_sequence():
+    # every one of the 2^14 equally likely sign sequences under the null: the chance that the
+    # wealth ever reaches 1/alpha, counted exactly, is at most alpha (Ville)
+    import itertools
+
+    for alpha in (0.05, 0.10):
+        reached = sum(wealth_path(list(signs)).max() >= 1 / alpha
+                      for signs in itertools.product((-1.0, 1.0), repeat=14))
+        assert reached / 2 ** 14 <= alpha
+
+
+def test_uncalibrated_judges_do_not_vote_until_calibrated_and_the_request_says_so(tmp_path):
+    from optimizer.calibration import CALIBRATION_BAR
+    from optimizer.evaluate import non_voting_graders
+    from optimizer.judging import get_judge
+    from optimizer.registry import get_grader
+    from optimizer.request import Selection, Target, render_request
+    from optimizer.store import Store
+    from optimizer.suites import load_suite
+    from tests.helpers import PROJECT_ROOT
+
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    suite = load_suite("pkm_agent", PROJECT_ROOT)
+    flagged = non_voting_graders(store, [suite], "mock/sim")
+    judged = {get_grader(name).judge for name in flagged}
+    assert flagged and None not in judged  # every PKM judge grader, none of the checks
+    for name in judged:
+        judge = get_judge(name)
+        store.record_calibration(judge=name, model="mock/sim", rubric_hash=judge.rubric_hash,
+                                 spearman=CALIBRATION_BAR + 0.1, agreement=0.9, examples=10, errored=0, rows_json=[])
+    assert non_voting_graders(store, [suite], "mock/sim") == []
+    assert non_voting_graders(store, [suite], "local/other") == flagged  # calibration is per model
+
+    from optimizer.request import load_manual
+
+    selection = Selection("pkm_agent", ["pkm_agent"], [Target("pkm_agent", "skip_trivial", 2, 4, 0.5)], [])
+    text, _ = render_request(selection=selection, failures=[], prompt="p", prompt_file="agents/prompts/pkm_agent.md",
+                             manual=load_manual(PROJECT_ROOT, "pkm_agent"), iteration_id="i", base_commit="c" * 40,
+                             agent_model="m", max_changed_lines=40, token_budget=12000, non_voting=flagged,
+                             judge_model="mock/sim")
+    assert f"Not counted by the gate: the verdicts of {', '.join(flagged)}" in text
