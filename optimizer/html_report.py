@@ -32,6 +32,10 @@ class Point:
     buckets: dict[str, float]
 
 
+BUCKET_DEFAULTS = {"pairs": None, "verdict": None, "mde": None, "kind": "bucket", "ci_low": None, "ci_high": None,
+                   "p_improve_holm": None}
+"""Fields a decision stored by an older version lacks: shown as –."""
+
 def _bucket_means(store: Store, run_id: str | None) -> dict[str, float]:
     record = store.run_record(run_id) if run_id else None
     summary = (record or {}).get("summary") or {}
@@ -58,7 +62,7 @@ def _iteration_rows(store: Store, iteration_ids: list[str], costs) -> list[dict[
                 "branch": p["branch"], "status": p["status"], "reason": p["reason"], "rationale": p["rationale"],
                 "diff": p["diff"] or "", "candidate_run_id": p.get("candidate_run_id"),
                 "rules": (p.get("decision") or {}).get("rules") or [],
-                "buckets": (p.get("decision") or {}).get("buckets") or [],
+                "buckets": [{**BUCKET_DEFAULTS, **row} for row in (p.get("decision") or {}).get("buckets") or []],
                 "non_voting": (p.get("decision") or {}).get("non_voting") or []} for p in proposals],
         })
     return rows
@@ -187,7 +191,10 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
 def render(data: dict[str, Any]) -> str:
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                                      undefined=jinja2.StrictUndefined)
-    environment.filters["score"] = lambda v: "–" if v is None else f"{v:.2f}"
-    environment.filters["signed"] = lambda v: "–" if v is None else f"{v:+.2f}"
-    environment.filters["usd"] = lambda v: "–" if v is None else f"${v:,.4f}"
+    def number(form: str):
+        return lambda v: form.format(v) if isinstance(v, (int, float)) and v == v else "–"
+
+    environment.filters["score"] = number("{:.2f}")
+    environment.filters["signed"] = number("{:+.2f}")
+    environment.filters["usd"] = number("${:,.4f}")
     return environment.get_template("report.html.j2").render(**data)
