@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from optimizer.errors import InputError
+from optimizer.files import check_json_depth, read_input
 from optimizer.judging import CALIBRATION_BAR, PASS_THRESHOLD, Judge, JudgeError, JudgeSettings, ask
 from optimizer.types import Usage
 
@@ -44,15 +45,19 @@ def load_examples(judge: Judge) -> list[dict[str, Any]]:
         raise InputError(f"judge {judge.name!r} has no calibration examples", path=path,
                          fix="add a JSON Lines file of labelled examples next to the rubric")
     examples = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(read_input(path, InputError).splitlines(), start=1):
         if not line.strip():
             continue
         where = f"line {number}"
+        check_json_depth(line, path, InputError, field=where)
         try:
             example = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"not valid JSON: {exc.msg}", path=path, field=where,
                              fix="one JSON object per line") from None
+        if not isinstance(example, dict):
+            raise InputError(f"a JSON {type(example).__name__}, not an object", path=path, field=where,
+                             fix="one JSON object per line")
         label, inputs = example.get("label"), example.get("inputs")
         if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
             raise InputError("inputs must be an object of strings", path=path, field=f"{where}.inputs",

@@ -3,7 +3,7 @@ environment variables, then command-line flags, each overriding the one before."
 
 from __future__ import annotations
 
-import json
+import difflib
 import os
 import tomllib
 from pathlib import Path
@@ -12,10 +12,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from optimizer.errors import ConfigError
-from optimizer.files import read_input
+from optimizer.files import parse_json, read_input
 
 DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
 """The embedded model (`optimizer model install`): every role works with no key and no network."""
+ENVIRONMENT = "environment (OPTIMIZER_*)"
+ENV_PREFIX = "OPTIMIZER_"
+NOT_SETTINGS = {
+    "OPTIMIZER_ROOT": "the project folder (`find_project_root`)",
+    "OPTIMIZER_MODEL_DIR": "where the embedded model is kept (`optimizer.models.install`)",
+    "OPTIMIZER_PLAIN": "plain progress lines instead of live bars (`optimizer.cli._common`)",
+}
+"""The `OPTIMIZER_*` environment variables the project reads that are not settings. Every other
+`OPTIMIZER_<NAME>` must name a setting: an unknown one is a typo, refused rather than ignored."""
 
 
 class Settings(BaseModel):
@@ -123,7 +132,7 @@ def find_project_root(start: Path | None = None) -> Path:
     if os.environ.get("OPTIMIZER_ROOT"):
         root = Path(os.environ["OPTIMIZER_ROOT"]).resolve()
         if not root.is_dir():
-            raise ConfigError(f"{root} is not a folder", path="environment (OPTIMIZER_*)", field="OPTIMIZER_ROOT",
+            raise ConfigError(f"{root} is not a folder", path=ENVIRONMENT, field="OPTIMIZER_ROOT",
                               fix="point it at the project folder, or unset it to use the current folder")
         return root
     here = (start or Path.cwd()).resolve()
@@ -156,20 +165,32 @@ def _file_settings(root: Path) -> tuple[dict[str, Any], Path | None]:
     return {}, None
 
 
+def check_environment() -> None:
+    """Refuse an `OPTIMIZER_*` variable that names neither a setting nor one of `NOT_SETTINGS`
+    (set to nothing, it is unset, as a setting is). Run by every command, including those that
+    read no settings (`OPTIMIZER_MODEL_DIRR` would otherwise install the model elsewhere)."""
+    known = sorted({ENV_PREFIX + name.upper() for name in Settings.model_fields} | set(NOT_SETTINGS))
+    for variable in sorted(os.environ):
+        if variable.startswith(ENV_PREFIX) and os.environ[variable] and variable not in known:
+            names = {name.removeprefix(ENV_PREFIX): name for name in known}  # the shared prefix is no likeness
+            close = [names[name] for name in difflib.get_close_matches(variable.removeprefix(ENV_PREFIX), names, n=3)]
+            hint = f"did you mean {' or '.join(close)}? Else unset it" if close else "unset it"
+            raise ConfigError("unknown variable: no setting has this name", path=ENVIRONMENT, field=variable,
+                              fix=f"{hint}; known: {', '.join(known)}")
+
+
 def _env_settings() -> dict[str, Any]:
+    check_environment()
     values: dict[str, Any] = {}
     for name in Settings.model_fields:
-        raw = os.environ.get(f"OPTIMIZER_{name.upper()}")
+        raw = os.environ.get(f"{ENV_PREFIX}{name.upper()}")
         if raw is None or raw == "":
             continue
         if name == "suites":
             values[name] = [part.strip() for part in raw.split(",") if part.strip()]
         elif name == "model_prices":
-            try:
-                values[name] = json.loads(raw)
-            except json.JSONDecodeError:
-                raise ConfigError("not valid JSON", path="environment (OPTIMIZER_*)", field="OPTIMIZER_MODEL_PRICES",
-                                  fix='e.g. OPTIMIZER_MODEL_PRICES=\'{"openai/gpt-4.1-mini": [0.4, 1.6]}\'') from None
+            values[name] = parse_json(raw, ENVIRONMENT, ConfigError, field="OPTIMIZER_MODEL_PRICES",
+                                      fix='e.g. OPTIMIZER_MODEL_PRICES=\'{"openai/gpt-4.1-mini": [0.4, 1.6]}\'')
         else:
             values[name] = raw
     return values
@@ -179,7 +200,7 @@ def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settin
     """Merge file, environment and flag settings; errors name the source and the field."""
     file_values, file_path = _file_settings(root)
     layers = [(file_values, str(file_path) if file_path else "settings file"),
-              (_env_settings(), "environment (OPTIMIZER_*)"),
+              (_env_settings(), ENVIRONMENT),
               ({k: v for k, v in (overrides or {}).items() if v is not None}, "command line")]
     merged: dict[str, Any] = {}
     for values, source in layers:

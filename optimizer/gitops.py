@@ -1,21 +1,27 @@
 """Git for the loop: each proposal on its own branch, in its own worktree, away from the user.
 
-The user's working tree, index and current branch are never touched: proposals are committed in
+The user's working tree, index and current branch are never touched: proposals are made in
 worktrees under `<state_dir>/worktrees/`, which is git-ignored from inside (`<state_dir>/.gitignore`
 holds `*`), so `git status` in the user's checkout does not change either. Only `review --merge`
 and `nightly --merge` write to the user's branch, and only when asked.
+
+A proposal is the worktree's final content against the base commit (`final_change`), not what
+`git status` says inside it: a proposer that commits its own edits (as aider does) hides nothing
+that way. Its branch gets one commit of ours on the base holding exactly that change
+(`commit_change`); the proposer's own commits do not survive on it.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from optimizer.errors import HarnessError, InputError
+from optimizer.errors import HarnessError, InputError, first_line
 
 AUTHOR_NAME = "prompt-optimizer"
 AUTHOR_EMAIL = "prompt-optimizer@localhost"
@@ -134,35 +140,75 @@ def _remove_worktree(repo, path: Path) -> None:
         pass
 
 
-def changed_files(workdir: Path) -> list[str]:
-    """Paths changed in a worktree relative to its HEAD, untracked files included."""
+class WorktreeError(HarnessError):
+    """A proposal's worktree that git cannot read (a file it may not open, the folder gone): the
+    proposal is rejected, the iteration goes on."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A proposer's work as the loop judges and commits it: the worktree's final content against
+    the base commit, whatever the proposer committed, staged, left untracked or deleted. Its own
+    commits, index and branch play no part."""
+
+    tree: str
+    """The git tree of the worktree's final content."""
+    files: list[str]
+    """Paths that differ from the base commit (a rename is a deletion and an addition)."""
+    diff: str
+
+
+def final_change(repo, workdir: Path, base_commit: str) -> Change:
+    """Stage everything in `workdir` into a throw-away index that starts from `base_commit` (the
+    worktree's own index is left alone) and compare the resulting tree with `base_commit`. A new
+    file that git ignores is not part of it; a tracked file is, ignored or not."""
     git = _git()
-    tree = git.Repo(workdir)
-    lines = tree.git.status("--porcelain", "--untracked-files=all").splitlines()
-    return sorted({line[3:].split(" -> ")[-1].strip('"') for line in lines if line.strip()})
+    if not Path(workdir).is_dir():
+        raise WorktreeError(f"the proposal's worktree {workdir} is gone")
+    with tempfile.TemporaryDirectory(prefix="optimizer-index-") as folder:
+        env = {"GIT_DIR": str(Path(repo.git_dir).resolve()), "GIT_WORK_TREE": str(Path(workdir).resolve()),
+               "GIT_INDEX_FILE": str(Path(folder) / "index")}
+        staging = git.Git(str(workdir))
+        try:
+            staging.read_tree(base_commit, env=env)
+            staging.add("--all", env=env)
+            tree = staging.write_tree(env=env)
+        except git.CommandError as exc:
+            detail = first_line(str(getattr(exc, "stderr", "") or exc)).removeprefix("stderr: ").strip(" '")
+            raise WorktreeError(f"git cannot read the proposal's worktree: {detail}") from None
+    names = _diff(repo, "--name-only", "-z", base_commit, tree)
+    return Change(tree=tree, files=sorted(name for name in names.split("\0") if name),
+                  diff=_diff(repo, base_commit, tree).rstrip("\n"))
 
 
-def diff_of(workdir: Path, paths: list[str] | None = None) -> str:
+def _diff(repo, *args: str) -> str:
+    """`git diff` as text whatever the bytes (a proposer may write any): what is not UTF-8 becomes
+    U+FFFD, so the diff can be stored and shown, and such a path never passes for the prompt's."""
+    data = repo.git.diff("--no-color", "--no-ext-diff", "--no-renames", *args, stdout_as_string=False)
+    return data.decode("utf-8", errors="replace")
+
+
+def file_at(repo, tree: str, path: str) -> bytes | None:
+    """The content of the regular file at `path` in `tree`; None when there is none (deleted, or a
+    link, folder or submodule in its place)."""
     git = _git()
-    tree = git.Repo(workdir)
-    return tree.git.diff("HEAD", "--", *(paths or []))
+    try:
+        item = git.Tree(repo, bytes.fromhex(tree), path="") / path
+    except KeyError:
+        return None
+    if item.type != "blob" or item.mode & 0o170000 != 0o100000:
+        return None
+    return item.data_stream.read()
 
 
-def commit_all(workdir: Path, paths: list[str], message: str) -> str:
-    git = _git()
-    tree = git.Repo(workdir)
-    tree.index.add(paths)
-    actor = git.Actor(AUTHOR_NAME, AUTHOR_EMAIL)
-    return tree.index.commit(message, author=actor, committer=actor).hexsha
-
-
-def amend_message(workdir: Path, message: str) -> str:
-    git = _git()
-    tree = git.Repo(workdir)
-    tree.git.commit("--amend", "--quiet", "--allow-empty", "-m", message,
-                    env={"GIT_AUTHOR_NAME": AUTHOR_NAME, "GIT_AUTHOR_EMAIL": AUTHOR_EMAIL,
-                         "GIT_COMMITTER_NAME": AUTHOR_NAME, "GIT_COMMITTER_EMAIL": AUTHOR_EMAIL})
-    return tree.head.commit.hexsha
+def commit_change(repo, branch: str, base_commit: str, tree: str, message: str) -> str:
+    """Point `branch` at one new commit of `tree` on top of `base_commit`, whatever the branch held
+    before (a proposer's own commits, or this commit with an earlier message)."""
+    env = {"GIT_AUTHOR_NAME": AUTHOR_NAME, "GIT_AUTHOR_EMAIL": AUTHOR_EMAIL,
+           "GIT_COMMITTER_NAME": AUTHOR_NAME, "GIT_COMMITTER_EMAIL": AUTHOR_EMAIL}
+    commit = repo.git.commit_tree(tree, "-p", base_commit, "-m", message, env=env)
+    repo.git.update_ref(f"refs/heads/{branch}", commit)
+    return commit
 
 
 def delete_branch(repo, branch: str) -> None:

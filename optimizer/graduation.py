@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from optimizer import gitops
-from optimizer.errors import InputError
+from optimizer.errors import InputError, TaskFileError
+from optimizer.files import parse_json, read_input
 from optimizer.store import Store
 from optimizer.types import Suite
 
@@ -48,9 +49,11 @@ def _graduated(project_root: Path, agent: str) -> set[str]:
     ids = set()
     for path in root.rglob("*.json") if root.is_dir() else []:
         try:
-            ids.add(json.loads(path.read_text(encoding="utf-8"))["id"])
-        except (OSError, json.JSONDecodeError, KeyError):
+            data = parse_json(read_input(path, TaskFileError), path, TaskFileError)
+        except TaskFileError:  # reported when the regression suite is loaded
             continue
+        if isinstance(data, dict) and isinstance(data.get("id"), str):
+            ids.add(data["id"])
     return ids
 
 

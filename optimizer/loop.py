@@ -30,7 +30,7 @@ from optimizer.gate import Decision
 from optimizer.ledger import current as current_ledger
 from optimizer.models import context_window, validate_model
 from optimizer.models.mock import check_patcher_script
-from optimizer.patch import LintIndex, check_patch, check_prompt_text
+from optimizer.patch import LintIndex, check_change, check_prompt_text
 from optimizer.proposers import Proposal, ProposalRequest, make_proposer
 from optimizer.registry import get_agent
 from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
@@ -120,6 +120,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
         raise ConfigError(f"agent {agent!r} has no suite in this run (agents here: {', '.join(sorted(entries))})",
                           field="--agent", fix="name one of those agents, or add a --suite of that agent")
     prompt_paths = {name: _rel(repo, root, entry.prompt_file) for name, entry in entries.items()}
+    prompt_files = {entry.prompt_file: prompt_paths[name] for name, entry in entries.items()}
     gitops.require_files(repo, base, list(prompt_paths.values()))
     validate_model(settings.agent_model, field="agent_model")
     if judges_used(suites):
@@ -141,18 +142,27 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
                               targets_json=[], settings_json=settings.model_dump())
     try:
         with tempfile.TemporaryDirectory(prefix="optimizer-base-") as folder:
-            base_root = Path(folder)
-            for name, entry in entries.items():
-                target = base_root / entry.prompt_file
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(gitops.read_at(repo, base.commit, prompt_paths[name]), encoding="utf-8")
-            _Iteration(ctx, settings, repo, suites, prompt_paths, planned, result, base_root).run(
+            base_root = _export_prompts(repo, base.commit, prompt_files, Path(folder))
+            _Iteration(ctx, settings, repo, suites, prompt_paths, prompt_files, planned, result, base_root).run(
                 dry_run=dry_run, agent=agent)
     except BaseException as exc:
         ctx.store.update_iteration(iteration_id, status="crashed",
                                    summary_json={"error": f"{type(exc).__name__}: {exc}"})
         raise
     return result
+
+
+def _export_prompts(repo, commit: str, prompt_files: dict[str, str], folder: Path) -> Path:
+    """Write every prompt file as `commit` holds it under `folder`, at its path from the project
+    root, for the runner's `prompt_root`: trials read exactly what was committed, never a working
+    tree (the user's, or a proposer's worktree with whatever it left there).
+
+    `prompt_files` maps each prompt's path from the project root to its path in the repository."""
+    for project_path, repo_path in prompt_files.items():
+        target = folder / project_path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(gitops.read_at(repo, commit, repo_path), encoding="utf-8")
+    return folder
 
 
 def _check_proposer(settings: Settings) -> None:
@@ -180,10 +190,11 @@ def _called_model(trials: list[Trial]) -> int:
 
 class _Iteration:
     def __init__(self, ctx: LoopContext, settings: Settings, repo, suites: list[Suite],
-                 prompt_paths: dict[str, str], planned: list[PlannedTrial], result: IterationResult,
-                 base_root: Path):
+                 prompt_paths: dict[str, str], prompt_files: dict[str, str], planned: list[PlannedTrial],
+                 result: IterationResult, base_root: Path):
         self.ctx, self.settings, self.repo, self.suites = ctx, settings, repo, suites
-        self.prompt_paths, self.planned, self.result, self.base_root = prompt_paths, planned, result, base_root
+        self.prompt_paths, self.prompt_files = prompt_paths, prompt_files
+        self.planned, self.result, self.base_root = planned, result, base_root
         self.store, self.log = ctx.store, ctx.log
         self.baseline: list[Trial] = []
         self.fresh_base: dict[tuple[str, str, int], Trial] = {}
@@ -314,7 +325,7 @@ class _Iteration:
 
     def _proposal(self, proposer, record: ProposalRecord, workdir: Path, selection: Selection, prompt: str,
                   prompt_path: str, lint_index: LintIndex) -> None:
-        result = self.result
+        result, base = self.result, self.result.base
         def check(patched: str) -> str | None:
             found = check_prompt_text(prompt_file=prompt_path, base_prompt=prompt, patched=patched,
                                       max_changed_lines=self.settings.max_changed_lines, index=lint_index)
@@ -323,24 +334,42 @@ class _Iteration:
         proposal: Proposal = proposer.propose(ProposalRequest(
             request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,
             prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal, check=check))
-        record.rationale, record.diff, record.usage = proposal.rationale, proposal.diff, proposal.usage
+        record.rationale, record.usage = proposal.rationale, proposal.usage
         if proposal.log:
             write_text(result.run_dir / f"proposal-{record.ordinal}.log", proposal.log)
-        if proposal.error and not proposal.changed_files:
+        try:
+            change = gitops.final_change(self.repo, workdir, base.commit)
+        except gitops.WorktreeError as exc:
+            record.status, record.reason = ("no_patch", proposal.error) if proposal.error else \
+                ("rejected_check", f"unreadable: {exc.message}")
+            return
+        record.diff = change.diff
+        if proposal.error:  # a proposer that failed or timed out: what it left in the worktree is not used
             record.status, record.reason = "no_patch", proposal.error
             return
-        check = check_patch(changed_files=proposal.changed_files, allowed_file=prompt_path, base_prompt=prompt,
-                            diff=proposal.diff, max_changed_lines=self.settings.max_changed_lines, index=lint_index)
-        if not check.passed:
-            record.status, record.reason = "rejected_check", f"{check.rule}: {check.reason}"
+        found = check_change(changed_files=change.files, allowed_file=prompt_path, base_prompt=prompt,
+                             patched=gitops.file_at(self.repo, change.tree, prompt_path), diff=change.diff,
+                             max_changed_lines=self.settings.max_changed_lines, index=lint_index)
+        if not found.passed:
+            record.status, record.reason = "rejected_check", f"{found.rule}: {found.reason}"
             return
         headline = f"{selection.agent}: prompt patch for {', '.join(t.bucket for t in selection.targets)}"
-        record.commit_sha = gitops.commit_all(workdir, [prompt_path],
-                                              _commit_message(selection, None, record, result, headline=headline))
+        record.commit_sha = gitops.commit_change(self.repo, record.branch, base.commit, change.tree,
+                                                 _commit_message(selection, None, record, result, headline=headline))
+        with tempfile.TemporaryDirectory(prefix="optimizer-candidate-") as folder:
+            decision = self._compare(record, selection,
+                                     _export_prompts(self.repo, record.commit_sha, self.prompt_files, Path(folder)))
+        record.decision = decision
+        record.status = "accepted" if decision.accepted else "rejected_gate"
+        record.reason = decision.summary
+        record.commit_sha = gitops.commit_change(self.repo, record.branch, base.commit, change.tree,
+                                                 _commit_message(selection, decision, record, result,
+                                                                 headline=headline))
+        write_json(result.run_dir / f"decision-{record.ordinal}.json", decision.as_dict())
 
-        root = Path(self.ctx.project_root).resolve()
-        prompt_root = workdir / gitops.relative(self.repo, root) if root != Path(self.repo.working_tree_dir).resolve() \
-            else workdir
+    def _compare(self, record: ProposalRecord, selection: Selection, prompt_root: Path) -> Decision:
+        """The candidate (its prompts under `prompt_root`) against the base, recorded in a run of its own."""
+        result = self.result
         targets = {(t.suite, t.bucket) for t in selection.targets}
         record.candidate_run_id = run_id = new_run_id()
         sides = _LoopSides(self, prompt_root, run_id)
@@ -362,12 +391,7 @@ class _Iteration:
                     run.trials.append(trial)
         if self.store.has_run(run_id):
             finish(run, self.store)
-        record.decision = decision
-        record.status = "accepted" if decision.accepted else "rejected_gate"
-        record.reason = decision.summary
-        record.commit_sha = gitops.amend_message(workdir, _commit_message(selection, decision, record, result,
-                                                                          headline=headline))
-        write_json(result.run_dir / f"decision-{record.ordinal}.json", decision.as_dict())
+        return decision
 
     def _agent_of(self, suite_name: str) -> str:
         return next(suite.spec.agent_name for suite in self.suites if suite.name == suite_name)

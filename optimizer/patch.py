@@ -3,6 +3,9 @@
 Checks, in order (the first that fails rejects the patch, with the offending text named):
 
 * **files**: only the targeted agent's prompt file may change;
+* **prompt_file** (on a proposer's whole change): the prompt file is still there, a regular file of
+  UTF-8 text;
+* **empty**: the patch changes something;
 * **size**: added + removed lines within `max_changed_lines`;
 * **hard-coding lint**: added text may not copy, unless the base prompt already had it,
   - a task id of any suite,
@@ -170,10 +173,43 @@ def check_prompt_text(*, prompt_file: str, base_prompt: str, patched: str, max_c
 def check_patch(*, changed_files: list[str], allowed_file: str, base_prompt: str, diff: str,
                 max_changed_lines: int, index: LintIndex) -> PatchCheck:
     """All pre-rollout checks; the first failure is returned."""
+    files = _files_check(changed_files, allowed_file)
+    return _content_checks(base_prompt, diff, max_changed_lines, index) if files.passed else files
+
+
+def check_change(*, changed_files: list[str], allowed_file: str, patched: bytes | None, base_prompt: str,
+                 diff: str, max_changed_lines: int, index: LintIndex) -> PatchCheck:
+    """`check_patch` on a proposer's whole change (its worktree against the base commit), with the
+    prompt file check right after the files check. `patched` is the prompt file's content in the
+    change, None when there is no regular file there any more."""
+    for found in (_files_check(changed_files, allowed_file), _prompt_file_check(allowed_file, patched)):
+        if not found.passed:
+            return found
+    return _content_checks(base_prompt, diff, max_changed_lines, index)
+
+
+def _files_check(changed_files: list[str], allowed_file: str) -> PatchCheck:
     others = sorted(set(changed_files) - {allowed_file})
     if others:
         return PatchCheck(False, "files", f"only {allowed_file} may change; the patch also changes "
                                           f"{', '.join(others)}", others)
+    return PatchCheck(True, "files", f"only {allowed_file} changed")
+
+
+def _prompt_file_check(prompt_file: str, patched: bytes | None) -> PatchCheck:
+    if patched is None:
+        return PatchCheck(False, "prompt_file", f"the patch removes {prompt_file} (deleted, moved, or replaced by "
+                                                f"a link or folder); the prompt must be edited in place",
+                          [prompt_file])
+    try:
+        patched.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return PatchCheck(False, "prompt_file", f"{prompt_file} is not UTF-8 text after the patch "
+                                                f"({exc.reason} at byte {exc.start})", [prompt_file])
+    return PatchCheck(True, "prompt_file", f"{prompt_file} is UTF-8 text")
+
+
+def _content_checks(base_prompt: str, diff: str, max_changed_lines: int, index: LintIndex) -> PatchCheck:
     added, removed = changed_lines(diff)
     if not added and not removed:
         return PatchCheck(False, "empty", "the patch changes nothing")

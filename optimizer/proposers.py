@@ -6,28 +6,31 @@
   `patch_format = "rule"` (the default for the embedded models) it returns one new rule instead,
   appended to the prompt.
 * `command`: a coding-agent CLI the user already has, configured as a command line with
-  `{request}` and `{workdir}`; it runs in the proposal's worktree with a timeout, and the patch is
-  whatever it changed there (`git diff`).
+  `{request}` and `{workdir}`; it runs in the proposal's worktree, in a process group of its own,
+  with a timeout. A command that fails or times out gives no patch, whatever it edited.
 * `mock/patcher` is not a proposer but a model: the `llm` proposer on `--patcher-model
   mock/patcher` answers from a JSON script (`mock_patcher_script`), or as a weak patcher of the
   `mock/sim` agents (`mock_patcher_skill`), so tests and demos go through the same dspy and
   litellm path as a real model.
 
-A proposer writes its change into the worktree and returns what it did; the loop then checks,
-commits and evaluates it.
+A proposer writes its change into the worktree and returns what it did; the loop takes the
+worktree's final content against the base commit as the patch (committed by the proposer or not),
+then checks, commits and evaluates it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import signal
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
 from optimizer.errors import ConfigError, first_line
-from optimizer.gitops import changed_files, diff_of
 from optimizer.ledger import current as current_ledger
 from optimizer.ledger import estimate_tokens
 from optimizer.models import is_embedded
@@ -50,6 +53,11 @@ model repeating itself is sent back."""
 MAX_ANSWER_TOKENS = {"edits": 2000, "rule": 600}
 """A rationale and edits within the 40-line budget (or a rationale and one rule) fit in well under
 this; the cap stops a small model that repeats itself from generating for minutes."""
+STOP_GRACE_S = 2.0
+"""How long a proposer command has to exit after SIGTERM (on a timeout or Ctrl-C) before its
+process group is killed."""
+LOG_CHARS = 20000
+"""The end of a proposer command's output kept as its log."""
 
 
 @dataclass
@@ -68,8 +76,6 @@ class ProposalRequest:
 @dataclass
 class Proposal:
     rationale: str = ""
-    changed_files: list[str] = field(default_factory=list)
-    diff: str = ""
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
     """Set when the proposer produced no usable patch (the reason, for the record)."""
@@ -153,8 +159,6 @@ class LLMProposer:
             proposal.log += attempt_log(attempt, proposal.rationale, edits, "applied")
             target.write_text(patched, encoding="utf-8")
             break
-        proposal.changed_files = changed_files(request.workdir)
-        proposal.diff = diff_of(request.workdir)
         return proposal
 
 
@@ -216,19 +220,51 @@ class CommandProposer:
         command = self.template.replace("{request}", shlex.quote(str(request.request_path))) \
                                .replace("{workdir}", shlex.quote(str(request.workdir)))
         proposal = Proposal()
-        try:
-            done = subprocess.run(["bash", "-c", command], cwd=request.workdir, capture_output=True, text=True,
-                                  timeout=self.timeout_s, stdin=subprocess.DEVNULL)
-            proposal.log = (done.stdout + done.stderr)[-20000:]
-            if done.returncode != 0:
-                proposal.error = f"the proposer command exited with {done.returncode}"
-        except subprocess.TimeoutExpired as exc:
-            proposal.error = f"the proposer command did not finish within {self.timeout_s:.0f} s"
-            proposal.log = str(exc.stdout or "")[-20000:]
+        with tempfile.TemporaryFile() as output:
+            process = subprocess.Popen(["bash", "-c", command], cwd=request.workdir, stdin=subprocess.DEVNULL,
+                                       stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                code = process.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                code = None
+            finally:  # also on Ctrl-C: the command's own session does not get the terminal's signal
+                _stop_group(process)
+            proposal.log = _tail(output)
+        if code is None:
+            proposal.error = f"the proposer command timed out after {self.timeout_s:g} s; its changes are not used"
+        elif code < 0:
+            proposal.error = f"the proposer command was killed by signal {-code}; its changes are not used"
+        elif code != 0:
+            proposal.error = f"the proposer command failed with exit code {code}; its changes are not used"
         proposal.rationale = _last_paragraph(proposal.log)
-        proposal.changed_files = changed_files(request.workdir)
-        proposal.diff = diff_of(request.workdir)
         return proposal
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """End the command and everything it started (its process group): after a timeout or Ctrl-C,
+    and after a normal exit too, so nothing it left running changes the worktree while the loop
+    reads it. SIGTERM to the group, up to `STOP_GRACE_S` for the command itself to exit, then
+    SIGKILL to whatever is left."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:  # the command exited and left nothing running
+        process.wait()
+        return
+    try:
+        process.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def _tail(output) -> str:
+    size = os.fstat(output.fileno()).st_size
+    output.seek(max(0, size - 4 * LOG_CHARS))
+    return output.read().decode("utf-8", errors="replace")[-LOG_CHARS:]
 
 
 def _last_paragraph(text: str) -> str:

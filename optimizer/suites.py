@@ -8,14 +8,13 @@ clear message and nothing is written anywhere.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from optimizer.errors import GraderConfigError, SuiteError, TaskFileError
-from optimizer.files import read_input
+from optimizer.files import parse_json, read_input
 from optimizer.registry import get_agent, get_grader, graders
 from optimizer.types import Suite, SuiteSpec, Task
 
@@ -95,16 +94,16 @@ def _task_files(root: Path) -> dict[Path, str | None]:
 
 def _text_or_none(path: Path) -> str | None:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return read_input(path, TaskFileError)
+    except TaskFileError:
         return None
 
 
 def _declared_fixture(path: Path, text: str | None, root: Path) -> Path | None:
     """The fixture folder a task file names, found without validating the file (that comes later)."""
     try:
-        data = json.loads(text) if text is not None else None
-    except json.JSONDecodeError:
+        data = parse_json(text, path, TaskFileError) if text is not None else None
+    except TaskFileError:
         return None
     folder = data.get("input", {}).get("fixture_dir") if isinstance(data, dict) and isinstance(
         data.get("input"), dict) else None
@@ -192,11 +191,7 @@ def _owns_graders(agent_name: str) -> bool:
 def _parse(model: type[M], path: Path, error: type[SuiteError] | type[TaskFileError], text: str | None = None) -> M:
     """`path` validated as `model`; `text` is its content when already read."""
     text = read_input(path, error) if text is None else text
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}", path=path,
-                    fix="fix the JSON syntax") from None
+    parse_json(text, path, error)  # its syntax and depth first: pydantic's own message for either is obscure
     try:
         return model.model_validate_json(text)
     except ValidationError as exc:
@@ -227,8 +222,8 @@ def project_suites(project_root: Path) -> list[tuple[str, dict]]:
     found = []
     for path in sorted((project_root / "suites").glob("*/suite.json")):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            data = parse_json(read_input(path, SuiteError), path, SuiteError)
+        except SuiteError:
             data = {}
         found.append((path.parent.name, data if isinstance(data, dict) else {}))
     return found

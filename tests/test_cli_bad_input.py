@@ -248,3 +248,52 @@ def test_a_reference_solution_calling_a_tool_the_agent_lacks(cli, isolated, tmp_
     suite = write_suite(tmp_path / "s", [task])
     assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "reference_solution.tool_calls[0].name",
                     "no tool 'save_card'", "save_timeline_card")
+
+
+DEEP = 200_000
+"""Levels of nesting in the absurd JSON below: parsed as is, it exhausts Python's stack."""
+
+
+@pytest.mark.parametrize("command", [["suites", "validate"], ["eval", "--agent-model", "mock/oracle"]])
+def test_a_task_file_nested_absurdly_deep_is_refused_naming_the_file(cli, isolated, tmp_path, command):
+    deep = '{"id": "deep", "metadata": {"x": ' + "[" * DEEP + "]" * DEEP + "}}"
+    suite = write_suite(tmp_path / "s", {"tasks/card_event_standup.json": event_task(), "tasks/deep.json": deep})
+    assert_rejected(cli, isolated, [*command, "--suite", str(suite)], "deep.json", "nested too deep",
+                    "more than 100 levels", "fix: flatten")
+
+
+def test_a_suite_json_nested_absurdly_deep_is_refused_naming_the_file(cli, isolated, tmp_path):
+    suite = write_suite(tmp_path / "s", [event_task()])
+    (suite / "suite.json").write_text('{"name": "s", "agent_name": ' + "[" * DEEP + "]" * DEEP + "}")
+    assert_rejected(cli, isolated, ["suites", "validate", "--suite", str(suite)], "suite.json", "nested too deep")
+
+
+def test_a_task_file_over_the_size_limit_is_refused_naming_the_file(cli, isolated, tmp_path):
+    from optimizer.files import MAX_INPUT_BYTES
+
+    suite = write_suite(tmp_path / "s", [event_task(description="x" * MAX_INPUT_BYTES)])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite), "--agent-model", "mock/oracle"],
+                    "card_event_standup.json", "too large", "more than 5 MB", "fix: keep it under 5 MB")
+
+
+def test_a_misspelt_optimizer_variable_is_named_with_the_setting_it_is_close_to(cli, isolated, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_CONCURENCY", "4")
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "OPTIMIZER_CONCURENCY", "unknown variable",
+                    "did you mean OPTIMIZER_CONCURRENCY?")
+
+
+def test_an_unknown_optimizer_variable_is_refused_by_a_command_that_reads_no_settings(cli, isolated, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_MODEL_DIRR", "/tmp/models")
+    assert_rejected(cli, isolated, ["suites", "validate", "--suite", "card_agent"], "OPTIMIZER_MODEL_DIRR",
+                    "did you mean OPTIMIZER_MODEL_DIR", "known: OPTIMIZER_AGENT_MODEL")
+
+
+def test_the_optimizer_variables_that_are_not_settings_are_accepted(cli, isolated, monkeypatch, tmp_path):
+    from optimizer.config import NOT_SETTINGS
+
+    monkeypatch.setenv("OPTIMIZER_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("OPTIMIZER_PLAIN", "1")
+    assert set(NOT_SETTINGS) == {"OPTIMIZER_ROOT", "OPTIMIZER_MODEL_DIR", "OPTIMIZER_PLAIN"}
+    code, out, err = cli("suites", "validate", "--suite", "card_agent")
+    assert code == 0, err
+    assert "25 score 1.0 under mock/oracle" in out

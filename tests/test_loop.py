@@ -396,7 +396,8 @@ def test_rejected_ideas_are_remembered_and_an_exhausted_bucket_is_set_aside(cli,
 @pytest.mark.parametrize("text, says", [('[{"rationale": 5, "edits": "x"}', "not valid JSON"),
                                         ('{"not": "a list"}', "must be a list of proposals"),
                                         ('[{"rationale": "r", "edits": "x"}]', "[0].edits"),
-                                        ('[{"rationale": "r", "edit": []}]', "unknown key(s) edit")])
+                                        ('[{"rationale": "r", "edit": []}]', "unknown key(s) edit"),
+                                        ("[" * 200_000 + "]" * 200_000, "nested too deep")])
 def test_a_broken_mock_patcher_script_is_refused_before_the_baseline(cli, repo, tmp_path, monkeypatch, text, says):
     path = tmp_path / "script.json"
     path.write_text(text)

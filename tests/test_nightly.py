@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
+import sys
 
 import pytest
 
+from tests.test_lock import HOLD
 from tests.test_loop import (DATA_LINE, FACT_RULE, LINK_HARM, after_data_line, git, optimizer_branches, repo,  # noqa: F401
                              script, snapshot)
 
@@ -84,18 +85,17 @@ def test_merge_lands_the_stack_on_the_base_branch(cli, repo, isolated, tmp_path,
 def test_a_second_job_on_the_same_repository_exits_with_a_clear_message(cli, repo, isolated, tmp_path, monkeypatch):
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
     lock = isolated / "nightly.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen(["sleep", "30"])
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
     try:
-        lock.write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(), "job": "optimizer nightly",
-                                    "started_at": "2026-11-23T01:00:00+00:00"}))
+        assert holder.stdout.readline() == "held\n"
         code, summary, output = nightly(cli, tmp_path)
         assert code == 2 and summary == {}
         assert "another job (optimizer nightly) is running on this repository" in output
-        assert str(holder.pid) in output
+        assert f"pid {holder.pid}" in output
         assert optimizer_branches(repo) == []
     finally:
-        holder.kill()
+        holder.kill()  # SIGKILL: the lock file stays behind, naming the dead holder
         holder.wait()
     # the holder is gone: its lock is stale and the next job takes it over
     code, summary, output = nightly(cli, tmp_path, "--max-iterations", "1")

@@ -1,4 +1,8 @@
-"""Every way out of the PKM sandbox is refused with a tool error, and nothing outside changes."""
+"""Every way out of the PKM sandbox is refused with a tool error, and nothing outside changes.
+
+Links included: no symlink is followed, wherever it points, and a file with another hard link is
+neither read nor written, by the tools or by the harness's own readers (reminders, the filed check,
+snapshots, the edit history)."""
 
 from __future__ import annotations
 
@@ -9,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from agents.pkm.sandbox import MAX_WRITE_BYTES, Sandbox
+from agents.pkm.agent import record_history
+from agents.pkm.reminders import load_history, reminders
+from agents.pkm.sandbox import MAX_WRITE_BYTES, Sandbox, SandboxError, read_file, write_file
+from agents.pkm.state import snapshot
 from agents.pkm.tools import PKMTools
+from optimizer import Task
 
 FACT_ID = "2026/05/25.md#ts_1"
 
@@ -39,6 +47,8 @@ def world(tmp_path):
                                              encoding="utf-8")
     (pkm / "escape_dir").symlink_to(outside, target_is_directory=True)
     (pkm / "escape_file.md").symlink_to(outside / "secret.md")
+    os.link(outside / "secret.md", pkm / "Areas" / "linked.md")  # the same file, under a name inside PKM/
+    (pkm / "inside_link.md").symlink_to(pkm / "Areas" / "health.md")
     tools = PKMTools(Sandbox(pkm), FACT_ID)
     return tmp_path, outside, tools
 
@@ -80,6 +90,16 @@ ESCAPES = [
     ("Glob", {"pattern": "../*/*.md"}, ".."),
     ("Grep", {"pattern": "SECRET", "path": "escape_dir"}, "symlink"),
     ("Grep", {"pattern": "SECRET", "path": "../.."}, ".."),
+    ("Read", {"path": "Areas/linked.md"}, "2 hard links"),
+    ("BatchRead", {"paths": ["Areas/health.md", "Areas/linked.md"]}, "hard links"),
+    ("Grep", {"pattern": "SECRET", "path": "Areas/linked.md"}, "hard links"),
+    ("Write", {"path": "Areas/linked.md", "content": "overwritten"}, "hard links"),
+    ("Edit", {"path": "Areas/linked.md", "old_string": "TOP", "new_string": "NO"}, "hard links"),
+    ("Move", {"src": "Areas/linked.md", "dst": "Areas/moved.md"}, "hard links"),
+    ("Remove", {"path": "Areas/linked.md"}, "hard links"),
+    ("Read", {"path": "inside_link.md"}, "symlink"),
+    ("Write", {"path": "inside_link.md", "content": "overwritten"}, "symlink"),
+    ("Edit", {"path": "inside_link.md", "old_string": "Health", "new_string": "NO"}, "symlink"),
 ]
 
 
@@ -98,7 +118,90 @@ def test_escape_is_refused_and_nothing_outside_changes(world, name, arguments, r
     assert not any(event["op"] in ("write", "edit", "move", "remove") for event in tools.events)
 
 
-def test_grep_and_glob_over_the_whole_tree_never_show_what_a_symlink_points_at(world):
+def test_a_refused_link_names_what_was_refused(world):
+    _, _, tools = world
+    assert json.loads(call(tools, "Read", path="Areas/linked.md").text)["error"] == [
+        "path 'Areas/linked.md' refused: the file has 2 hard links (other names, which may be outside PKM/); "
+        "the tools read and change only files with one link"]
+    assert json.loads(call(tools, "Write", path="escape_dir/new.md", content="x").text)["error"] == [
+        "path 'escape_dir/new.md' refused: 'escape_dir' is a symlink, and the tools never follow links"]
+
+
+def test_a_symlink_inside_the_tree_is_not_followed_either(world):
+    _, _, tools = world
+    health = tools.sandbox.root / "Areas" / "health.md"
+    before = health.read_bytes()
+    assert call(tools, "Write", path="inside_link.md", content="replaced").is_error
+    assert health.read_bytes() == before and (tools.sandbox.root / "inside_link.md").is_symlink()
+    assert "inside_link.md (symlink: not followed)" in call(tools, "LS").text
+
+
+def test_the_file_behind_a_hard_link_is_refused_even_when_it_changes_after_the_path_was_checked(world):
+    _, outside, tools = world
+    pkm = tools.sandbox.root
+    (pkm / "Areas" / "plain.md").write_text("plain\n")
+    path = tools.sandbox.resolve("Areas/plain.md")  # checked while it was a plain file
+    (pkm / "Areas" / "plain.md").unlink()
+    os.link(outside / "secret.md", pkm / "Areas" / "plain.md")
+    with pytest.raises(SandboxError, match="hard links"):
+        write_file(path, b"overwritten", "Areas/plain.md")
+    with pytest.raises(SandboxError, match="hard links"):
+        read_file(path, "Areas/plain.md")
+    assert (outside / "secret.md").read_text() == "TOP SECRET\n"
+
+
+def test_the_harness_readers_skip_links_to_a_file_that_would_count_as_filed(world):
+    _, outside, tools = world
+    pkm = tools.sandbox.root
+    (outside / "filed.md").write_text(f"- the note <!-- fact_id: {FACT_ID} -->\n")
+    (pkm / "Projects").mkdir()
+    os.link(outside / "filed.md", pkm / "Projects" / "hard.md")
+    (pkm / "Resources").mkdir()
+    (pkm / "Resources" / "soft.md").symlink_to(outside / "filed.md")
+    (pkm / "Archives").symlink_to(outside, target_is_directory=True)
+    assert not tools.filed()
+    assert not {"Projects/hard.md", "Resources/soft.md", "Areas/linked.md"} & set(snapshot(pkm))
+    (pkm / "Projects" / "real.md").write_text(f"- the note <!-- fact_id: {FACT_ID} -->\n")
+    assert tools.filed()  # a plain file with the marker counts
+
+
+def test_the_reminders_skip_links_to_files_outside(world):
+    _, outside, tools = world
+    pkm = tools.sandbox.root
+    (outside / "long.md").write_text("".join(f"line {n}\n" for n in range(2500)))
+    os.link(outside / "long.md", pkm / "Areas" / "2026-05-25 hard.md")
+    (pkm / "Areas" / "2026-05-26 soft.md").symlink_to(outside / "long.md")
+    history = [{"edited": ["Areas/2026-05-25 hard.md", "Areas/2026-05-26 soft.md"]}] * 3
+    assert reminders(pkm, history) == []
+    (pkm / "Areas" / "2026-05-27 log.md").write_text("".join(f"line {n}\n" for n in range(2500)))
+    text = "\n".join(reminders(pkm, history))  # a plain file of the same kind is reminded of
+    assert "Areas/2026-05-27 log.md has 2500 lines" in text and "is named like a dated log" in text
+    assert "hard.md" not in text and "soft.md" not in text
+
+
+def test_the_edit_history_is_neither_read_nor_written_through_a_link(world):
+    root, outside, _ = world
+    history = outside / "history.json"
+    history.write_text(json.dumps({"runs": [{"edited": ["Areas/health.md"]}]}))
+    state_dir = root / "workspace" / ".pkm"
+    state_dir.mkdir()
+    (state_dir / "edit_history.json").symlink_to(history)
+    assert load_history(state_dir) == []
+    task = Task.model_validate({"id": "t", "input": {"content": "hi", "fact_id": FACT_ID},
+                                "graders": [{"name": "pkm_completion"}]})
+    record_history(state_dir, task, ["Areas/health.md"], [])
+    assert json.loads(history.read_text()) == {"runs": [{"edited": ["Areas/health.md"]}]}
+    (state_dir / "edit_history.json").unlink()
+    os.link(history, state_dir / "edit_history.json")
+    assert load_history(state_dir) == []
+    record_history(state_dir, task, ["Areas/health.md"], [])
+    assert json.loads(history.read_text()) == {"runs": [{"edited": ["Areas/health.md"]}]}
+    (state_dir / "edit_history.json").unlink()  # a plain history file is read and written
+    record_history(state_dir, task, ["Areas/new.md"], [])
+    assert [run["edited"] for run in load_history(state_dir)] == [["Areas/new.md"]]
+
+
+def test_grep_and_glob_over_the_whole_tree_never_show_what_a_link_points_at(world):
     _, _, tools = world
     grep = call(tools, "Grep", pattern="SECRET")
     assert not grep.is_error and "TOP SECRET" not in grep.text and grep.text == "no matches"

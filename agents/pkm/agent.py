@@ -17,7 +17,7 @@ from pathlib import Path
 
 from agents.loop import LoopLimits, ToolLoop
 from agents.pkm.reminders import load_history, reminders
-from agents.pkm.sandbox import Sandbox
+from agents.pkm.sandbox import Sandbox, SandboxError, write_file
 from agents.pkm.state import build_state, marker_for, snapshot
 from agents.pkm.tools import PARA_ROOTS, PKMTools
 from agents.texts import reminder, template, texts
@@ -97,9 +97,14 @@ def run(context: AgentContext) -> AgentRun:
 
 
 def record_history(state_dir: Path, task: Task, edited: list[str], history: list[dict]) -> None:
-    """Append this run to the workspace's edit history (the last five runs are kept)."""
-    if not edited:
+    """Append this run to the workspace's edit history (the last five runs are kept). A history
+    file or folder that is a link is left alone, unwritten: it may lead out of the workspace."""
+    if not edited or state_dir.is_symlink():
         return
     state_dir.mkdir(parents=True, exist_ok=True)
     runs = history + [{"date": task.input.resolved_published_at().date().isoformat(), "edited": edited}]
-    (state_dir / "edit_history.json").write_text(json.dumps({"runs": runs[-5:]}, indent=2) + "\n", encoding="utf-8")
+    text = json.dumps({"runs": runs[-5:]}, indent=2) + "\n"
+    try:
+        write_file(state_dir / "edit_history.json", text.encode("utf-8"), "edit_history.json")
+    except SandboxError:
+        return

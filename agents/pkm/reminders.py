@@ -18,6 +18,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from agents.pkm.sandbox import SandboxError, plain_files, read_file
 from agents.texts import texts as wording
 
 MARKER = re.compile(r"<!--\s*fact_id:\s*([^\s>]+?)\s*-->")
@@ -28,26 +29,28 @@ CATCH_ALL_EDITS, HISTORY_RUNS = 3, 5
 
 
 def load_history(state_dir: Path) -> list[dict]:
+    """The last runs of `.pkm/edit_history.json`; none when it is missing, unreadable or a link."""
     path = state_dir / "edit_history.json"
-    if not path.is_file():
+    if state_dir.is_symlink() or not path.is_file():
         return []
     try:
-        runs = json.loads(path.read_text(encoding="utf-8")).get("runs", [])
-    except (json.JSONDecodeError, AttributeError):
+        runs = json.loads(read_file(path, path.name)).get("runs", [])
+    except (SandboxError, OSError, ValueError, AttributeError, RecursionError):
         return []
     return [run for run in runs if isinstance(run, dict)][-HISTORY_RUNS:]
 
 
 def reminders(pkm: Path, history: list[dict]) -> list[str]:
-    """The reminder lines for the knowledge base as it is now (empty when nothing stands out)."""
+    """The reminder lines for the knowledge base as it is now (empty when nothing stands out).
+    Symlinks and files with other hard links are not part of it (see `agents.pkm.sandbox`)."""
     texts = wording("pkm_agent.reminders.yaml")
     notes: list[str] = []
     per_folder: dict[str, list[int]] = defaultdict(list)
-    for path in sorted(pkm.rglob("*.md")):
-        if not path.is_file():
-            continue
+    files = set()
+    for path, data in plain_files(pkm, ".md"):
         relative = path.relative_to(pkm).as_posix()
-        text = path.read_text(encoding="utf-8", errors="replace")
+        files.add(relative)
+        text = data.decode("utf-8", errors="replace")
         lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
         if lines >= MUST_SPLIT:
             notes.append(texts["must_restructure"].format(path=relative, lines=lines))
@@ -64,6 +67,6 @@ def reminders(pkm: Path, history: list[dict]) -> list[str]:
         for edited in set(run.get("edited") or []):
             edits[edited] += 1
     for path, count in sorted(edits.items()):
-        if count >= CATCH_ALL_EDITS and (pkm / path).is_file():
+        if count >= CATCH_ALL_EDITS and path in files:
             notes.append(texts["catch_all"].format(path=path, edits=count, runs=len(history)))
     return [texts["header"], *notes] if notes else []

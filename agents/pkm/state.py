@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.pkm.reminders import MARKER
+from agents.pkm.sandbox import plain_files
 
 TEXT_CAP = 100_000
 """Characters of one file side kept in the outcome (the store keeps every trial's outcome)."""
@@ -40,12 +41,10 @@ def has_marker(text: str, fact_id: str) -> bool:
 
 
 def snapshot(pkm: Path) -> dict[str, str]:
-    files = {}
-    if pkm.is_dir():
-        for path in sorted(pkm.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                files[path.relative_to(pkm).as_posix()] = path.read_text(encoding="utf-8", errors="replace")
-    return files
+    """Every file under PKM/ with its text; symlinks and files with other hard links are left out,
+    as the tools leave them alone (their text may be a file outside PKM/)."""
+    return {path.relative_to(pkm).as_posix(): data.decode("utf-8", errors="replace")
+            for path, data in plain_files(pkm)}
 
 
 def build_state(*, fact_id: str, before: dict[str, str], after: dict[str, str], events: list[dict[str, Any]],

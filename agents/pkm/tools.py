@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agents.loop import Tool, ToolOutput, tool_error
-from agents.pkm.sandbox import Sandbox, SandboxError
+from agents.pkm.sandbox import Sandbox, SandboxError, plain_files, read_file, write_file
 from agents.pkm.state import has_marker
 
 SCHEMAS = {schema["function"]["name"]: schema
@@ -64,9 +64,10 @@ class PKMTools:
         return self.mutations > 0
 
     def filed(self) -> bool:
-        """Some Markdown file under a PARA folder carries the note's marker."""
-        return any(has_marker(path.read_text(encoding="utf-8", errors="replace"), self.fact_id)
-                   for root in PARA_ROOTS for path in (self.sandbox.root / root).rglob("*.md") if path.is_file())
+        """Some Markdown file under a PARA folder carries the note's marker (a symlink or a file
+        with other hard links does not count: its text may be a file outside PKM/)."""
+        return any(has_marker(data.decode("utf-8", errors="replace"), self.fact_id)
+                   for root in PARA_ROOTS for _, data in plain_files(self.sandbox.root / root, ".md"))
 
     def tools(self) -> list[Tool]:
         handlers: dict[str, Callable[[dict[str, Any]], ToolOutput]] = {
@@ -117,8 +118,11 @@ class PKMTools:
             for child in sorted(directory.iterdir(), key=lambda p: (not p.is_dir(), p.name)):
                 if len(lines) >= LS_LIMIT:
                     return
+                if child.is_symlink():
+                    lines.append("  " * level + child.name + " (symlink: not followed)")
+                    continue
                 lines.append("  " * level + child.name + ("/" if child.is_dir() else ""))
-                if child.is_dir() and not child.is_symlink() and level + 1 < depth:
+                if child.is_dir() and level + 1 < depth:
                     walk(child, level + 1)
 
         walk(folder, 0)
@@ -133,7 +137,7 @@ class PKMTools:
         self.sandbox.resolve(pattern.split("*")[0] or ".", allow_root=True)  # refuses absolute and '..'
         if ".." in Path(pattern).parts:
             raise SandboxError("'..' may not leave PKM/")
-        matches = [p for p in self.sandbox.root.glob(pattern) if p.is_file() and self._inside(p)]
+        matches = [p for p in self.sandbox.root.glob(pattern) if self.sandbox.is_plain_file(p)]
         matches.sort(key=lambda p: (-p.stat().st_mtime, self.sandbox.relative(p)))
         shown = [self.sandbox.relative(p) for p in matches[:GLOB_LIMIT]]
         more = f"\n({len(matches) - GLOB_LIMIT} more not shown)" if len(matches) > GLOB_LIMIT else ""
@@ -145,16 +149,17 @@ class PKMTools:
         except re.error as exc:
             raise SandboxError(f"invalid regular expression: {exc}") from None
         base = self.sandbox.resolve(args.get("path") or "", allow_root=True)
-        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        # under a folder, symlinks and files with other hard links are skipped, as undecodable files are
+        files = [(base, read_file(base, args.get("path")))] if base.is_file() else plain_files(base)
         file_glob = args.get("glob")
         hits = []
-        for file in files:
+        for file, data in files:
             relative = self.sandbox.relative(file)
-            if not self._inside(file) or (file_glob and not fnmatch.fnmatch(relative, file_glob)):
+            if file_glob and not fnmatch.fnmatch(relative, file_glob):
                 continue
             try:
-                text = file.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, OSError):
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
                 continue
             for number, line in enumerate(text.splitlines(), start=1):
                 if regex.search(line):
@@ -175,7 +180,7 @@ class PKMTools:
             raise SandboxError(f"{args.get('path')!r} is a folder")
         existed = path.exists()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        write_file(path, data, args.get("path"))
         relative = self.sandbox.relative(path)
         self._log("write", relative, existed=existed)
         return ToolOutput(f"{'replaced' if existed else 'created'} {relative} ({len(content.splitlines())} lines)")
@@ -194,7 +199,7 @@ class PKMTools:
             raise SandboxError(f"old_string occurs {count} times in {args.get('path')}: include more surrounding "
                                "text to make it unique, or set replace_all")
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-        path.write_bytes(Sandbox.check_size(updated))
+        write_file(path, Sandbox.check_size(updated), args.get("path"))
         relative = self.sandbox.relative(path)
         self._log("edit", relative, replacements=count if replace_all else 1)
         return ToolOutput(f"edited {relative} ({count if replace_all else 1} replacement(s))")
@@ -266,9 +271,6 @@ class PKMTools:
             raise SandboxError(f"{raw!r} refused: the knowledge base holds Markdown files; use a .md name")
         return path
 
-    def _inside(self, path: Path) -> bool:
-        return path.resolve().is_relative_to(self.sandbox.root)
-
 
 def _guarded(handler: Callable[[dict[str, Any]], ToolOutput]) -> Callable[[dict[str, Any]], ToolOutput]:
     def run(args: dict[str, Any]) -> ToolOutput:
@@ -288,7 +290,7 @@ def _read_text(path: Path, raw: object) -> str:
     if not path.exists():
         raise SandboxError(f"{raw!r} does not exist: use LS or Glob to find the file")
     try:
-        return path.read_text(encoding="utf-8")
+        return read_file(path, raw).decode("utf-8")
     except UnicodeDecodeError:
         raise SandboxError(f"{raw!r} is not a UTF-8 text file") from None
 

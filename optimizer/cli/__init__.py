@@ -37,9 +37,11 @@ app.add_typer(judges_cmd.app, name="judges")
 
 
 def main() -> None:
+    from optimizer.config import check_environment
     from optimizer.errors import EXIT_HARNESS, OptimizerError
 
     try:
+        check_environment()
         code = app(standalone_mode=False)  # without standalone mode click returns an Exit's code
     except OptimizerError as exc:
         typer.secho(f"error: {exc.render()}", fg="red", err=True)

@@ -131,18 +131,16 @@ SCRIPT_ENTRY_KEYS = {"rationale", "edits", "rule", "raw", "after_feedback"}
 def check_patcher_script(path: str) -> None:
     """Refuse a `mock_patcher_script` the patcher could not answer from, before anything runs."""
     from optimizer.errors import ConfigError
-    from optimizer.files import read_input
+    from optimizer.files import parse_json, read_input
+
+    fix = ('a JSON list of proposals such as [{"rationale": "...", "edits": [{"search": "...", "replace": "..."}]}] '
+           '(see optimizer/models/mock.py)')
 
     def bad(message: str, field: str = "mock_patcher_script") -> ConfigError:
-        return ConfigError(message, path=path, field=field,
-                           fix='a JSON list of proposals such as [{"rationale": "...", '
-                               '"edits": [{"search": "...", "replace": "..."}]}] (see optimizer/models/mock.py)')
+        return ConfigError(message, path=path, field=field, fix=fix)
 
     text = read_input(Path(path), ConfigError, field="mock_patcher_script")
-    try:
-        script = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise bad(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    script = parse_json(text, path, ConfigError, field="mock_patcher_script", fix=fix)
     if not isinstance(script, list):
         raise bad(f"the script must be a list of proposals, not a JSON {type(script).__name__}")
 

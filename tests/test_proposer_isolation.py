@@ -1,0 +1,233 @@
+"""A proposal is the proposer's final worktree against the base commit, whatever it committed, and
+a proposer command that fails, hangs or is interrupted leaves no patch and no process behind.
+
+End to end with the `command` proposer on a throw-away repository (see tests/test_loop.py), plus
+`CommandProposer` on its own for what needs no iteration around it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import git
+from tests.test_loop import FACT_RULE, PROMPT, optimizer_branches, repo, snapshot  # noqa: F401
+
+TASK = "suites/card_agent/tasks/positive/card_event_standup_zoom.json"
+BASELINE_ROLLOUTS = 100
+"""What `optimizer run` spends on the card suite before any proposal (see tests/test_loop.py)."""
+APPEND_RULE = f"printf '%s\\n' {shlex.quote(FACT_RULE)} >> {PROMPT}"
+COMMIT = "git add -A && git commit -qm 'the proposer commits its own work'"
+
+
+def propose_with(monkeypatch, command: str, timeout_s: float | None = None) -> None:
+    """The `command` proposer running `command` in the worktree, once it has found its request."""
+    monkeypatch.setenv("OPTIMIZER_PROPOSER", "command")
+    monkeypatch.setenv("OPTIMIZER_PROPOSER_COMMAND", f"test -f {{request}} && {{ {command}; }}")
+    if timeout_s is not None:
+        monkeypatch.setenv("OPTIMIZER_PROPOSER_TIMEOUT", str(timeout_s))
+
+
+def run(cli, tmp_path: Path) -> tuple[dict, dict]:
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    return summary, summary["proposals"][0]
+
+
+def marked_processes(marker: str, wait_s: float = 5.0) -> list[int]:
+    """Live processes whose command line holds `marker`, after giving killed ones `wait_s` to go
+    (a zombie has an empty command line, so it does not count)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:  # the process ended while being looked at
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def marked_sleeps(marker: str, pid_file: Path) -> str:
+    """Shell text that starts a background `sleep 300` (its pid written to `pid_file`) and then
+    sleeps itself, both with `marker` in their command line."""
+    return (f"(exec -a {marker}-child sleep 300) & echo $! > {shlex.quote(str(pid_file))}; "
+            f"exec -a {marker}-main sleep 300")
+
+
+@pytest.mark.parametrize("command, says", [
+    (f"git rm -q {TASK} && {COMMIT} && {APPEND_RULE}", f"files: only {PROMPT} may change; the patch also changes {TASK}"),
+    (f"echo '- card_event_standup_zoom shows the event rule.' >> {PROMPT} && {COMMIT} && {APPEND_RULE}",
+     "hard_coding: the patch copies evaluation data: task id 'card_event_standup_zoom'"),
+], ids=["committed-task-file-deletion", "committed-task-id"])
+def test_what_a_proposer_committed_meets_the_checks(cli, repo, tmp_path, monkeypatch, command, says):
+    propose_with(monkeypatch, command)
+    summary, proposal = run(cli, tmp_path)
+    assert proposal["status"] == "rejected_check", proposal
+    assert proposal["reason"].startswith(says)
+    assert proposal["rollouts"] == 0 and summary["rollouts"] == BASELINE_ROLLOUTS
+    assert optimizer_branches(repo) == []
+    assert (repo / TASK).is_file()
+
+
+def test_a_committed_task_file_deletion_never_reaches_main_through_nightly_merge(cli, repo, tmp_path, monkeypatch):
+    propose_with(monkeypatch, f"git rm -q {TASK} && {COMMIT} && {APPEND_RULE}")
+    before = snapshot(repo)
+    out_json = tmp_path / "nightly.json"
+    code, out, err = cli("nightly", "--date", "2026-11-23", "--plain", "--max-iterations", "1", "--merge",
+                         "--json", str(out_json))
+    assert code == 0, out + err
+    assert [row["status"] for row in json.loads(out_json.read_text())["iterations"]] == ["rejected"]
+    assert git(repo, "rev-parse", "HEAD") == before["commit"], "nothing was merged"
+    assert git(repo, "ls-tree", "--name-only", "HEAD", TASK).strip() == TASK
+
+
+def test_an_auto_committing_proposer_gets_one_commit_of_ours_holding_exactly_its_change(cli, repo, tmp_path,
+                                                                                       monkeypatch):
+    propose_with(monkeypatch, f"{APPEND_RULE} && {COMMIT}")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    summary, proposal = run(cli, tmp_path)
+    assert proposal["status"] == "accepted", proposal
+    branch = proposal["branch"]
+    assert git(repo, "rev-list", f"{base}..{branch}").split() == [git(repo, "rev-parse", branch).strip()]
+    assert git(repo, "rev-parse", f"{branch}^").strip() == base
+    assert git(repo, "log", "-1", "--format=%an", branch).strip() == "prompt-optimizer"
+    assert git(repo, "diff", "--name-only", base, branch).split() == [PROMPT]
+    changed = [line for line in git(repo, "diff", base, branch).splitlines()
+               if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
+    assert changed == ["+" + FACT_RULE]
+
+
+def test_a_proposer_that_hangs_times_out_with_nothing_left_running(cli, repo, tmp_path, monkeypatch):
+    marker = f"proposer-hang-{uuid.uuid4().hex}"
+    child = tmp_path / "child.pid"
+    propose_with(monkeypatch, f"{APPEND_RULE}; {marked_sleeps(marker, child)}", timeout_s=3)
+    summary, proposal = run(cli, tmp_path)
+    assert proposal["status"] == "no_patch", proposal
+    assert proposal["reason"] == "the proposer command timed out after 3 s; its changes are not used"
+    assert proposal["rollouts"] == 0 and summary["rollouts"] == BASELINE_ROLLOUTS
+    assert child.read_text().strip().isdigit(), "the background child was started"
+    assert marked_processes(marker) == []
+
+
+def test_a_proposer_that_fails_after_editing_gives_no_patch_and_review_says_why(cli, repo, tmp_path, monkeypatch):
+    propose_with(monkeypatch, f"{APPEND_RULE} && exit 3")
+    summary, proposal = run(cli, tmp_path)
+    reason = "the proposer command failed with exit code 3; its changes are not used"
+    assert proposal["status"] == "no_patch" and proposal["reason"] == reason
+    assert proposal["rollouts"] == 0 and summary["rollouts"] == BASELINE_ROLLOUTS
+    assert optimizer_branches(repo) == []
+    code, out, err = cli("review", proposal["branch"])
+    assert code == 0, out + err
+    assert f"not evaluated: {reason}" in out
+
+
+@pytest.mark.parametrize("command, says", [
+    (f"rm {PROMPT}", f"prompt_file: the patch removes {PROMPT}"),
+    (f"git rm -q {PROMPT} && {COMMIT}", f"prompt_file: the patch removes {PROMPT}"),
+    (f"ln -sf ../../{TASK} {PROMPT}", f"prompt_file: the patch removes {PROMPT}"),
+    (f"printf 'caf\\xe9\\n' >> {PROMPT}", f"prompt_file: {PROMPT} is not UTF-8 text after the patch"),
+], ids=["deleted", "deleted-and-committed", "replaced-by-a-link", "not-utf8"])
+def test_a_prompt_file_the_agent_cannot_read_is_rejected_before_any_rollout(cli, repo, tmp_path, monkeypatch,
+                                                                            command, says):
+    monkeypatch.setenv("OPTIMIZER_MAX_CHANGED_LINES", "200")  # the whole prompt is within the line budget
+    propose_with(monkeypatch, command)
+    summary, proposal = run(cli, tmp_path)
+    assert proposal["status"] == "rejected_check", proposal
+    assert proposal["reason"].startswith(says)
+    assert proposal["rollouts"] == 0 and summary["rollouts"] == BASELINE_ROLLOUTS
+
+
+def test_a_proposer_that_removes_its_worktree_is_rejected_and_the_iteration_goes_on(cli, repo, tmp_path,
+                                                                                     monkeypatch):
+    propose_with(monkeypatch, "rm -rf {workdir}")
+    summary, proposal = run(cli, tmp_path)
+    assert proposal["status"] == "rejected_check", proposal
+    assert proposal["reason"].startswith("unreadable: the proposal's worktree ") and "is gone" in proposal["reason"]
+    assert summary["status"] == "rejected" and optimizer_branches(repo) == []
+
+
+def test_the_change_is_the_final_worktree_against_the_base_whatever_was_committed_or_ignored(tmp_path):
+    import git as gitpython
+
+    from optimizer import gitops
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    for name, text in {"p.md": "a\n", "other.md": "o\n", "keep.log": "k\n", ".gitignore": "*.log\n"}.items():
+        (root / name).write_text(text)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.name", "Test User")
+    git(root, "config", "user.email", "test@example.com")
+    git(root, "add", "-A")
+    git(root, "add", "-f", "keep.log")  # tracked although ignored: unchanged, so not part of the change
+    git(root, "commit", "-qm", "base")
+    base = git(root, "rev-parse", "HEAD").strip()
+    repo = gitpython.Repo(root)
+    with gitops.worktree(repo, branch="optimizer/t", base_commit=base, parent=tmp_path / "worktrees") as workdir:
+        (workdir / "p.md").write_text("a\nb\n")
+        git(workdir, "rm", "-q", "other.md")
+        git(workdir, "commit", "-qam", "the proposer's own commit")
+        (workdir / "notes.txt").write_text("untracked\n")
+        (workdir / "scratch.log").write_text("new and ignored\n")
+        change = gitops.final_change(repo, workdir, base)
+        assert change.files == ["notes.txt", "other.md", "p.md"]
+        assert gitops.file_at(repo, change.tree, "p.md") == b"a\nb\n"
+        assert gitops.file_at(repo, change.tree, "other.md") is None
+        commit = gitops.commit_change(repo, "optimizer/t", base, change.tree, "ours\n")
+    assert git(root, "rev-list", f"{base}..optimizer/t").split() == [commit]
+    assert git(root, "diff", "--name-only", base, "optimizer/t").split() == change.files
+
+
+def command_request(tmp_path: Path):
+    from optimizer.proposers import ProposalRequest
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    request_path = tmp_path / "request.md"
+    request_path.write_text("Fix the prompt.\n")
+    return ProposalRequest(request="Fix the prompt.\n", request_path=request_path, prompt_file="prompt.md",
+                           workdir=workdir, ordinal=1)
+
+
+def test_what_a_proposer_left_running_is_stopped_when_it_exits(tmp_path):
+    from optimizer.proposers import CommandProposer
+
+    marker = f"proposer-leftover-{uuid.uuid4().hex}"
+    child = tmp_path / "child.pid"
+    command = f"(exec -a {marker} sleep 300) & echo $! > {shlex.quote(str(child))}; echo done {{request}}"
+    proposal = CommandProposer(command, timeout_s=60).propose(command_request(tmp_path))
+    assert proposal.error is None and proposal.log.startswith("done ")
+    assert child.read_text().strip().isdigit()
+    assert marked_processes(marker) == []
+
+
+def test_ctrl_c_during_a_proposer_stops_all_of_its_processes(tmp_path):
+    from optimizer.proposers import CommandProposer
+
+    marker = f"proposer-interrupted-{uuid.uuid4().hex}"
+    child = tmp_path / "child.pid"
+
+    def interrupt_once_started():
+        deadline = time.monotonic() + 30
+        while not child.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    proposer = CommandProposer(f"test -f {{request}}; {marked_sleeps(marker, child)}", timeout_s=120)
+    with pytest.raises(KeyboardInterrupt):
+        proposer.propose(command_request(tmp_path))
+    assert child.read_text().strip().isdigit()
+    assert marked_processes(marker) == []
