@@ -68,6 +68,11 @@ class HarnessError(OptimizerError):
     """The harness itself failed (exit code 3)."""
 
 
+class StoreError(HarnessError):
+    """The store failed under the harness (a corrupt file, a full disk, a database gone away):
+    the run stops (exit code 3), and no trial is recorded as errored because of it."""
+
+
 class ModelCallError(OptimizerError):
     """A model call failed after all retries; the trial that made it is errored."""
 

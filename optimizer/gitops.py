@@ -1,11 +1,11 @@
-"""Git for the loop: each proposal on its own branch, in its own worktree, away from the user.
+"""Git for the loop: each proposal on its own branch, made away from the user.
 
-The user's working tree, index and current branch are never touched: proposals are made in
-worktrees under `<state_dir>/worktrees/`, which is git-ignored from inside (`<state_dir>/.gitignore`
-holds `*`), so `git status` in the user's checkout does not change either. Only `review --merge`
-and `nightly --merge` write to the user's branch, and only when asked.
+The user's working tree, index and current branch are never touched: proposals are made in a
+clone of their own under `<state_dir>/boxes/` (`optimizer.box`), which is git-ignored from inside
+(`<state_dir>/.gitignore` holds `*`), so `git status` in the user's checkout does not change
+either. Only `review --merge` and `nightly --merge` write to the user's branch, and only when asked.
 
-A proposal is the worktree's final content against the base commit (`final_change`), not what
+A proposal is the clone's final content against the base commit (`final_change`), not what
 `git status` says inside it: a proposer that commits its own edits (as aider does) hides nothing
 that way. Its branch gets one commit of ours on the base holding exactly that change
 (`commit_change`); the proposer's own commits do not survive on it.
@@ -16,10 +16,8 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from optimizer.errors import HarnessError, InputError, first_line
 
@@ -106,28 +104,6 @@ def ignore_state_dir(state_dir: Path) -> None:
         marker.write_text("*\n", encoding="utf-8")
 
 
-@contextmanager
-def worktree(repo, *, branch: str, base_commit: str, parent: Path) -> Iterator[Path]:
-    """A new branch from the base, checked out in a fresh worktree; the worktree is always removed.
-
-    The branch stays; `delete_branch` removes it when the proposal is rejected.
-    """
-    git = _git()
-    parent.mkdir(parents=True, exist_ok=True)
-    path = parent / branch.replace("/", "__")
-    if path.exists():
-        _remove_worktree(repo, path)
-    try:
-        repo.git.worktree("add", "--quiet", "-b", branch, str(path), base_commit)
-    except git.GitCommandError as exc:
-        raise HarnessError(f"could not create worktree for {branch}: {exc.stderr.strip()}",
-                           fix="delete the branch if it is left over from an earlier run: git branch -D " + branch)
-    try:
-        yield path
-    finally:
-        _remove_worktree(repo, path)
-
-
 def _remove_worktree(repo, path: Path) -> None:
     git = _git()
     try:
@@ -141,30 +117,32 @@ def _remove_worktree(repo, path: Path) -> None:
 
 
 class WorktreeError(HarnessError):
-    """A proposal's worktree that git cannot read (a file it may not open, the folder gone): the
+    """A proposal's work tree (the box's clone) that git cannot read (a file it may not open, the folder gone): the
     proposal is rejected, the iteration goes on."""
 
 
 @dataclass(frozen=True)
 class Change:
-    """A proposer's work as the loop judges and commits it: the worktree's final content against
+    """A proposer's work as the loop judges and commits it: its work tree's final content against
     the base commit, whatever the proposer committed, staged, left untracked or deleted. Its own
     commits, index and branch play no part."""
 
     tree: str
-    """The git tree of the worktree's final content."""
+    """The git tree of the work tree's final content."""
     files: list[str]
     """Paths that differ from the base commit (a rename is a deletion and an addition)."""
     diff: str
 
 
 def final_change(repo, workdir: Path, base_commit: str) -> Change:
-    """Stage everything in `workdir` into a throw-away index that starts from `base_commit` (the
-    worktree's own index is left alone) and compare the resulting tree with `base_commit`. A new
+    """Stage everything in `workdir` into a throw-away index of `repo` that starts from
+    `base_commit` and compare the resulting tree with `base_commit`. `workdir`'s own `.git` (the
+    box's, which the proposer may have rewritten) is never read: its config, hooks, index and
+    commits play no part, and the new blobs land in `repo`, ready for `commit_change`. A new
     file that git ignores is not part of it; a tracked file is, ignored or not."""
     git = _git()
     if not Path(workdir).is_dir():
-        raise WorktreeError(f"the proposal's worktree {workdir} is gone")
+        raise WorktreeError(f"the proposal's work tree {workdir} is gone")
     with tempfile.TemporaryDirectory(prefix="optimizer-index-") as folder:
         env = {"GIT_DIR": str(Path(repo.git_dir).resolve()), "GIT_WORK_TREE": str(Path(workdir).resolve()),
                "GIT_INDEX_FILE": str(Path(folder) / "index")}
@@ -175,7 +153,7 @@ def final_change(repo, workdir: Path, base_commit: str) -> Change:
             tree = staging.write_tree(env=env)
         except git.CommandError as exc:
             detail = first_line(str(getattr(exc, "stderr", "") or exc)).removeprefix("stderr: ").strip(" '")
-            raise WorktreeError(f"git cannot read the proposal's worktree: {detail}") from None
+            raise WorktreeError(f"git cannot read the proposal's work tree: {detail}") from None
     names = _diff(repo, "--name-only", "-z", base_commit, tree)
     return Change(tree=tree, files=sorted(name for name in names.split("\0") if name),
                   diff=_diff(repo, base_commit, tree).rstrip("\n"))

@@ -7,7 +7,9 @@ import json
 from dataclasses import dataclass
 
 import pandas as pd
+from pydantic import ValidationError
 
+from optimizer.provenance import RunSpec, changed_parts
 from optimizer.store import Store
 
 ROLES = ("agent", "judge", "patcher")
@@ -59,9 +61,10 @@ def load_history(store: Store, limit: int = 20) -> History:
     if not iterations.empty:
         iterations = iterations.merge(costs_by(ledger, "iteration_id"), on="iteration_id", how="left").fillna(
             {column: 0 for column in (*(f"{role}_usd" for role in ROLES), "cost_usd", "tokens", "calls")})
-    runs_frame = store.runs_frame().tail(limit)
+    runs_frame = store.runs_frame()
+    specs = spec_lines(runs_frame)
     run_rows, score_rows = [], []
-    for row in runs_frame.itertuples():
+    for row in runs_frame.tail(limit).itertuples():
         summary = json.loads(row.summary_json) if isinstance(row.summary_json, str) else {}
         totals = summary.get("totals") or {}
         suites = summary.get("suites") or []
@@ -69,7 +72,7 @@ def load_history(store: Store, limit: int = 20) -> History:
                          "trials": totals.get("trials"), "passed": totals.get("passed"),
                          "errored": totals.get("errored"),
                          "mean_score": suites[0]["mean_score"] if len(suites) == 1 else None,
-                         "cost_usd": totals.get("cost_usd")})
+                         "cost_usd": totals.get("cost_usd"), **specs[row.run_id]})
         for bucket in summary.get("buckets") or []:
             score_rows.append({"bucket": f"{bucket['suite']}/{bucket['bucket']}",
                                "run": f"{row.kind} {row.run_id[-6:]}", "score": bucket.get("mean_score")})
@@ -81,3 +84,40 @@ def load_history(store: Store, limit: int = 20) -> History:
     return History(nightlies=pd.DataFrame(nightly_rows), iterations=iterations, runs=pd.DataFrame(run_rows),
                    bucket_scores=scores, cost_by_role=costs_by(ledger.assign(all="all"), "all")
                    if not ledger.empty else costs_by(ledger, "all"))
+
+
+def spec_lines(runs: pd.DataFrame) -> dict[str, dict[str, str | None]]:
+    """Per run id: its spec in short form (`spec`: commit, dirty flag, package versions) and what
+    changed in it since the run of the same kind before it (`spec_changes`, e.g.
+    `agents.card_agent.code`; None for the first run of its kind, "" when nothing changed). A
+    run recorded before run specs existed shows neither."""
+    lines: dict[str, dict[str, str | None]] = {}
+    previous: dict[str, dict] = {}
+    for row in runs.itertuples():
+        recorded = json.loads(row.fingerprints_json) if isinstance(row.fingerprints_json, str) else {}
+        try:
+            spec = RunSpec.model_validate(recorded)
+        except ValidationError:
+            lines[row.run_id] = {"spec": None, "spec_changes": None}
+            continue
+        before = previous.get(row.kind)
+        lines[row.run_id] = {"spec": spec.short(),
+                             "spec_changes": None if before is None else ", ".join(summarized(
+                                 changed_parts(before, recorded)))}
+        previous[row.kind] = recorded
+    return lines
+
+
+def summarized(parts: list[str]) -> list[str]:
+    """Changed spec parts with the graders' collapsed: one edit to `graders/` changes the
+    `package` of every grader, shown once as `graders.*.package`."""
+    shown: list[str] = []
+    for part in parts:
+        head, _, rest = part.partition(".")
+        name, _, field = rest.partition(".")
+        if head == "graders" and field and sum(p.startswith("graders.") and p.endswith(f".{field}")
+                                               for p in parts) > 1:
+            part = f"graders.*.{field}"
+        if part not in shown:
+            shown.append(part)
+    return shown

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 
 from optimizer.errors import InputError
-from optimizer.history import costs_by
+from optimizer.history import costs_by, spec_lines
 from optimizer.store import Store
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -149,6 +149,9 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
                   "accepted": int(chosen["status"] == "accepted")}
     costs = costs_by(store.ledger_frame(), "iteration_id").set_index("iteration_id")
     iterations = _iteration_rows(store, iteration_ids, costs)
+    specs = spec_lines(store.runs_frame())
+    for row in iterations:
+        row.update(specs.get(row["baseline_run_id"]) or {"spec": None, "spec_changes": None})
     points = []
     for row in iterations:
         if row["baseline_run_id"]:

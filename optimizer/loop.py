@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from optimizer import gitops
+from optimizer.box import Box, open_box
+from optimizer.checkout_state import CheckoutChanged, changes, checkout_state, stop_message
 from optimizer.config import Settings
 from optimizer.errors import ConfigError
 from optimizer.compare import compare, policy_from
@@ -35,7 +37,7 @@ from optimizer.proposers import Proposal, ProposalRequest, make_proposer
 from optimizer.registry import get_agent
 from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
                                render_request, select_targets)
-from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id, plan
+from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id, plan, record_ending
 from optimizer.store import Store
 from optimizer.suites import load_suites, with_regression_suites
 from optimizer.types import RunResult, Suite, Trial, Usage
@@ -48,7 +50,8 @@ class ProposalRecord:
     ordinal: int
     branch: str
     status: str
-    """accepted | rejected_gate | rejected_check | no_patch | superseded"""
+    """accepted | rejected_gate | rejected_check | no_patch | superseded | stopped (the proposer
+    changed the user's checkout; the iteration ends there)"""
     reason: str
     rationale: str = ""
     diff: str = ""
@@ -68,7 +71,7 @@ class ProposalRecord:
 class IterationResult:
     iteration_id: str
     status: str
-    """accepted | rejected | nothing_to_fix | dry_run"""
+    """accepted | rejected | nothing_to_fix | dry_run | stopped"""
     base: gitops.Base
     run_dir: Path
     baseline_run_id: str | None = None
@@ -145,9 +148,11 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
             base_root = _export_prompts(repo, base.commit, prompt_files, Path(folder))
             _Iteration(ctx, settings, repo, suites, prompt_paths, prompt_files, planned, result, base_root).run(
                 dry_run=dry_run, agent=agent)
+    except CheckoutChanged:  # already recorded as stopped, with the proposal that did it
+        raise
     except BaseException as exc:
-        ctx.store.update_iteration(iteration_id, status="crashed",
-                                   summary_json={"error": f"{type(exc).__name__}: {exc}"})
+        record_ending(exc, lambda status, reason: ctx.store.update_iteration(
+            iteration_id, status=status, summary_json={"stop_reason": reason}))
         raise
     return result
 
@@ -155,7 +160,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
 def _export_prompts(repo, commit: str, prompt_files: dict[str, str], folder: Path) -> Path:
     """Write every prompt file as `commit` holds it under `folder`, at its path from the project
     root, for the runner's `prompt_root`: trials read exactly what was committed, never a working
-    tree (the user's, or a proposer's worktree with whatever it left there).
+    tree (the user's, or a proposer's clone with whatever it left there).
 
     `prompt_files` maps each prompt's path from the project root to its path in the repository."""
     for project_path, repo_path in prompt_files.items():
@@ -254,6 +259,8 @@ class _Iteration:
             return
 
         proposer = make_proposer(self.settings)
+        if proposer.note:
+            self.log(f"note: {proposer.note}")
         lint_index = LintIndex.from_suites(self.suites)
         candidates = self.settings.candidates
         for number in range(1, candidates + 1):
@@ -263,17 +270,19 @@ class _Iteration:
             self.log(f"proposal {record.ordinal} ({number} of {candidates} this iteration) on {branch} "
                      f"({proposer.name} proposer)")
             try:
-                with gitops.worktree(self.repo, branch=branch, base_commit=base.commit,
-                                     parent=self.ctx.project_root / self.settings.state_dir / "worktrees") as workdir:
-                    self._proposal(proposer, record, workdir, selection, prompt, prompt_path, lint_index)
+                with open_box(self.repo, branch=branch, base_commit=base.commit,
+                              parent=self.ctx.project_root / self.settings.state_dir / "boxes") as box:
+                    self._proposal(proposer, record, box, selection, prompt, prompt_path, lint_index)
             except BaseException:
                 gitops.delete_branch(self.repo, branch)
                 raise
-            if record.status != "accepted":
+            if record.status not in ("accepted", "stopped"):  # stopped: run no git in a changed repository
                 gitops.delete_branch(self.repo, branch)
             _store_proposal(store, result, record, selection.agent, proposer.name, self.settings, manual.sha256)
             detail = record.reason.removeprefix("accepted: ").removeprefix("rejected: ")
             self.log(f"proposal {record.ordinal}: {record.status}: {detail}")
+            if record.status == "stopped":
+                self._stop(record, confined=proposer.confined)
 
         accepted = [p for p in result.proposals if p.status == "accepted"]
         if len(accepted) > 1:
@@ -286,6 +295,20 @@ class _Iteration:
         result.status = "accepted" if result.accepted else "rejected"
         result.report_path = _write_report(result)
         store.update_iteration(result.iteration_id, status=result.status, summary_json=_summary(result))
+
+    def _stop(self, record: ProposalRecord, *, confined: bool) -> None:
+        """End the iteration on a proposer that changed the user's checkout: recorded as stopped,
+        then raised, so `run` and `nightly` exit with the harness code (3), not a verdict."""
+        result = self.result
+        result.status = "stopped"
+        result.report_path = _write_report(result)
+        self.store.update_iteration(result.iteration_id, status="stopped", summary_json=_summary(result))
+        fix = ("the proposer could not write there, so if you changed the checkout yourself meanwhile, run again"
+               if confined else
+               "confine the proposer with bubblewrap (the note at the start of the run says why it was not)")
+        raise CheckoutChanged(record.reason, path=self.repo.working_tree_dir,
+                              fix=f"undo those changes by hand (they are still there; nothing was merged) and check "
+                                  f"the proposer; {fix}")
 
     def _baseline(self) -> list[Trial]:
         result = self.result
@@ -323,20 +346,25 @@ class _Iteration:
         return _run_trials(self.ctx, self.settings, self.suites, planned, prompt_root, kind=kind, label=label,
                            run_id=run_id)
 
-    def _proposal(self, proposer, record: ProposalRecord, workdir: Path, selection: Selection, prompt: str,
+    def _proposal(self, proposer, record: ProposalRecord, box: Box, selection: Selection, prompt: str,
                   prompt_path: str, lint_index: LintIndex) -> None:
-        result, base = self.result, self.result.base
+        result, base, workdir = self.result, self.result.base, box.workdir
         def check(patched: str) -> str | None:
             found = check_prompt_text(prompt_file=prompt_path, base_prompt=prompt, patched=patched,
                                       max_changed_lines=self.settings.max_changed_lines, index=lint_index)
             return None if found.passed else f"{found.rule}: {found.reason}"
 
+        before = checkout_state(self.repo)
         proposal: Proposal = proposer.propose(ProposalRequest(
             request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,
-            prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal, check=check))
+            prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal, check=check, box=box))
         record.rationale, record.usage = proposal.rationale, proposal.usage
         if proposal.log:
             write_text(result.run_dir / f"proposal-{record.ordinal}.log", proposal.log)
+        changed = changes(before, checkout_state(self.repo))
+        if changed:  # checked before any git command of ours reads the user's (maybe changed) config
+            record.status, record.reason = "stopped", stop_message(changed)
+            return
         try:
             change = gitops.final_change(self.repo, workdir, base.commit)
         except gitops.WorktreeError as exc:
@@ -344,7 +372,7 @@ class _Iteration:
                 ("rejected_check", f"unreadable: {exc.message}")
             return
         record.diff = change.diff
-        if proposal.error:  # a proposer that failed or timed out: what it left in the worktree is not used
+        if proposal.error:  # a proposer that failed or timed out: what it left in its clone is not used
             record.status, record.reason = "no_patch", proposal.error
             return
         found = check_change(changed_files=change.files, allowed_file=prompt_path, base_prompt=prompt,

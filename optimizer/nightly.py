@@ -34,6 +34,7 @@ from datetime import date as Date
 from typing import Any
 
 from optimizer import gitops
+from optimizer.box import remove_stray_boxes
 from optimizer.errors import InputError
 from optimizer.ledger import Budget, BudgetExceeded, Ledger, charging
 from optimizer.models import answered_in_process, is_embedded
@@ -141,9 +142,9 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
         for agent in agents:
             get_agent(agent)
         _check_budget_can_bind(settings, limits)
-        stray = gitops.remove_stray_worktrees(repo, state_dir / "worktrees")
+        stray = gitops.remove_stray_worktrees(repo, state_dir / "worktrees") + remove_stray_boxes(state_dir / "boxes")
         if stray:
-            ctx.log(f"removed {len(stray)} worktree(s) left by an earlier process")
+            ctx.log(f"removed {len(stray)} proposer folder(s) left by an earlier process")
         if result is None:
             branch = branch_name(day or Date.today(), repo)
             result = NightlyResult(nightly_id=new_run_id(), branch=branch, base_ref=base.ref,
@@ -223,7 +224,7 @@ def _reconcile(ctx: LoopContext, repo, result: NightlyResult) -> None:
     proposals = ctx.store.proposals(iteration_id=iteration_id)
     expected = ((record or {}).get("settings") or {}).get("candidates", 1)
     status = (record or {}).get("status")
-    if status in ("running", "crashed") and proposals and len(proposals) >= expected:
+    if status in ("running", "interrupted", "stopped", "crashed") and proposals and len(proposals) >= expected:
         status = "accepted" if any(p["status"] == "accepted" for p in proposals) else "rejected"
         ctx.store.update_iteration(iteration_id, status=status)
     if status not in ("accepted", "rejected", "nothing_to_fix"):

@@ -6,15 +6,16 @@
   `patch_format = "rule"` (the default for the embedded models) it returns one new rule instead,
   appended to the prompt.
 * `command`: a coding-agent CLI the user already has, configured as a command line with
-  `{request}` and `{workdir}`; it runs in the proposal's worktree, in a process group of its own,
-  with a timeout. A command that fails or times out gives no patch, whatever it edited.
+  `{request}` and `{workdir}`; it runs in the proposal's box (`optimizer.box`: a clone of its
+  own, under bubblewrap when it works here), in a process group of its own, with a timeout. A
+  command that fails or times out gives no patch, whatever it edited.
 * `mock/patcher` is not a proposer but a model: the `llm` proposer on `--patcher-model
   mock/patcher` answers from a JSON script (`mock_patcher_script`), or as a weak patcher of the
   `mock/sim` agents (`mock_patcher_skill`), so tests and demos go through the same dspy and
   litellm path as a real model.
 
-A proposer writes its change into the worktree and returns what it did; the loop takes the
-worktree's final content against the base commit as the patch (committed by the proposer or not),
+A proposer writes its change into the box's clone and returns what it did; the loop takes the
+clone's final content against the base commit as the patch (committed by the proposer or not),
 then checks, commits and evaluates it.
 """
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
+from optimizer.box import Box, Confinement, confined, confinement
 from optimizer.errors import ConfigError, first_line
 from optimizer.ledger import current as current_ledger
 from optimizer.ledger import estimate_tokens
@@ -65,12 +67,16 @@ class ProposalRequest:
     request: str
     request_path: Path
     prompt_file: str
-    """Relative to the worktree root."""
+    """Relative to the root of `workdir`."""
     workdir: Path
+    """The box's clone, where the proposer edits."""
     ordinal: int
     check: Callable[[str], str | None] | None = None
     """The loop's pre-rollout checks on a patched prompt (None when it passes, else why not); a
     proposer that can try again feeds the reason back before giving its last answer."""
+    box: Box | None = None
+    """The box `workdir` is in: its folder is all a confined proposer command may write to, and
+    its scratch HOME the command's. None runs a command with the caller's HOME."""
 
 
 @dataclass
@@ -84,12 +90,19 @@ class Proposal:
 
 class Proposer(Protocol):
     name: str
+    note: str
+    """Said once per run before the first proposal (how the proposer is confined), or empty."""
+    confined: bool
+    """True when it cannot write outside its box: an in-process proposer that writes only the
+    prompt file, or a command under bubblewrap."""
 
     def propose(self, request: ProposalRequest) -> Proposal: ...
 
 
 class LLMProposer:
     name = "llm"
+    note = ""
+    confined = True
 
     def __init__(self, model: str, *, script: str | None = None, skill: float | None = None, seed: int = 0,
                  temperature: float = 0.0, retry_attempts: int = 4, patch_format: str = "edits"):
@@ -209,19 +222,28 @@ def _fenced(text: str) -> str:
 class CommandProposer:
     name = "command"
 
-    def __init__(self, template: str, *, timeout_s: float):
+    def __init__(self, template: str, *, timeout_s: float, confinement: Confinement = Confinement(None)):
         if "{request}" not in template:
             raise ConfigError("the proposer command must contain {request}", field="proposer_command",
                               fix="e.g. proposer_command = \"my-agent --prompt-file {request} --cwd {workdir}\"")
         self.template = template
         self.timeout_s = timeout_s
+        self.bwrap = confinement.bwrap
+        self.note = confinement.note
+        self.confined = confinement.bwrap is not None
 
     def propose(self, request: ProposalRequest) -> Proposal:
         command = self.template.replace("{request}", shlex.quote(str(request.request_path))) \
                                .replace("{workdir}", shlex.quote(str(request.workdir)))
         proposal = Proposal()
+        argv = ["bash", "-c", command]
+        if self.bwrap:
+            writable = request.box.folder if request.box else request.workdir
+            argv = confined([self.bwrap], argv, writable=[writable.resolve()],
+                            readable=[request.request_path.resolve()], workdir=request.workdir.resolve())
+        env = {**os.environ, "HOME": str(request.box.home)} if request.box else None
         with tempfile.TemporaryFile() as output:
-            process = subprocess.Popen(["bash", "-c", command], cwd=request.workdir, stdin=subprocess.DEVNULL,
+            process = subprocess.Popen(argv, cwd=request.workdir, stdin=subprocess.DEVNULL, env=env,
                                        stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 code = process.wait(timeout=self.timeout_s)
@@ -242,7 +264,7 @@ class CommandProposer:
 
 def _stop_group(process: subprocess.Popen) -> None:
     """End the command and everything it started (its process group): after a timeout or Ctrl-C,
-    and after a normal exit too, so nothing it left running changes the worktree while the loop
+    and after a normal exit too, so nothing it left running changes the clone while the loop
     reads it. SIGTERM to the group, up to `STOP_GRACE_S` for the command itself to exit, then
     SIGKILL to whatever is left."""
     try:
@@ -277,7 +299,8 @@ def make_proposer(settings) -> Proposer:
         if not settings.proposer_command:
             raise ConfigError("--proposer command needs a command line", field="proposer_command",
                               fix="set proposer_command in [tool.optimizer] or OPTIMIZER_PROPOSER_COMMAND")
-        return CommandProposer(settings.proposer_command, timeout_s=settings.proposer_timeout)
+        return CommandProposer(settings.proposer_command, timeout_s=settings.proposer_timeout,
+                               confinement=confinement())
     return LLMProposer(settings.patcher_model, script=settings.mock_patcher_script,
                        skill=settings.mock_patcher_skill, seed=settings.seed,
                        retry_attempts=settings.retry_attempts, patch_format=patch_format(settings))

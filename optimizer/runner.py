@@ -9,7 +9,6 @@ from __future__ import annotations
 import fnmatch
 import gc
 import os
-import hashlib
 import secrets
 import shutil
 import tempfile
@@ -25,13 +24,16 @@ from queue import Empty, SimpleQueue
 from typing import Callable, Iterator
 
 from optimizer.agent_run import AgentContext
-from optimizer.config import Settings
-from optimizer.errors import InputError, ModelCallError, OptimizerError, TrialCutShort, TrialTimeout
+from optimizer.config import Settings, find_project_root
+from optimizer.errors import (InputError, ModelCallError, OptimizerError, StoreError, TrialCutShort, TrialTimeout,
+                              first_line)
 from optimizer.judging import JudgeSettings, judging
 from optimizer.ledger import BudgetExceeded
 from optimizer import processes as forked
 from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answer_variant, answered_in_process,
                               concurrency_limit, litellm_module, register_trial, unregister_trial)
+from optimizer.provenance import (ModelSpec, RunSpec, TaskSpec, agent_spec, git_state, grader_spec,
+                                 optimizer_source, package_versions, tree_hash)
 from optimizer.registry import AgentEntry, get_agent, get_grader, judges_of
 from optimizer.scoring import trial_verdict
 from optimizer.store import Store
@@ -90,25 +92,31 @@ def read_prompt(entry: AgentEntry, prompt_root: Path) -> str:
 
 def fingerprints(suites: list[Suite], settings: Settings, prompt_root: Path,
                  planned: list[PlannedTrial] | None = None) -> dict:
-    """What a later run must match to reuse this one's results."""
-    prompts, tasks, graders, trials = {}, {}, {}, {}
+    """What a later run must match to reuse this one's results: the run spec
+    (`optimizer.provenance.RunSpec`) as JSON. The project (its commit, its base fixtures) is
+    found from the suite folder as the CLI finds it, since a loop's `prompt_root` holds only the
+    exported prompts."""
+    trials: dict[str, int] = {}
     for item in planned or []:
         key = f"{item.suite.name}/{item.task.id}"
         trials[key] = trials.get(key, 0) + 1
+    agents, tasks, graders = {}, {}, {}
     for suite in suites:
         entry = get_agent(suite.spec.agent_name)
-        prompts[entry.prompt_file] = hashlib.sha256(read_prompt(entry, prompt_root).encode()).hexdigest()[:16]
+        agents[entry.name] = agent_spec(entry, read_prompt(entry, prompt_root))
+        project_root = find_project_root(suite.root)
         for task in suite.tasks:
-            tasks[f"{suite.name}/{task.id}"] = task_fingerprint(task)
+            key = f"{suite.name}/{task.id}"
+            tasks[key] = TaskSpec(file=task_fingerprint(task), fixtures=tree_hash(fixture_paths(task, project_root)),
+                                  trials=trials.get(key, 0))
             for spec in task.graders:
-                graders[spec.name] = get_grader(spec.name).fingerprint
-    result = {"prompts": prompts, "tasks": tasks, "graders": graders, "trials": trials, "seed": settings.seed,
-              "temperature": settings.temperature,
-              "models": {"agent": settings.agent_model, "judge": settings.judge_model}}
-    variant = answer_variant(settings.agent_model, settings.sim_noise)
-    if variant is not None:
-        result["agent_variant"] = variant
-    return result
+                if spec.name not in graders:
+                    graders[spec.name] = grader_spec(get_grader(spec.name))
+    models = ModelSpec(agent=settings.agent_model, judge=settings.judge_model, temperature=settings.temperature,
+                       seed=settings.seed, agent_variant=answer_variant(settings.agent_model, settings.sim_noise))
+    spec = RunSpec(git=git_state(find_project_root(suites[0].root)) if suites else None, packages=package_versions(),
+                   optimizer_source=optimizer_source(), models=models, agents=agents, tasks=tasks, graders=graders)
+    return spec.model_dump(mode="json")
 
 
 class Runner:
@@ -183,8 +191,11 @@ class Runner:
                                       lost=lambda item, why: _errored(item, why, 0.0))
                 else:
                     run_pooled(planned, workers, execute, record)
-        finally:
             self.store.flush()
+        except BaseException as exc:
+            record_ending(exc, lambda status, reason: self.store.finish_run(run.run_id, status,
+                                                                           {"stop_reason": reason}))
+            raise
         run.finished_at = datetime.now(timezone.utc)
         return run
 
@@ -212,7 +223,7 @@ class Runner:
                                    trial_index=item.index, deadline=deadline)
             try:
                 result = entry.run(context)
-            except BudgetExceeded:
+            except (BudgetExceeded, StoreError):
                 raise  # the job stops; this trial is not a result
             except TrialCutShort as exc:  # before TrialTimeout: a passed deadline is both
                 return _cut_short(item, exc.message, time.monotonic() - begun, client,
@@ -248,7 +259,7 @@ class Runner:
             config = entry.parse_config(spec.config, path=task.path, where=f"graders[{index}]")
             with judging(self.judge):
                 result = entry.func(task, trial, config)
-        except BudgetExceeded:
+        except (BudgetExceeded, StoreError):
             raise
         except OptimizerError as exc:
             return GraderResult(grader=spec.name, errored=True, rationale=str(exc))
@@ -257,6 +268,28 @@ class Runner:
             return GraderResult(grader=spec.name, errored=True, rationale=f"grader crashed: {detail}")
         result.details.setdefault("grader_version", entry.version)
         return result
+
+
+def early_ending(exc: BaseException) -> tuple[str, str]:
+    """The status and reason of a run or iteration that `exc` ended before its end: `interrupted`
+    (Ctrl-C or a signal that exits), `stopped` (a budget) or `crashed` (anything else)."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return "interrupted", f"{type(exc).__name__}: the process was asked to stop"
+    if isinstance(exc, BudgetExceeded):
+        return "stopped", f"budget: {exc.message}"
+    return "crashed", f"{type(exc).__name__}: {first_line(str(exc))}"
+
+
+def record_ending(exc: BaseException, write: Callable[[str, str], None]) -> None:
+    """Label what `exc` ended early with `write(status, reason)`. When the store itself failed,
+    the label is written if the store still takes it, and the store's first error is the one
+    the caller raises."""
+    status, reason = early_ending(exc)
+    try:
+        write(status, reason)
+    except StoreError:
+        if not isinstance(exc, StoreError):
+            raise
 
 
 @contextmanager

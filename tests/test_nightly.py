@@ -51,7 +51,7 @@ def test_good_proposals_stack_on_the_nightly_branch_in_order(cli, repo, isolated
     assert optimizer_branches(repo) == [summary["branch"]]
     assert snapshot(repo) == before
     assert (isolated / "optimizer.db").exists() and not (isolated / "nightly.lock").exists()
-    assert not (isolated / "worktrees").exists() or not any((isolated / "worktrees").iterdir())
+    assert not (isolated / "boxes").exists() or not any((isolated / "boxes").iterdir())
     with sqlite3.connect(isolated / "optimizer.db") as db:
         status, state = db.execute("select status, state_json from nightlies").fetchone()
         roles = {role for (role,) in db.execute("select distinct role from ledger")}
@@ -119,7 +119,7 @@ def test_a_usd_budget_is_never_passed(cli, repo, isolated, tmp_path, monkeypatch
     assert summary["spent_usd"] == spent or abs(summary["spent_usd"] - spent) < 1e-9
     assert budget - spent < largest * 50, (spent, largest)  # it stopped near the budget, not far below it
     assert optimizer_branches(repo) == [summary["branch"]]
-    assert not (isolated / "worktrees").exists() or not any((isolated / "worktrees").iterdir())
+    assert not (isolated / "boxes").exists() or not any((isolated / "boxes").iterdir())
 
 
 def test_history_lists_the_night_its_iterations_scores_and_costs(cli, repo, isolated, tmp_path, monkeypatch):
@@ -232,8 +232,8 @@ def test_kill_9_at_ten_points_then_resume_ends_as_an_uninterrupted_night(repo, t
         assert done.returncode == 0, done.stdout + done.stderr
         summary = json.loads((tmp_path / "resumed.json").read_text())
     assert _final_state(killed_repo, state, summary) == reference
-    # nothing stray: no worktree, lock, temporary file or proposal branch; the checkout untouched
-    assert not (state / "worktrees").exists() or not any((state / "worktrees").iterdir())
+    # nothing stray: no box, lock, temporary file or proposal branch; the checkout untouched
+    assert not (state / "boxes").exists() or not any((state / "boxes").iterdir())
     assert len(git(killed_repo, "worktree", "list").splitlines()) == 1
     assert not (state / "nightly.lock").exists()
     assert not [path for path in state.rglob("*") if path.name.endswith(".tmp")]

@@ -1,4 +1,4 @@
-"""A proposal is the proposer's final worktree against the base commit, whatever it committed, and
+"""A proposal is the proposer's final clone against the base commit, whatever it committed, and
 a proposer command that fails, hangs or is interrupted leaves no patch and no process behind.
 
 End to end with the `command` proposer on a throw-away repository (see tests/test_loop.py), plus
@@ -28,7 +28,7 @@ COMMIT = "git add -A && git commit -qm 'the proposer commits its own work'"
 
 
 def propose_with(monkeypatch, command: str, timeout_s: float | None = None) -> None:
-    """The `command` proposer running `command` in the worktree, once it has found its request."""
+    """The `command` proposer running `command` in its clone, once it has found its request."""
     monkeypatch.setenv("OPTIMIZER_PROPOSER", "command")
     monkeypatch.setenv("OPTIMIZER_PROPOSER_COMMAND", f"test -f {{request}} && {{ {command}; }}")
     if timeout_s is not None:
@@ -109,15 +109,16 @@ def test_an_auto_committing_proposer_gets_one_commit_of_ours_holding_exactly_its
     assert changed == ["+" + FACT_RULE]
 
 
-def test_a_proposer_that_hangs_times_out_with_nothing_left_running(cli, repo, tmp_path, monkeypatch):
+def test_a_proposer_that_hangs_times_out_with_nothing_left_running(cli, repo, tmp_path, monkeypatch, isolated):
     marker = f"proposer-hang-{uuid.uuid4().hex}"
-    child = tmp_path / "child.pid"
+    child = Path("/dev/stdout")  # into its log: the host's /tmp is not the command's under bubblewrap
     propose_with(monkeypatch, f"{APPEND_RULE}; {marked_sleeps(marker, child)}", timeout_s=3)
     summary, proposal = run(cli, tmp_path)
     assert proposal["status"] == "no_patch", proposal
     assert proposal["reason"] == "the proposer command timed out after 3 s; its changes are not used"
     assert proposal["rollouts"] == 0 and summary["rollouts"] == BASELINE_ROLLOUTS
-    assert child.read_text().strip().isdigit(), "the background child was started"
+    log = next(isolated.glob("runs/*/proposal-1.log")).read_text()
+    assert log.strip().isdigit(), "the background child was started"
     assert marked_processes(marker) == []
 
 
@@ -149,19 +150,20 @@ def test_a_prompt_file_the_agent_cannot_read_is_rejected_before_any_rollout(cli,
     assert proposal["rollouts"] == 0 and summary["rollouts"] == BASELINE_ROLLOUTS
 
 
-def test_a_proposer_that_removes_its_worktree_is_rejected_and_the_iteration_goes_on(cli, repo, tmp_path,
+def test_a_proposer_that_removes_its_clone_is_rejected_and_the_iteration_goes_on(cli, repo, tmp_path,
                                                                                      monkeypatch):
     propose_with(monkeypatch, "rm -rf {workdir}")
     summary, proposal = run(cli, tmp_path)
     assert proposal["status"] == "rejected_check", proposal
-    assert proposal["reason"].startswith("unreadable: the proposal's worktree ") and "is gone" in proposal["reason"]
+    assert proposal["reason"].startswith("unreadable: the proposal's work tree ") and "is gone" in proposal["reason"]
     assert summary["status"] == "rejected" and optimizer_branches(repo) == []
 
 
-def test_the_change_is_the_final_worktree_against_the_base_whatever_was_committed_or_ignored(tmp_path):
+def test_the_change_is_the_final_clone_against_the_base_whatever_was_committed_or_ignored(tmp_path):
     import git as gitpython
 
     from optimizer import gitops
+    from optimizer.box import open_box
 
     root = tmp_path / "repo"
     root.mkdir()
@@ -175,7 +177,8 @@ def test_the_change_is_the_final_worktree_against_the_base_whatever_was_committe
     git(root, "commit", "-qm", "base")
     base = git(root, "rev-parse", "HEAD").strip()
     repo = gitpython.Repo(root)
-    with gitops.worktree(repo, branch="optimizer/t", base_commit=base, parent=tmp_path / "worktrees") as workdir:
+    with open_box(repo, branch="optimizer/t", base_commit=base, parent=tmp_path / "boxes") as box:
+        workdir = box.workdir
         (workdir / "p.md").write_text("a\nb\n")
         git(workdir, "rm", "-q", "other.md")
         git(workdir, "commit", "-qam", "the proposer's own commit")

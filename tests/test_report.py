@@ -73,3 +73,10 @@ def test_the_report_renders_in_headless_chromium(report, tmp_path):
     assert 0.01 < ink < 0.6, f"the screenshot looks blank or garbled ({ink:.1%} dark pixels)"
     coloured = ((pixels[..., 0] - pixels[..., 2]).__abs__() > 0.2).mean()
     assert coloured > 0.0005, "no coloured pixels: the charts or badges did not render"
+
+
+def test_each_iteration_shows_its_baselines_spec_and_what_changed_since_the_last(report):
+    iterations = report.read_text().split('id="iterations"')[1].split("</table>")[0]
+    first, second = iterations.split('class="spec"')[1:]
+    assert "litellm=" in first and "dspy=" in first and "changed since" not in first
+    assert "changed since the last baseline: " in second and "agents.card_agent.prompt" in second

@@ -9,8 +9,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event, func, insert, select, update
+from sqlalchemy import Engine, create_engine, event, func, insert, make_url, select, update
+from sqlalchemy.exc import DatabaseError, DBAPIError
 
+from optimizer.errors import StoreError, first_line
 from optimizer.store import schema
 from optimizer.store.migrations import migrate
 from optimizer.store._writes import write_batch
@@ -29,7 +31,7 @@ def open_store(settings, project_root: Path) -> "Store":
     cannot be opened is a configuration error naming the setting to change."""
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
-    from optimizer.errors import ConfigError, first_line
+    from optimizer.errors import ConfigError
 
     url = settings.database_url or default_url(project_root / settings.state_dir)
     field = "database_url" if settings.database_url else "state_dir"
@@ -48,6 +50,35 @@ def open_store(settings, project_root: Path) -> "Store":
                           fix="point it at a writable folder or a reachable database") from None
 
 
+CORRUPTION = ("malformed", "not a database", "corrupt")
+"""What SQLite says of a damaged file (`database disk image is malformed`, `file is not a
+database`) and what `PRAGMA quick_check` reports."""
+
+
+def store_error(url: str, reason: str) -> StoreError:
+    """A fault of the store at `url` as the error that stops the job, with the fix. `reason` is
+    the database's own words (no credentials: a server URL is shown without its password)."""
+    if url.startswith("sqlite:///"):
+        where = url.removeprefix("sqlite:///")
+    else:
+        where = make_url(url).render_as_string(hide_password=True)
+    if any(marker in reason.lower() for marker in CORRUPTION):
+        return StoreError(f"the store is corrupt: {reason}", path=where,
+                          fix=f"restore {where} from a backup, or move it aside (the next run starts an empty "
+                              "store), or set state_dir (env OPTIMIZER_STATE_DIR) to another folder")
+    return StoreError(f"the store failed: {reason}", path=where,
+                      fix="check the database (free disk space, permissions, the server) and run again; "
+                          "trials already recorded are kept")
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's message, without SQLAlchemy's statement and parameters."""
+    return first_line(str(getattr(exc, "orig", None) or exc), type(exc).__name__)
+
+
+UNFINISHED = ("running", "interrupted", "stopped", "crashed")
+"""Statuses of a run that did not get to the end of its trials."""
+
 GATHER_S = 0.05
 """How long the writer gathers records after the first before it commits them together (unless
 someone is waiting for them in `flush`)."""
@@ -61,6 +92,10 @@ class Store:
     one writer; a transaction, or a statement, per row costs more than the row). A record reaches
     the database at most `GATHER_S` after it is queued; `flush()` cuts that short and waits for
     it, and every run-level write flushes first, so a finished run is all on disk.
+
+    A SQLite store is checked (`PRAGMA quick_check`) when opened, and a corrupt one refused.
+    After that every database error, in any thread, is raised as a `StoreError`: the run stops
+    on it rather than recording the trial that happened to read the cache as errored.
     """
 
     def __init__(self, url: str):
@@ -72,8 +107,15 @@ class Store:
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._lock = threading.Lock()
-        with self.engine.begin() as conn:
-            migrate(conn)
+        try:
+            self._check_integrity()
+            with self.engine.begin() as conn:
+                migrate(conn)
+        except DatabaseError as exc:
+            if not any(marker in _reason(exc).lower() for marker in CORRUPTION):
+                raise  # e.g. a folder it cannot write: `open_store` names the setting to change
+            raise store_error(url, _reason(exc)) from None
+        event.listen(self.engine, "handle_error", self._raise_store_error)
         self._queue: queue.Queue = queue.Queue()
         self._pending_cache: dict[str, dict[str, Any]] = {}
         self._writer: threading.Thread | None = None
@@ -85,8 +127,27 @@ class Store:
         self.flush()
         self.engine.dispose()
 
+    def _check_integrity(self) -> None:
+        """Refuse a SQLite file with damaged pages before anything reads it. `quick_check` reads
+        every page once (a second or so for a store of hundreds of MB) but skips the slower
+        index-against-table comparison of `integrity_check`."""
+        if self.engine.dialect.name != "sqlite":
+            return
+        with self.engine.connect() as conn:
+            problems = [row[0] for row in conn.exec_driver_sql("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise store_error(self.url, f"PRAGMA quick_check found {len(problems)} problem(s), first: "
+                                        f"{problems[0]} (corrupt pages)")
+
+    def _raise_store_error(self, context) -> None:
+        """SQLAlchemy's `handle_error` hook: a database error becomes the StoreError that stops the
+        run, wherever it happens (a trial reading the cache, the writer, a report)."""
+        if isinstance(context.sqlalchemy_exception, DBAPIError):
+            raise store_error(self.url, _reason(context.original_exception)) from context.original_exception
+
     # ------------------------------------------------------------------ writer
     def _enqueue(self, kind: str, payload: Any) -> None:
+        self._raise_writer_error()  # a failed writer stops the run at its next record
         with self._lock:
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
@@ -98,6 +159,9 @@ class Store:
         if self._writer is not None:
             self._flushing.set()  # the writer stops gathering and commits now
             self._queue.join()
+        self._raise_writer_error()
+
+    def _raise_writer_error(self) -> None:
         if self._writer_error is not None:
             error, self._writer_error = self._writer_error, None
             raise error
@@ -116,7 +180,7 @@ class Store:
             try:
                 with self.engine.begin() as conn:
                     write_batch(conn, batch)
-            except BaseException as exc:  # surfaced by flush()
+            except BaseException as exc:  # surfaced by the next record or flush()
                 self._writer_error = exc
             finally:
                 for kind, payload in batch:
@@ -172,13 +236,14 @@ class Store:
         return None
 
     def find_unfinished_run(self, fingerprints: dict[str, Any], kind: str) -> str | None:
-        """The newest run of this kind that never finished (its process was killed) and has exactly
-        these fingerprints: its recorded trials can be kept and only the rest run."""
+        """The newest run of this kind that never finished (its process was killed, interrupted,
+        stopped by a budget or crashed) and has exactly these fingerprints: its recorded trials
+        can be kept and only the rest run."""
         wanted = json.dumps(fingerprints, sort_keys=True, default=str)
         self.flush()
         with self.engine.connect() as conn:
             rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.fingerprints_json)
-                                .where(schema.runs.c.status == "running", schema.runs.c.kind == kind)
+                                .where(schema.runs.c.status.in_(UNFINISHED), schema.runs.c.kind == kind)
                                 .order_by(schema.runs.c.started_at.desc())).all()
         for run_id, stored in rows:
             if json.dumps(json.loads(stored), sort_keys=True, default=str) == wanted:

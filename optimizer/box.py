@@ -1,0 +1,122 @@
+"""The proposer's box: a clone of its own, and bubblewrap around a proposer command.
+
+A git worktree shares `.git` (config, hooks, refs) with the user's repository, so a proposer
+working in one can set `core.hooksPath`, move a branch or plant a tag there. The box is instead a
+fresh repository (`git init`, then a shallow fetch of the base commit from the user's
+repository, before the proposer starts): its config, hooks and refs are its own and are never
+read by the loop. The patch is the box's final work tree against the base commit, staged with the
+*user's* git directory and a throw-away index (`gitops.final_change`), so nothing the proposer
+wrote into the box's `.git` runs or counts.
+
+Both proposers work in the box: `llm` writes the prompt file in process, `command` runs in it.
+When `bwrap` works on this machine the command runs under it: the whole filesystem read-only,
+its own `/dev`, `/proc` and pid namespace, a private `/tmp`, and only the box's clone and a
+scratch HOME writable; the network is left as is (coding agents call their API). Without
+`bwrap` the command runs unconfined, and `checkout_state` is what notices what it changed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from optimizer.errors import HarnessError, first_line
+from optimizer.gitops import AUTHOR_EMAIL, AUTHOR_NAME
+
+INSTALL = "install bubblewrap (sudo apt-get install bubblewrap)"
+
+
+@dataclass(frozen=True)
+class Box:
+    folder: Path
+    """All a confined proposer command may write to: the clone and its HOME."""
+
+    @property
+    def workdir(self) -> Path:
+        """The clone: the base commit checked out on the proposal's branch name."""
+        return self.folder / "repo"
+
+    @property
+    def home(self) -> Path:
+        """A scratch HOME for the proposer command (empty at the start)."""
+        return self.folder / "home"
+
+
+@contextmanager
+def open_box(repo, *, branch: str, base_commit: str, parent: Path) -> Iterator[Box]:
+    """A fresh clone of `base_commit` under `parent`, removed afterwards whatever happened."""
+    folder = (parent / branch.replace("/", "__")).resolve()
+    shutil.rmtree(folder, ignore_errors=True)
+    box = Box(folder)
+    box.home.mkdir(parents=True)
+    source = str(Path(repo.common_dir).resolve())
+    try:
+        for args in (["init", "-q", str(box.workdir)],
+                     ["-C", str(box.workdir), "fetch", "-q", "--depth=1", "--no-tags", source, base_commit],
+                     ["-C", str(box.workdir), "checkout", "-q", "-B", branch, "FETCH_HEAD"],
+                     ["-C", str(box.workdir), "config", "user.name", AUTHOR_NAME],
+                     ["-C", str(box.workdir), "config", "user.email", AUTHOR_EMAIL]):
+            done = subprocess.run(["git", *args], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise HarnessError(f"could not make the proposer's clone: `git {' '.join(args)}` said "
+                                   f"{first_line(done.stderr, 'nothing')!r}",
+                                   fix=f"check that {parent} is writable and that `git fetch` from {source} works")
+        yield box
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def remove_stray_boxes(parent: Path) -> list[str]:
+    """Remove the boxes a killed process left under `parent`; returns their names."""
+    removed = sorted(path.name for path in parent.iterdir()) if parent.is_dir() else []
+    for name in removed:
+        shutil.rmtree(parent / name, ignore_errors=True)
+    return removed
+
+
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+@dataclass(frozen=True)
+class Confinement:
+    bwrap: str | None
+    """The `bwrap` to run a proposer command under, or None: it runs unconfined."""
+    note: str = ""
+    """Why there is no bwrap, for one log line per run."""
+
+
+def confinement() -> Confinement:
+    """bwrap when it is installed and can make a sandbox here (a container may forbid the
+    namespaces it needs); else None and the reason."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        return Confinement(None, f"bubblewrap (bwrap) is not installed: the proposer command runs unconfined, "
+                                 f"and only the check of the checkout after it stops what it changed there; {INSTALL}")
+    try:
+        probe = subprocess.run(confined([bwrap], ["true"], writable=[], readable=[], workdir=Path("/")),
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Confinement(None, f"bubblewrap ({bwrap}) could not start ({exc}): the proposer command runs unconfined")
+    if probe.returncode != 0:
+        return Confinement(None, f"bubblewrap ({bwrap}) cannot make a sandbox here "
+                                 f"({first_line(probe.stderr, f'exit code {probe.returncode}')}): the proposer "
+                                 f"command runs unconfined; allow unprivileged user namespaces to confine it")
+    return Confinement(bwrap)
+
+
+def confined(bwrap: list[str], argv: list[str], *, writable: list[Path], readable: list[Path],
+             workdir: Path) -> list[str]:
+    """`argv` under bwrap: `/` read-only, fresh `/dev`, `/proc` and `/tmp`, then `readable` and
+    `writable` bound at their own paths (after the private `/tmp`, so a box under /tmp is there)."""
+    command = [*bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+               "--unshare-pid", "--die-with-parent"]
+    for path in readable:
+        command += ["--ro-bind", str(path), str(path)]
+    for path in writable:
+        command += ["--bind", str(path), str(path)]
+    return [*command, "--chdir", str(workdir), "--", *argv]
