@@ -334,11 +334,13 @@ class _Iteration:
             self.confirm_run_id = self.confirm_run_id or new_run_id()
             run = self._run(missing, self.base_root, kind="confirm", label=f"{label} (base prompt)",
                             run_id=self.confirm_run_id)
-            finish(run, self.store)
+            self.confirm_run_id = run.run_id  # a resumed job adopts the unfinished run it left
             self.result.rollouts += len(missing)
             self.result.model_rollouts += _called_model(run.trials)
             for trial in run.trials:
                 self.fresh_base[(trial.suite, trial.task_id, trial.index)] = trial
+            # the run's summary covers every fresh base trial so far, not this batch alone
+            finish(run.model_copy(update={"trials": list(self.fresh_base.values())}), self.store)
         return [self.fresh_base[(item.suite.name, item.task.id, item.index)] for item in planned]
 
     def _run(self, planned: list[PlannedTrial], prompt_root: Path, *, kind: str, label: str,
@@ -409,6 +411,7 @@ class _Iteration:
         record.rollouts, record.model_rollouts = sides.ran(), sides.model_calls
         result.rollouts += sides.candidate_count
         result.model_rollouts += sides.candidate_model_calls
+        record.candidate_run_id = run_id = sides.run_id
         run = sides.result(self.settings)
         if decision.stage != "targeted":  # other agents' suites: their prompts did not change
             recorded = self.store.recorded_trials(run_id)
@@ -444,6 +447,7 @@ class _LoopSides:
 
     def candidate(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
         run = self.iteration._run(planned, self.prompt_root, kind="candidate", label=label, run_id=self.run_id)
+        self.run_id = run.run_id  # a resumed job adopts the unfinished run it left: one run, one id
         self.trials += run.trials
         self.candidate_count += len(planned)
         self.candidate_model_calls += _called_model(run.trials)

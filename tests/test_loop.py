@@ -457,3 +457,19 @@ def test_a_mock_patcher_script_that_does_not_exist_is_named(cli, repo, tmp_path,
     code, out, err = cli("run")
     assert code == 2, out + err
     assert "nowhere.json" in err and "field 'mock_patcher_script'" in err and "does not exist" in err
+
+
+def test_every_run_of_an_iteration_ends_completed_with_a_summary_of_all_its_trials(cli, repo, tmp_path, monkeypatch):
+    from optimizer.config import load_settings
+    from optimizer.store import open_store
+
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    code, out, err = cli("run")
+    assert code == 0, out + err
+    store = open_store(load_settings(repo), repo)
+    runs = store.runs_frame()
+    assert set(runs["kind"]) >= {"baseline", "confirm", "candidate"}
+    for run_id in runs["run_id"]:
+        record = store.run_record(run_id)
+        assert record["status"] == "completed", (record["kind"], record["status"])
+        assert record["summary"]["totals"]["trials"] == len(store.load_trials(run_id)), record["kind"]
