@@ -140,7 +140,8 @@ def current_settings() -> JudgeSettings:
 def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = None) -> Verdict:
     settings = settings or current_settings()
     key = "judge:" + hashlib.sha256(json.dumps(
-        {"judge": judge.name, "model": settings.model, "rubric": judge.rubric_hash, "inputs": inputs},
+        {"judge": judge.name, "model": settings.model, "rubric": judge.rubric_hash, "inputs": inputs,
+         **({} if settings.model.startswith("mock/") else {"packages": mock.reply_packages(("dspy", "litellm"))})},
         sort_keys=True, ensure_ascii=False).encode()).hexdigest()
     if settings.cache is not None:
         hit = settings.cache.get(key)

@@ -81,9 +81,9 @@ def test_the_cache_key_keeps_the_noise_modes_apart_only_for_mock_sim():
     paired, independent = answer_variant("mock/sim", "paired"), answer_variant("mock/sim@20ms", "independent")
     assert cache_key("mock/sim", messages, None, {"seed": 0}, 3, paired) != \
            cache_key("mock/sim", messages, None, {"seed": 0}, 3, independent)
-    assert answer_variant("openai/gpt-4o-mini", "independent") is None
+    assert answer_variant("openai/gpt-4o-mini", "independent").startswith("litellm==")  # the parser's version
     assert answer_variant("mock/oracle", "independent") is None
-    # the key every stored response of another model was cached under stays what it was
+    # without a variant the key is what it always was
     assert cache_key("openai/gpt-4o-mini", messages, None, {"seed": 0}, 3) == \
            "72f0fd0c3e0875ce361e4bb362d5cb55c65b73869efe31f9625a1c05e09606d9"
     assert ModelClient("openai/gpt-4o-mini").variant is None

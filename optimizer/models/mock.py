@@ -29,6 +29,7 @@ Token counts are estimated as characters / 4 so reports have something to show; 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -96,12 +97,28 @@ def _response(model: str, messages: list[dict], message: dict, finish: str) -> d
 
 
 def answer_variant(model: str, sim_noise: str) -> str | None:
-    """What decides `model`'s answers besides the request: `mock/sim`'s noise mode (None for any
-    other model), so the response cache keeps the modes apart."""
+    """What decides `model`'s answers besides the request, so the response cache never serves an
+    answer made under another: `mock/sim`'s noise mode; for models outside this module, the
+    versions of the packages that produce and parse their replies (an upgrade of litellm or
+    llama-cpp-python runs the calls again rather than reuse replies the old version parsed)."""
     if not model.startswith("mock/"):
-        return None
+        return reply_packages()
     parsed = parse_mock_model(model.removeprefix("mock/"))
     return f"sim_noise={sim_noise}" if parsed and parsed[0] == "sim" else None
+
+
+@functools.cache
+def reply_packages(names: tuple[str, ...] = ("litellm", "llama-cpp-python")) -> str:
+    """`litellm==1.2.3,llama-cpp-python==0.3.36` for the installed ones among `names`."""
+    from importlib import metadata
+
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ",".join(found)
 
 
 def served_in_process(model: str, in_process: bool) -> bool:
