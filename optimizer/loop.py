@@ -315,7 +315,7 @@ class _Iteration:
         wanted = fingerprints(self.suites, self.settings, self.base_root, self.planned)
         reuse = self.store.find_reusable_run(wanted, len(self.planned))
         if reuse:
-            self.log(f"baseline: reusing run {reuse} (same prompts, tasks, graders, models, trials, seed)")
+            self.log(f"baseline: reusing run {reuse} (the same run spec: commit, code, prompts, tasks, fixtures, graders, models, packages)")
             result.baseline_run_id, result.baseline_reused = reuse, True
             return self.store.load_trials(reuse)
         self.log(f"baseline: {len(self.planned)} trials at {result.base.commit[:12]}")
