@@ -24,11 +24,11 @@ object caches them), so a second candidate pays only for its own side.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
-from optimizer.gate import (Decision, GatePolicy, PairTable, decide, group_stats, groups_of, harm_threshold,
-                            improvement_status, suspicious)
+from optimizer.gate import (Decision, GatePolicy, PairTable, decide, group_stats, groups_of, harm_group,
+                            harm_threshold, improvement_status, suspicious)
 from optimizer.runner import PlannedTrial
 from optimizer.types import Trial
 
@@ -59,9 +59,6 @@ class Sides(Protocol):
 @dataclass
 class Comparison:
     decision: Decision
-    candidate_trials: list[Trial] = field(default_factory=list)
-    base_trials: list[Trial] = field(default_factory=list)
-    """The fresh base-prompt trials this comparison paired with."""
     rollouts: int = 0
     batches: int = 0
 
@@ -95,15 +92,10 @@ def _floor_pairs(rest: list[PlannedTrial], regression: set[str], policy: GatePol
     """Fresh pairs the harm groups need to reach `min_bucket_pairs` (in whole rounds per task)."""
     if policy.mode != "strict":
         return 0
-    groups: dict[tuple, dict[str, int]] = {}
+    groups: dict[tuple[str, str, str], dict[str, int]] = {}
     for item in rest:
-        if item.suite.name in regression:
-            key: tuple = ("regression", item.suite.name)
-        elif item.task.split == "holdout":
-            key = ("holdout",)
-        else:
-            key = ("bucket", item.suite.name, item.task.bucket)
-        tasks = groups.setdefault(key, {})
+        group = harm_group(item.suite.name, item.task.bucket, item.task.split, item.suite.name in regression)
+        tasks = groups.setdefault(group, {})
         tasks[item.task.id] = tasks.get(item.task.id, 0) + 1
     need = 0
     for tasks in groups.values():
@@ -135,8 +127,6 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         base = sides.base(items, label)
         after = sides.candidate(items, label)
         table.add_all(base, after, regression)
-        result.base_trials += base
-        result.candidate_trials += after
         result.batches += 1
 
     def budget_left() -> int:
@@ -177,7 +167,6 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         log(f"rest: {len(rest)} candidate trials (other buckets, holdout, regression)")
         after = sides.candidate(rest, "rest")
         table.add_all(baseline, after, regression)
-        result.candidate_trials += after
 
     # 3. harm groups: a floor of pairs each, then more for the likeliest harmed
     groups = groups_of(table, targets)

@@ -35,12 +35,15 @@ Lenient mode applies the plain rule: some bucket mean up, no bucket mean down.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
+import numpy as np
+
 from optimizer.scoring import mean_interval, trial_value
-from optimizer.stats import anytime_p, current_wealth, detectable_share, evalue, holm, sign_test_p, signs
+from optimizer.stats import anytime_p, detectable_share, holm, sign_test_p, signs, wealth_path
 from optimizer.types import Trial
 
 GateMode = Literal["strict", "lenient"]
@@ -244,13 +247,18 @@ class GroupStats:
     def p_improve(self) -> float:
         return anytime_p(signs(self.diffs))
 
+    @functools.cached_property
+    def _harm_path(self) -> np.ndarray:
+        """The wealth of the bets on a drop after each non-zero change (computed once)."""
+        return wealth_path(signs(self.diffs, down=True))
+
     @property
     def harm_evalue(self) -> float:
-        return evalue(signs(self.diffs, down=True))
+        return float(max(1.0, self._harm_path.max())) if self._harm_path.size else 1.0
 
     @property
     def harm_wealth(self) -> float:
-        return current_wealth(signs(self.diffs, down=True))
+        return float(self._harm_path[-1]) if self._harm_path.size else 1.0
 
     @property
     def drop_z(self) -> float:
@@ -308,21 +316,32 @@ class Groups:
     """(suite, label, kind, task keys) per group tested for harm."""
 
 
+KIND_ORDER = {"bucket": 0, "holdout": 1, "regression": 2}
+
+
+def harm_group(suite: str, bucket: str, split: str, regression: bool) -> tuple[str, str, str]:
+    """(suite, label, kind) of the group a task is tested in for harm: its regression suite, the
+    holdout split, or its train bucket."""
+    if regression:
+        return suite, "regression", "regression"
+    if split == "holdout":
+        return "*", "holdout", "holdout"
+    return suite, bucket, "bucket"
+
+
 def groups_of(table: PairTable, targets: Iterable[tuple[str, str]]) -> Groups:
+    """The targeted buckets, and every harm group with its tasks: the other train buckets (by
+    suite and bucket), then the holdout split, then each regression suite."""
     targets = sorted(set(targets))
-    harm = []
-    train = table.keys(split="train", regression=False)
-    buckets = sorted({(table.tasks[k].suite, table.tasks[k].bucket) for k in train})
-    for suite, bucket in buckets:
-        if (suite, bucket) not in targets:
-            harm.append((suite, bucket, "bucket", table.keys(suite=suite, bucket=bucket, split="train",
-                                                              regression=False)))
-    holdout = table.keys(split="holdout", regression=False)
-    if holdout:
-        harm.append(("*", "holdout", "holdout", holdout))
-    for suite in sorted({table.tasks[k].suite for k in table.keys(regression=True)}):
-        harm.append((suite, "regression", "regression", table.keys(suite=suite, regression=True)))
-    return Groups(targets, harm)
+    members: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+    for key in sorted(table.tasks):
+        task = table.tasks[key]
+        group = harm_group(task.suite, task.bucket, task.split, task.regression)
+        if group[2] == "bucket" and (group[0], group[1]) in targets:
+            continue
+        members.setdefault(group, []).append(key)
+    order = sorted(members, key=lambda group: (KIND_ORDER[group[2]], group[0], group[1]))
+    return Groups(targets, [(suite, label, kind, members[(suite, label, kind)]) for suite, label, kind in order])
 
 
 def improvement_status(table: PairTable, targets: list[tuple[str, str]], policy: GatePolicy

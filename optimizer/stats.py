@@ -48,12 +48,6 @@ def evalue(observations: Sequence[float]) -> float:
     return float(max(1.0, path.max())) if path.size else 1.0
 
 
-def current_wealth(observations: Sequence[float]) -> float:
-    """The wealth after the last observation (it falls when the bets lose)."""
-    path = wealth_path(observations)
-    return float(path[-1]) if path.size else 1.0
-
-
 def anytime_p(observations: Sequence[float]) -> float:
     """p-value valid at any stopping time: 1 / max wealth, capped at 1."""
     return min(1.0, 1.0 / evalue(observations))
