@@ -3,6 +3,20 @@
 Build messages, call the model with tool schemas, execute tool calls, feed results back; stop on
 a final answer, when a terminal tool succeeds, at the turn limit, or at the trial deadline. After
 the model stops, an optional completion check may send a reminder and give it another turn.
+
+A small model needs a harness that lets it finish, so the loop also (each part off unless the
+agent's limits turn it on, every sentence from the agent's `<agent>.loop.yaml` prompt file):
+
+* *the turn budget*: from `budget_notice` turns before the limit, a system note says how many
+  turns are left;
+* *a wrap-up phase*: in the last `wrap_up` turns (at most half the turns) only the finishing tools are offered (the ones
+  the agent's `finishing` callable names for its state, by default the terminal tools);
+* *repeats answered as such*: a call identical to an earlier one (same tool, same arguments)
+  made while the agent's state has not changed is not run again; its answer says so and what
+  is still missing. After `max_repeats` turns in a row made only of such calls the trial ends,
+  failed, like one that used all its turns;
+* *what to do next*: a terminal tool that succeeded without ending the run (the insight saved
+  before the note is filed) gets the completion check's list appended to its result.
 """
 
 from __future__ import annotations
@@ -42,10 +56,17 @@ class Tool:
 class LoopLimits:
     max_turns: int = 25
     max_reminders: int = 3
+    max_repeats: int = 3
+    """Turns in a row made only of repeated calls before the trial ends (0: never ends for it)."""
+    budget_notice: int = 0
+    """From this many turns left, a system note before each model call says how many remain."""
+    wrap_up: int = 0
+    """In the last this-many turns (at most half of them) only the finishing tools are offered."""
 
 
 class AgentLimitError(TrialCutShort):
-    """The agent used all its turns without finishing: the trial is failed with score 0."""
+    """The agent used all its turns, or kept repeating itself, without finishing: the trial is
+    failed with score 0."""
 
 
 @dataclass
@@ -61,6 +82,14 @@ class ToolLoop:
     system_note: Callable[[], str] | None = None
     """Computed before each model call; when it differs from the last note sent (and is not
     empty) it is appended to the conversation as a system message."""
+    texts: dict[str, str] = field(default_factory=dict)
+    """The loop's sentences (`budget`, `wrap_up`, `repeated`, `next_step`), from the agent's
+    `<agent>.loop.yaml`. A part whose sentence is missing stays silent."""
+    state: Callable[[], Any] | None = None
+    """A value that changes whenever the agent's world changes (files written, insight saved);
+    an identical call made again under the same value is answered as a repeat."""
+    finishing: Callable[[], list[str]] | None = None
+    """The tools to offer in the wrap-up phase, by name (default: the terminal tools)."""
 
     def run(self, messages: list[dict[str, Any]]) -> Transcript:
         transcript = Transcript(messages=messages)
@@ -76,36 +105,106 @@ class ToolLoop:
 
     def _converse(self, transcript: Transcript) -> None:
         by_name = {tool.name: tool for tool in self.tools}
-        schemas = [tool.schema for tool in self.tools]
         messages = transcript.messages
-        turns = reminders = 0
+        turns = reminders = streak = 0
+        answered: dict[str, int] = {}
         last_note = ""
+        wrap_up_said = False
         while True:
             self.context.check_deadline()
-            if turns >= self.limits.max_turns:
+            left = self.limits.max_turns - turns
+            if left <= 0:
                 raise AgentLimitError(f"the agent used all {self.limits.max_turns} turns without finishing")
             note = self.system_note() if self.system_note else ""
             if note and note != last_note:
                 messages.append({"role": "system", "content": note})
             last_note = note
-            completion = self.context.model.complete(messages, schemas, tool_choice=self.tool_choice)
+            offered = self.tools
+            if left <= min(self.limits.wrap_up, self.limits.max_turns // 2):
+                offered = self._finishing_tools()
+                if wrap_up_said:
+                    self._say("budget", messages, left=left, total=self.limits.max_turns)
+                else:
+                    wrap_up_said = self._say("wrap_up", messages, left=left,
+                                             tools=", ".join(tool.name for tool in offered))
+            elif self.limits.budget_notice and left <= self.limits.budget_notice:
+                self._say("budget", messages, left=left, total=self.limits.max_turns)
+            completion = self.context.model.complete(messages, [tool.schema for tool in self.tools],
+                                                     tool_choice=self._choice(offered))
             messages.append(completion.message)
             turns += 1
-            finished = False
+            finished, repeats = False, 0
             for request in completion.tool_calls:
-                output = by_name[request.name].handler(request.arguments)
+                output, repeated = self._answer(request, by_name, answered, turns)
+                repeats += repeated
                 transcript.tool_calls.append(ToolCall(id=request.id, name=request.name, arguments=request.arguments,
                                                       result=output.text, is_error=output.is_error))
                 messages.append({"role": "tool", "tool_call_id": request.id, "name": request.name,
                                  "content": output.text})
-                finished = finished or (not output.is_error and by_name[request.name].ends_run())
-            if completion.tool_calls and not finished:
+                tool = by_name.get(request.name)
+                finished = finished or (not output.is_error and not repeated and tool is not None and tool.ends_run())
+            if finished:
+                return
+            streak = streak + 1 if completion.tool_calls and repeats == len(completion.tool_calls) else 0
+            if self.limits.max_repeats and streak >= self.limits.max_repeats:
+                raise AgentLimitError(f"the agent kept repeating calls it had already made "
+                                      f"({streak} times in a row) without finishing")
+            if completion.tool_calls:
                 continue
             missing = self.completion_check() if self.completion_check else []
             if not missing or reminders >= self.limits.max_reminders or self.reminder is None:
                 return
             reminders += 1
             messages.append({"role": "user", "content": self.reminder(missing)})
+
+    def _answer(self, request: Any, by_name: dict[str, Tool], answered: dict[str, int],
+                turn: int) -> tuple[ToolOutput, bool]:
+        """Run one requested call, or answer it as a repeat; True when it was a repeat."""
+        tool = by_name.get(request.name)
+        if tool is None:
+            return tool_error([f"there is no tool named {request.name!r}; the tools are: "
+                               + ", ".join(sorted(by_name))]), False
+        if self._signature(request) in answered and self.texts.get("repeated"):
+            first = answered[self._signature(request)]
+            return ToolOutput(self._with_next_step(self.texts["repeated"].format(turn=first))), True
+        output = tool.handler(request.arguments)
+        answered.setdefault(self._signature(request), turn)  # the state as this call left it
+        if not output.is_error and tool.terminal and not tool.ends_run():
+            output = ToolOutput(self._with_next_step(output.text), output.is_error)
+        return output, False
+
+    def _signature(self, request: Any) -> str:
+        return json.dumps([request.name, request.arguments, self.state() if self.state else None],
+                          sort_keys=True, ensure_ascii=False, default=str)
+
+    def _with_next_step(self, text: str) -> str:
+        missing = self.completion_check() if self.completion_check else []
+        if not missing or not self.texts.get("next_step"):
+            return text.strip()
+        return (text.strip() + "\n" + self.texts["next_step"].format(
+            problems="\n".join(f"- {item}" for item in missing))).strip()
+
+    def _choice(self, offered: list[Tool]) -> Any:
+        """`tool_choice` for this call: the loop's own, or, when only some tools are offered, an
+        OpenAI `allowed_tools` choice naming them (the full list stays in the request, so a
+        model's cached prompt prefix still holds)."""
+        if len(offered) == len(self.tools):
+            return self.tool_choice
+        return {"type": "allowed_tools", "allowed_tools": {
+            "mode": self.tool_choice or "auto",
+            "tools": [{"type": "function", "function": {"name": tool.name}} for tool in offered]}}
+
+    def _finishing_tools(self) -> list[Tool]:
+        names = self.finishing() if self.finishing else [tool.name for tool in self.tools if tool.terminal]
+        chosen = [tool for tool in self.tools if tool.name in names]
+        return chosen or self.tools
+
+    def _say(self, key: str, messages: list[dict[str, Any]], **values: Any) -> bool:
+        text = self.texts.get(key)
+        if not text:
+            return False
+        messages.append({"role": "system", "content": text.format(**values).strip()})
+        return True
 
 
 def tool_error(problems: list[str]) -> ToolOutput:

@@ -3,12 +3,12 @@
 Runs one task per failure bucket of the PKM suite (13 tasks; the first train task of each
 bucket, by id) on `local/qwen2.5-coder-1.5b` as agent and judge, one trial each, through the
 real runner, and prints per task: how the trial ended (finished; finished after the reminders
-ran out; turn limit; timeout), turns, prompt and generated tokens, seconds and score; then the
+ran out; turn limit; kept repeating calls; timeout), turns, prompt and generated tokens, seconds and score; then the
 totals (share finished by the agent, median turns, median seconds, pass rate, mean score) and
 where the turns went (tool calls by name, calls repeating the previous one exactly, files read
 again, tool errors). Needs `optimizer model install`; asserts nothing.
 
-    python benchmarks/pkm_embedded.py [--tasks N] [--model MODEL]
+    python benchmarks/pkm_embedded.py [--tasks N] [--model MODEL] [--transcripts DIR]
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ def ending(trial: Trial) -> str:
     if trial.status == "errored":
         return "errored"
     error = trial.error or ""
+    if "repeating" in error:
+        return "repeats"
     if "turns" in error:
         return "turn limit"
     if "timeout" in error:
@@ -79,6 +81,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=None, help="at most this many buckets (default: all)")
     parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--transcripts", type=Path, default=None,
+                        help="write each trial's conversation to DIR/<task>.json")
     args = parser.parse_args()
     suite = load_suite("pkm_agent", ROOT)
     tasks = stratified(suite, args.tasks)
@@ -100,6 +104,11 @@ def main() -> None:
                    "score": trial.score if trial.score is not None else float("nan"),
                    "passed": trial.status == "passed"}
             rows.append(row)
+            if args.transcripts:
+                args.transcripts.mkdir(parents=True, exist_ok=True)
+                (args.transcripts / f"{trial.task_id}.json").write_text(json.dumps(
+                    {"ending": row["ending"], "error": trial.error, "messages": trial.transcript.messages},
+                    indent=1, ensure_ascii=False, default=str), encoding="utf-8")
             where.update(where_turns_went(trial))
             print(f"{row['task']:<40} {row['bucket']:<28} {row['ending']:<25} {row['turns']:>5} "
                   f"{row['prompt']:>8,} {row['generated']:>6,} {row['seconds']:>6.0f} {row['score']:>5.2f}", flush=True)

@@ -28,8 +28,10 @@ class AgentContext:
     deadline: float
 
     def check_deadline(self) -> None:
-        """Call between model calls: past the deadline the trial is cut short (failed, score 0)."""
-        if time.monotonic() >= self.deadline:
+        """Call between model calls: past the deadline the trial is cut short (failed, score 0).
+        The model client's deadline counts when it has one: it moves back by the time a call
+        waited for litellm's import (see `ModelClient`); a stand-in model in a test has none."""
+        if time.monotonic() >= (getattr(self.model, "deadline", None) or self.deadline):
             raise DeadlinePassed(f"ran past timeout_seconds={self.task.timeout_seconds} "
                                  "while the model kept answering")
 

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from optimizer.errors import OptimizerError
-from optimizer.ledger import current as current_ledger
-from optimizer.ledger import estimate_tokens
+from optimizer.ledger import charged, estimate_tokens
 from optimizer.models import mock
 from optimizer.models._context import JUDGE_INPUTS_KEY, JUDGE_KEY
 from optimizer.models.client import ResponseCache
@@ -157,21 +156,18 @@ def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = N
     import dspy
 
     predictor = dspy.Predict(judge.signature(judge.rubric_text))
-    ledger = current_ledger()
-    reservation = ledger.reserve("judge", settings.model, estimate_tokens(judge.rubric_text, inputs),
-                                 judge.max_tokens) if ledger else None
-    try:
-        with dspy.context(lm=lm), waiting():
-            prediction = predictor(**inputs)
-    except Exception as exc:  # a reply no adapter can parse, or a model fault after retries
-        raise JudgeError(f"judge {judge.name} on {settings.model} gave no usable answer: "
-                         f"{type(exc).__name__}: {str(exc)[:300]}") from None
-    finally:
-        usage = lm_usage(lm)
-        if ledger:
-            ledger.settle(reservation, "judge", settings.model, usage, run_id=settings.run_id)
+    with charged("judge", settings.model, estimate_tokens(judge.rubric_text, inputs), judge.max_tokens,
+                 run_id=settings.run_id) as charge:
+        try:
+            with dspy.context(lm=lm), waiting():
+                prediction = predictor(**inputs)
+        except Exception as exc:  # a reply no adapter can parse, or a model fault after retries
+            raise JudgeError(f"judge {judge.name} on {settings.model} gave no usable answer: "
+                             f"{type(exc).__name__}: {str(exc)[:300]}") from None
+        finally:
+            charge.usage = lm_usage(lm)
     verdict = _verdict(judge, {name: getattr(prediction, name, None) for name in judge.output_fields},
-                       settings, usage)
+                       settings, charge.usage)
     if settings.cache is not None:
         settings.cache.put(key, settings.model, {"outputs": verdict.outputs, "score": verdict.score})
     return verdict
@@ -196,3 +192,6 @@ def offline_reply(name: str, inputs: dict[str, str]) -> str:
             value = answer[field_name]
             parts.append(f"[[ ## {field_name} ## ]]\n{json.dumps(value) if not isinstance(value, str) else value}")
     return "\n\n".join(parts) + "\n\n[[ ## completed ## ]]"
+
+
+mock.play("judge", offline_reply)

@@ -10,7 +10,8 @@ and nightly job it belongs to. So a budget is never exceeded by more than the am
 calls in flight exceed their own worst-case estimates.
 
 Prices: `model_prices` in the settings (USD per million input and output tokens; also how a
-self-hosted model is given a price), else litellm's offline cost map, else 0. A cost that the
+self-hosted model is given a price), else litellm's offline cost map (installed by the model layer,
+see `price_catalog`), else 0. A cost that the
 provider reports is used as is.
 """
 
@@ -21,7 +22,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from optimizer.errors import EXIT_FAILED, OptimizerError
 from optimizer.types import Usage
@@ -66,12 +67,12 @@ class Ledger:
         if model in self.prices:
             per_million = self.prices[model]
             return per_million[0] / 1e6, per_million[1] / 1e6
-        return _litellm_price(model) or (0.0, 0.0)
+        return _catalog(model) or (0.0, 0.0)
 
     def has_price(self, model: str) -> bool:
         """Whether `model` has a price: in `model_prices` or in litellm's cost map (which enters
         the in-process and embedded models at zero)."""
-        return model in self.prices or _litellm_price(model) is not None
+        return model in self.prices or _catalog(model) is not None
 
     def reserve(self, role: str, model: str, prompt_tokens: int, max_tokens: int | None) -> Reservation:
         completion = max_tokens or DEFAULT_COMPLETION_TOKENS
@@ -120,36 +121,19 @@ class Ledger:
             self._reserved_tokens -= reservation.tokens
 
 
-_prices_found: dict[str, tuple[float, float]] = {}
-_prices_missing: dict[str, int] = {}
-"""Models litellm had no price for, with the size of its cost map then (a provider entering
-models later grows the map, and the model is asked for again)."""
+def _no_catalog(model: str) -> tuple[float, float] | None:
+    return None
 
 
-def _litellm_price(model: str) -> tuple[float, float] | None:
-    """litellm's price of `model` per input and output token, by its exact name (how our
-    providers enter their models) or through litellm's model info, which also finds a hosted
-    model under its provider prefix (`openai/gpt-4o-mini` is mapped as `gpt-4o-mini`); None when
-    it has none. Every call is priced before it is made, so answers are kept."""
-    if model in _prices_found:
-        return _prices_found[model]
-    known = -1
-    try:
-        from optimizer.models import litellm_module
+_catalog: Callable[[str], tuple[float, float] | None] = _no_catalog
 
-        litellm = litellm_module()
-        known = len(litellm.model_cost)
-        info = litellm.model_cost.get(model)
-        if info is None:
-            if _prices_missing.get(model) == known:
-                return None
-            info = litellm.get_model_info(model)
-    except Exception:  # not mapped
-        _prices_missing[model] = known
-        return None
-    price = float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
-    _prices_found[model] = price
-    return price
+
+def price_catalog(lookup: Callable[[str], tuple[float, float] | None]) -> None:
+    """Install where a model without a `model_prices` entry finds its price per input and
+    output token (None: it has none). The model layer installs litellm's cost map on import;
+    the ledger sits below it and imports nothing of it."""
+    global _catalog
+    _catalog = lookup
 
 
 _active: Ledger | None = None
@@ -179,6 +163,37 @@ def charging(ledger: Ledger) -> Iterator[Ledger]:
     finally:
         with _active_lock:
             _active = previous
+
+
+@dataclass
+class Charge:
+    """One model call's entry in the ledger, filled in by the caller."""
+
+    usage: Usage | None = None
+    """What the call used; set it once known. Left None, the call is taken to have used nothing."""
+    cost_usd: float | None = None
+    """The call's cost as recorded (after `charged` ends; None without a ledger)."""
+
+
+@contextmanager
+def charged(role: str, model: str, prompt_tokens: int, max_tokens: int | None, *,
+            run_id: str | None = None) -> Iterator[Charge]:
+    """The one way a model call is charged: reserve its worst case before it is sent (raising
+    `BudgetExceeded` instead of sending it), then settle what it used, or release the
+    reservation when it used nothing. Without an active ledger it charges nothing."""
+    charge = Charge()
+    ledger = current()
+    if ledger is None:
+        yield charge
+        return
+    reservation = ledger.reserve(role, model, prompt_tokens, max_tokens)
+    try:
+        yield charge
+    finally:
+        if charge.usage is None:
+            ledger.release(reservation)
+        else:
+            charge.cost_usd = ledger.settle(reservation, role, model, charge.usage, run_id=run_id)
 
 
 def estimate_tokens(*texts: Any) -> int:

@@ -33,13 +33,13 @@ from typing import Callable, Protocol
 
 from optimizer.box import Box, Confinement, confined, confinement
 from optimizer.errors import ConfigError, first_line
-from optimizer.ledger import current as current_ledger
-from optimizer.ledger import estimate_tokens
-from optimizer.models import is_embedded
+from optimizer.ledger import charged, estimate_tokens
+from optimizer.models import is_embedded, mock
 from optimizer.models._context import PROPOSAL_KEY, SCRIPT_KEY, SEED_KEY, SKILL_KEY
 from optimizer.models._dspy import dspy_lm, lm_usage
 from optimizer.patch import Edit, EditError, apply_edits
 from optimizer.types import Usage
+from optimizer.weak_patcher import weak_answer
 
 FEEDBACK = Path(__file__).parent / "templates" / "patcher_feedback.md"
 """What the patcher is told when its edits do not apply (once, before the proposal is given up)."""
@@ -133,22 +133,18 @@ class LLMProposer:
         base = target.read_text(encoding="utf-8")
         proposal = Proposal()
         feedback = ""
-        ledger = current_ledger()
         for attempt in range(ATTEMPTS):
-            reservation = ledger.reserve("patcher", self.model, estimate_tokens(request.request, feedback),
-                                         max_tokens) if ledger else None
-            try:
-                with dspy.context(lm=lm):
-                    answer = predictor(request=request.request, feedback=feedback)
-            except Exception as exc:  # a reply dspy cannot parse, or a model fault after retries
-                detail = first_line(str(exc))[:300]  # never the traceback litellm quotes below it
-                proposal.error = f"the patcher gave no usable answer: {type(exc).__name__}: {detail}"
-                break
-            finally:
-                used = lm_usage(lm)
-                proposal.usage.add(used)
-                if ledger:
-                    ledger.settle(reservation, "patcher", self.model, used)
+            with charged("patcher", self.model, estimate_tokens(request.request, feedback), max_tokens) as charge:
+                try:
+                    with dspy.context(lm=lm):
+                        answer = predictor(request=request.request, feedback=feedback)
+                except Exception as exc:  # a reply dspy cannot parse, or a model fault after retries
+                    detail = first_line(str(exc))[:300]  # never the traceback litellm quotes below it
+                    proposal.error = f"the patcher gave no usable answer: {type(exc).__name__}: {detail}"
+                    break
+                finally:
+                    charge.usage = lm_usage(lm)
+                    proposal.usage.add(charge.usage)
             proposal.rationale = str(answer.rationale or "").strip()
             edits = _edits(answer, self.patch_format)
             if not edits:
@@ -304,3 +300,6 @@ def make_proposer(settings) -> Proposer:
     return LLMProposer(settings.patcher_model, script=settings.mock_patcher_script,
                        skill=settings.mock_patcher_skill, seed=settings.seed,
                        retry_attempts=settings.retry_attempts, patch_format=patch_format(settings))
+
+
+mock.play("weak_patcher", weak_answer)

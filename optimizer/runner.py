@@ -166,8 +166,6 @@ class Runner:
         run = RunResult(run_id=run_id or new_run_id(), started_at=datetime.now(timezone.utc),
                         settings=self.settings.model_dump(),
                         fingerprints=fingerprints(suites, self.settings, self.prompt_root, planned))
-        if not self.agent_model.in_process:
-            litellm_module()  # import once, before the workers start, not inside each of them
         self.judge = replace(self.judge, run_id=run.run_id)
         if not (run_id and self.store.has_run(run_id)):
             self.store.start_run(run, kind)
@@ -182,6 +180,10 @@ class Runner:
 
         workers = self.workers(planned)
         processes = self.processes(planned, workers)
+        if not self.agent_model.in_process and (processes > 1 or self.agent_model.cache is None):
+            # Imported here, before the workers fork and the heap settles, when calls will need it;
+            # with a cache that may answer every call, the first call it does not answer imports it.
+            litellm_module()
         try:
             with settled_heap():
                 if processes > 1:
@@ -211,7 +213,8 @@ class Runner:
         key = f"{run_id}:{suite.name}:{task.id}:{item.index}"
         entry = get_agent(suite.spec.agent_name)
         register_trial(key, TrialContext(task=task, agent_name=entry.name, trial_index=item.index,
-                                         seed=self.settings.seed, sim_noise=self.settings.sim_noise))
+                                         seed=self.settings.seed, sim_noise=self.settings.sim_noise,
+                                         sim_profile=entry.sim_profile))
         workspace = Path(tempfile.mkdtemp(prefix="optimizer-trial-", dir=self.workspace_parent))
         begun = time.monotonic()
         deadline = begun + task.timeout_seconds
@@ -234,7 +237,7 @@ class Runner:
             except Exception as exc:
                 detail = "".join(traceback.format_exception_only(exc)).strip()
                 return _errored(item, f"agent crashed: {detail}", time.monotonic() - begun, client)
-            if time.monotonic() > deadline:
+            if time.monotonic() > client.deadline:
                 return _cut_short(item, f"finished only after timeout_seconds={task.timeout_seconds} had passed",
                                   time.monotonic() - begun, client, result.transcript, result.outcome)
             result.transcript.usage = client.usage

@@ -161,6 +161,11 @@ class SimProfile:
             return min(base, self.contradicted_rate)
         return base
 
+    def play(self, task: Task, system_prompt: str, seed: int, trial_index: int,
+             noise: str = "paired") -> list[ToolCallSpec]:
+        """The tool calls `mock/sim` makes for one trial under `system_prompt` (see `decide`)."""
+        return decide(self, task, system_prompt, seed, trial_index, noise).calls
+
 
 def check_rule_texts(profile: SimProfile) -> list[str]:
     """Why the profile's rule texts do not score as they claim (empty when they all do): every

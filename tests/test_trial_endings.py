@@ -52,8 +52,16 @@ register_provider("looper", _looping_model, ["looper/sim"])
 
 
 def looping_task(task_id: str, **overrides) -> dict:
-    """A card task whose reference solution (what mock/oracle plays) never gets the card saved."""
-    return event_task(task_id, reference_solution={"tool_calls": [UNFINISHED_SAVE] * 30}, **overrides)
+    """A card task whose reference solution (what mock/oracle plays) never gets the card saved:
+    each save is refused, and each differs from the last, so none is a repeat."""
+    saves = [{"name": "save_timeline_card", "arguments": {"fact_id": FACT_ID, "title": f"draft {n}"}}
+             for n in range(30)]
+    return event_task(task_id, reference_solution={"tool_calls": saves}, **overrides)
+
+
+def repeating_task(task_id: str) -> dict:
+    """A card task whose reference solution makes the same refused save again and again."""
+    return event_task(task_id, reference_solution={"tool_calls": [UNFINISHED_SAVE] * 30})
 
 
 def run_suite(tmp_path, tasks: list[dict], agent_model: str):
@@ -85,6 +93,19 @@ def test_a_trial_at_the_turn_limit_fails_with_score_zero_and_counts_against_the_
     stored = store.load_trials(run_id)
     assert {(t.task_id, t.status, t.score, t.error) for t in stored} == {
         ("finishes", "passed", 1.0, None), ("loops", "failed", 0.0, looped.error)}
+
+
+def test_an_agent_repeating_one_call_is_told_so_and_fails_after_three_repeats(tmp_path):
+    trials, summary, _, _ = run_suite(tmp_path, [repeating_task("repeats")], "mock/oracle")
+    trial = trials["repeats"]
+    assert (trial.status, trial.score) == ("failed", 0.0)
+    assert trial.error == "ended: the agent kept repeating calls it had already made (3 times in a row) without finishing"
+    calls = trial.transcript.tool_calls
+    assert len(calls) == 4 and calls[0].is_error, "the first call is run and refused"
+    for call in calls[1:]:  # the repeats are not run again: the answer says so and what is missing
+        assert call.result.startswith("You already made this exact call at turn 1")
+        assert "The card is not finished yet:" in call.result
+    assert summary["totals"]["errored"] == 0
 
 
 def test_the_patch_request_shows_how_an_unfinished_trial_ended(tmp_path):
@@ -146,4 +167,32 @@ def test_a_patch_that_sends_the_agent_into_a_loop_is_rejected_on_its_zeros(cli, 
     candidate_run = next(row["candidate_run_id"] for row in store.proposals(branch=proposal["branch"]))
     looped = store.load_trials(candidate_run)
     assert looped and {(t.status, t.score, t.error) for t in looped} == {
-        ("failed", 0.0, "ended: the agent used all 8 turns without finishing")}
+        ("failed", 0.0, "ended: the agent kept repeating calls it had already made (3 times in a row) "
+                        "without finishing")}
+
+
+def _generating_model():
+    """`generating/slow` stands for the embedded model stopped mid-answer by the trial's deadline:
+    it answers after the deadline with the time-out the embedded provider raises then."""
+    from litellm import CustomLLM
+    from litellm.exceptions import Timeout
+
+    from optimizer.models.local import GENERATING_AT_DEADLINE
+
+    class Generating(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            time.sleep(1.2)
+            raise Timeout(message=GENERATING_AT_DEADLINE, model=model, llm_provider="generating")
+
+    return Generating()
+
+
+register_provider("generating", _generating_model, ["generating/slow"])
+
+
+def test_a_generation_cut_by_the_deadline_is_the_agents_failure_not_a_provider_fault(tmp_path):
+    trials, summary, _, _ = run_suite(tmp_path, [event_task("slow", timeout_seconds=1)], "generating/slow")
+    trial = trials["slow"]
+    assert (trial.status, trial.score) == ("failed", 0.0), trial.error
+    assert trial.error == "ended: ran past timeout_seconds while the model kept answering"
+    assert summary["totals"]["errored"] == 0

@@ -11,7 +11,7 @@ from agents.loop import LoopLimits, ToolLoop
 from agents.texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, Outcome, Task
 
-LIMITS = LoopLimits(max_turns=8, max_reminders=3)
+LIMITS = LoopLimits(max_turns=8, max_reminders=3, budget_notice=2)
 
 
 def user_message(task: Task) -> str:
@@ -50,7 +50,8 @@ def run(context: AgentContext) -> AgentRun:
     loop = ToolLoop(context, [saver.tool()], LIMITS,
                     completion_check=lambda: missing_parts(card),
                     reminder=lambda missing: reminder("card_agent.reminder.md", missing),
-                    tool_choice="required")
+                    tool_choice="required", texts=texts("card_agent.loop.yaml"),
+                    state=lambda: card.read()[0])
     messages = [{"role": "system", "content": context.system_prompt},
                 {"role": "user", "content": user_message(task)}]
     transcript = loop.run(messages)

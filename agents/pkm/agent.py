@@ -3,7 +3,9 @@
 The trial workspace holds `PKM/` (a copy of the task's fixture) and `.pkm/edit_history.json`
 (the files edited in the last runs, for the catch-all reminder). The agent works only through
 the sandboxed tools, and every turn must be a tool call (`tool_choice="required"`: only what is
-filed counts, never a chat reply). The run ends when `skip_pkm_organization` succeeds, when the
+filed counts, never a chat reply). The loop's harness is on (`agents.loop`): the turn budget is
+announced as it runs down, the last turns offer only the finishing tools, and a repeated call is
+answered as such. The run ends when `skip_pkm_organization` succeeds, when the
 insight is set once the note is filed (its marker is in a PARA file), when the model stops
 without a tool call (a provider that cannot force tool calls), or, with the trial failed at score
 0, at the turn limit or at the trial deadline.
@@ -23,9 +25,13 @@ from agents.pkm.tools import PARA_ROOTS, PKMTools
 from agents.texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, Outcome, Task
 
-MAX_TURNS = 25
+MAX_TURNS = 12
 """Model turns a trial may take (a task may set `metadata.max_turns`); past it the trial fails with score 0."""
 MAX_REMINDERS = 2
+BUDGET_NOTICE = 6
+"""From this many turns left, the agent is told how many remain."""
+WRAP_UP = 3
+"""In the last turns only the finishing tools are offered (see `finishing_tools`)."""
 
 
 def user_message(task: Task) -> str:
@@ -56,6 +62,14 @@ def missing_parts(tools: PKMTools) -> list[str]:
     return missing
 
 
+def finishing_tools(tools: PKMTools) -> list[str]:
+    """What finishes the job from here: filing the note (or skipping it) until it is filed, then
+    the insight."""
+    if tools.filed():
+        return ["update_timeline_card_insight"]
+    return ["Write", "Edit", "skip_pkm_organization"]
+
+
 def run(context: AgentContext) -> AgentRun:
     task = context.task
     fact_id = task.input.resolved_fact_id()
@@ -80,11 +94,14 @@ def run(context: AgentContext) -> AgentRun:
             shown.append(note)
         return note
 
-    limits = LoopLimits(max_turns=int(task.metadata.get("max_turns", MAX_TURNS)), max_reminders=MAX_REMINDERS)
+    limits = LoopLimits(max_turns=int(task.metadata.get("max_turns", MAX_TURNS)), max_reminders=MAX_REMINDERS,
+                        budget_notice=BUDGET_NOTICE, wrap_up=WRAP_UP)
     loop = ToolLoop(context, tools.tools(), limits,
                     completion_check=lambda: missing_parts(tools),
                     reminder=lambda missing: reminder("pkm_agent.reminder.md", missing),
-                    system_note=system_note, tool_choice="required")
+                    system_note=system_note, tool_choice="required", texts=texts("pkm_agent.loop.yaml"),
+                    state=lambda: (tools.mutations, tools.insight, tools.skip_evidence),
+                    finishing=lambda: finishing_tools(tools))
     messages = [{"role": "system", "content": context.system_prompt},
                 {"role": "user", "content": user_message(task)}]
     transcript = loop.run(messages)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from optimizer.types import Task
@@ -33,6 +33,8 @@ class TrialContext:
     seed: int
     sim_noise: str = "paired"
     """How `mock/sim` draws this trial's outcome (setting `sim_noise`, see `optimizer.sim`)."""
+    sim_profile: Any = None
+    """The agent's `optimizer.sim.SimProfile`, which `mock/sim` plays (None: the agent has none)."""
 
 
 _lock = threading.Lock()

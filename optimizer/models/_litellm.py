@@ -11,6 +11,8 @@ import os
 import threading
 from typing import Any, Callable
 
+from optimizer import ledger
+
 _lock = threading.Lock()
 _litellm: Any = None
 _providers: dict[str, tuple[Callable[[], Any], list[str]]] = {}
@@ -36,6 +38,11 @@ def litellm_module() -> Any:
             _litellm = litellm
             _install_providers()
     return _litellm
+
+
+def litellm_loaded() -> bool:
+    """Whether litellm is imported already (a call to `litellm_module` costs nothing then)."""
+    return _litellm is not None
 
 
 def register_provider(prefix: str, factory: Callable[[], Any], models: list[str] | None = None) -> None:
@@ -90,3 +97,36 @@ def _install_providers() -> None:
         })
     finally:
         quiet.setLevel(level)
+
+
+_prices_found: dict[str, tuple[float, float]] = {}
+_prices_missing: dict[str, int] = {}
+"""Models litellm had no price for, with the size of its cost map then (a provider entering
+models later grows the map, and the model is asked for again)."""
+
+
+def litellm_price(model: str) -> tuple[float, float] | None:
+    """litellm's price of `model` per input and output token, by its exact name (how our
+    providers enter their models) or through litellm's model info, which also finds a hosted
+    model under its provider prefix (`openai/gpt-4o-mini` is mapped as `gpt-4o-mini`); None when
+    it has none. Every call is priced before it is made, so answers are kept."""
+    if model in _prices_found:
+        return _prices_found[model]
+    known = -1
+    try:
+        litellm = litellm_module()
+        known = len(litellm.model_cost)
+        info = litellm.model_cost.get(model)
+        if info is None:
+            if _prices_missing.get(model) == known:
+                return None
+            info = litellm.get_model_info(model)
+    except Exception:  # not mapped
+        _prices_missing[model] = known
+        return None
+    price = float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
+    _prices_found[model] = price
+    return price
+
+
+ledger.price_catalog(litellm_price)

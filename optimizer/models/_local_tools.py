@@ -56,14 +56,26 @@ def offered(tools: list[dict] | None, tool_choice: Any) -> list[dict]:
     if not tools or tool_choice == "none":
         return []
     if isinstance(tool_choice, dict):
-        wanted = (tool_choice.get("function") or {}).get("name")
-        return [tool for tool in tools if tool.get("function", tool).get("name") == wanted] or tools
+        wanted = {(entry.get("function") or {}).get("name") for entry in _allowed(tool_choice)["tools"]}
+        return [tool for tool in tools if tool.get("function", tool).get("name") in wanted] or tools
     return tools
+
+
+def _allowed(tool_choice: dict) -> dict:
+    """A dict `tool_choice` as {mode, tools}: an `allowed_tools` choice, or one named function."""
+    if tool_choice.get("type") == "allowed_tools":
+        allowed = tool_choice.get("allowed_tools") or {}
+        return {"mode": allowed.get("mode", "auto"), "tools": allowed.get("tools") or []}
+    return {"mode": "required", "tools": [tool_choice]}
 
 
 def allows_final(tools: list[dict] | None, tool_choice: Any) -> bool:
     """Whether a plain answer is allowed: not when a tool call is required or named."""
-    return not offered(tools, tool_choice) or not (tool_choice == "required" or isinstance(tool_choice, dict))
+    if not offered(tools, tool_choice):
+        return True
+    if isinstance(tool_choice, dict):
+        return _allowed(tool_choice)["mode"] == "auto"
+    return tool_choice != "required"
 
 
 def simplify(schema: Any) -> Any:

@@ -11,11 +11,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from optimizer.errors import DeadlinePassed, ModelCallError, TrialTimeout
-from optimizer.ledger import current as current_ledger
-from optimizer.ledger import estimate_tokens
-from optimizer.models._context import METADATA_KEY
+from optimizer.ledger import charged, estimate_tokens
 from optimizer.models import mock
-from optimizer.models._litellm import litellm_module
+from optimizer.models._context import METADATA_KEY
+from optimizer.models._litellm import litellm_loaded, litellm_module
 from optimizer.turns import waiting
 from optimizer.types import Usage
 
@@ -148,9 +147,10 @@ class ModelClient:
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None, *,
                  max_tokens: int | None = None, temperature: float | None = None,
-                 tool_choice: str | None = None) -> Completion:
+                 tool_choice: str | dict | None = None) -> Completion:
         """One model call. `tool_choice="required"` asks for a tool call rather than a text answer
-        (OpenAI semantics; providers that cannot enforce it ignore it)."""
+        (OpenAI semantics; providers that cannot enforce it ignore it). An OpenAI `allowed_tools`
+        choice offers only the tools it names (see `_narrowed`)."""
         params = {k: v for k, v in {"temperature": self.temperature if temperature is None else temperature,
                                     "seed": self.seed, "max_tokens": max_tokens,
                                     "tool_choice": tool_choice if tools else None}.items() if v is not None}
@@ -161,27 +161,35 @@ class ModelClient:
                 completion = Completion.from_cache(hit)
                 self._account(completion.usage)
                 return completion
-        ledger = current_ledger()
-        reservation = ledger.reserve(self.role, self.model, estimate_tokens(messages, tools),
-                                     max_tokens) if ledger else None
-        try:
+        direct = mock.served_in_process(self.model, self.in_process)
+        if not direct:
+            self._load_litellm()
+        with charged(self.role, self.model, estimate_tokens(messages, tools), max_tokens,
+                     run_id=self.run_id) as charge:
             with waiting():
-                completion = self._call_with_retries(messages, tools, params)
-        except BaseException:
-            if ledger:
-                ledger.release(reservation)
-            raise
-        if ledger:
-            cost = ledger.settle(reservation, self.role, self.model, completion.usage, run_id=self.run_id)
-            if cost != completion.usage.cost_usd:  # priced by `model_prices`: the trial carries it too
-                self._account(Usage(cost_usd=cost - completion.usage.cost_usd))
-                completion.usage.cost_usd = cost
+                completion = self._call_with_retries(messages, tools, params, direct)
+            charge.usage = completion.usage
+        cost = charge.cost_usd
+        if cost is not None and cost != completion.usage.cost_usd:  # priced by `model_prices`: the trial carries it too
+            self._account(Usage(cost_usd=cost - completion.usage.cost_usd))
+            completion.usage.cost_usd = cost
         if self.cache is not None:
             self.cache.put(key, self.model, completion.to_cache())
         return completion
 
-    def _call_with_retries(self, messages, tools, params) -> Completion:
-        direct = mock.served_in_process(self.model, self.in_process)
+    def _load_litellm(self) -> None:
+        """Import litellm for the first call the cache does not answer (a fully cached run never
+        pays for it). Waiting for that import is not the trial's time: its deadline moves back
+        by the wait."""
+        if litellm_loaded():
+            return
+        started = time.monotonic()
+        with waiting():
+            litellm_module()
+        if self.deadline is not None:
+            self.deadline += time.monotonic() - started
+
+    def _call_with_retries(self, messages, tools, params, direct: bool) -> Completion:
         litellm = None if direct else litellm_module()
         last_error: Exception | None = None
         for attempt in range(self.retry.max_attempts):
@@ -189,11 +197,16 @@ class ModelClient:
             started = time.monotonic()
             try:
                 metadata = {METADATA_KEY: self.trial_key}
+                sent, offered, sent_params = _narrowed(self.model, tools, params, metadata)
                 response = mock.in_process(self.model, messages, metadata) if direct else litellm.completion(
-                    model=self.model, messages=messages, tools=tools or None, timeout=remaining,
-                    num_retries=0, metadata=metadata, **params)
-                completion = _parse(response, tools)
+                    model=self.model, messages=messages, tools=sent or None, timeout=remaining,
+                    num_retries=0, metadata=metadata, **sent_params)
+                completion = _parse(response, offered)
             except Exception as exc:  # classified below; anything else is not retried
+                if attempt == 0 and _cut_by_deadline(exc, self.deadline):
+                    # the model was still answering when the trial's time ran out: the agent used
+                    # up the time (failed), as when the deadline passes between two calls
+                    raise DeadlinePassed("ran past timeout_seconds while the model kept answering") from exc
                 if not _is_retryable(exc):
                     raise ModelCallError(f"{self.model}: {type(exc).__name__}: {_short(exc)}") from exc
                 last_error = exc
@@ -245,6 +258,36 @@ def _parse(response: Any, tools: list[dict] | None) -> Completion:
         calls=1,
     )
     return Completion(content=message.content, tool_calls=calls, usage=usage)
+
+
+def _narrowed(model: str, tools: list[dict] | None, params: dict[str, Any],
+              metadata: dict[str, Any]) -> tuple[list[dict] | None, list[dict] | None, dict[str, Any]]:
+    """What to send for an OpenAI `allowed_tools` choice, which litellm passes only to a few
+    providers: the tools to list, the tools a reply may call, and the parameters. The embedded
+    model gets every tool (its cached prompt prefix holds) and the allowed names in `metadata`
+    for its grammar; any other model gets the allowed tools alone. The choice's mode becomes
+    the `tool_choice`."""
+    choice = params.get("tool_choice")
+    if not (isinstance(choice, dict) and choice.get("type") == "allowed_tools") or not tools:
+        return tools, tools, params
+    allowed = choice.get("allowed_tools") or {}
+    names = {(entry.get("function") or {}).get("name") for entry in allowed.get("tools") or []}
+    offered = [tool for tool in tools if tool["function"]["name"] in names] or tools
+    params = {**params, "tool_choice": allowed.get("mode", "auto")}
+    from optimizer.models.local import ALLOWED_TOOLS_KEY, PREFIX
+
+    if model.startswith(f"{PREFIX}/"):
+        metadata[ALLOWED_TOOLS_KEY] = sorted(tool["function"]["name"] for tool in offered)
+        return tools, offered, params
+    return offered, offered, params
+
+
+def _cut_by_deadline(exc: Exception, deadline: float | None) -> bool:
+    """The embedded model was stopped mid-answer by the trial's deadline. (A hosted model's
+    time-out says nothing of whether it was answering, so it is retried like any other.)"""
+    from optimizer.models.local import GENERATING_AT_DEADLINE
+
+    return deadline is not None and time.monotonic() >= deadline and GENERATING_AT_DEADLINE in str(exc)
 
 
 def _is_retryable(exc: Exception) -> bool:

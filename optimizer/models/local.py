@@ -97,9 +97,13 @@ class LocalModel:
             raise _timeout("waited for the local model past the trial's deadline")
         try:
             llama = self._load()
+            # the prompt lists every tool, so narrowing the choice keeps the cached prefix; the
+            # grammar allows only the offered ones
+            listed = tools if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools" else None
             tools = _local_tools.offered(tools, tool_choice)
             note = _local_tools.system_note(_local_tools.allows_final(tools, tool_choice)) if tools else None
-            prompt = self._formatter(messages=_local_tools.template_messages(messages, note), tools=tools or None).prompt
+            prompt = self._formatter(messages=_local_tools.template_messages(messages, note),
+                                     tools=listed or tools or None).prompt
             tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
             cached = _reused_prefix(llama.input_ids[:llama.n_tokens].tolist(), tokens)
             sampling = dict(QWEN_SAMPLING) if temperature is None else {"temperature": temperature}
@@ -109,7 +113,7 @@ class LocalModel:
         finally:
             self._lock.release()
         if deadline is not None and time.monotonic() > deadline:
-            raise _timeout("the local model was still generating at the trial's deadline")
+            raise _timeout(GENERATING_AT_DEADLINE)
         text = output["choices"][0]["text"]
         turn = sum(1 for message in messages if message.get("role") == "assistant")
         if tools:
@@ -180,6 +184,13 @@ def _stop_at(deadline: float | None) -> Any:
     return StoppingCriteriaList([lambda tokens, logits: time.monotonic() > deadline])
 
 
+ALLOWED_TOOLS_KEY = "optimizer_allowed_tools"
+"""Request metadata naming the only tools a reply may call, while the prompt lists them all."""
+GENERATING_AT_DEADLINE = "the local model was still generating at the trial's deadline"
+"""The time-out raised when the trial's deadline stops a generation under way: the model was
+answering (the agent used up the time), unlike a model that never got to answer."""
+
+
 def _timeout(message: str) -> Exception:
     from litellm.exceptions import Timeout
 
@@ -214,11 +225,16 @@ def _completion(model: str, messages: list[dict], optional_params: dict | None =
     if model != NAME:
         raise ValueError(f"unknown local model '{PREFIX}/{model}' (available: {MODEL})")
     params = optional_params or {}
-    key = ((litellm_params or {}).get("metadata") or {}).get(METADATA_KEY)
+    metadata = (litellm_params or {}).get("metadata") or {}
+    key = metadata.get(METADATA_KEY)
+    tool_choice = params.get("tool_choice")
+    if metadata.get(ALLOWED_TOOLS_KEY):  # the client's narrowed choice (see client._narrowed)
+        tool_choice = {"type": "allowed_tools", "allowed_tools": {"mode": tool_choice or "auto", "tools": [
+            {"type": "function", "function": {"name": name}} for name in metadata[ALLOWED_TOOLS_KEY]]}}
     deadline = time.monotonic() + float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
     reply = _model.complete(messages, tools=params.get("tools"), max_tokens=params.get("max_tokens"),
                             temperature=params.get("temperature"), seed=_sample_seed(params.get("seed"), key),
-                            response_format=params.get("response_format"), tool_choice=params.get("tool_choice"),
+                            response_format=params.get("response_format"), tool_choice=tool_choice,
                             deadline=deadline)
     return ModelResponse(
         model=MODEL, choices=[{"message": reply.message, "finish_reason": reply.finish_reason}],

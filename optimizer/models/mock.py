@@ -25,6 +25,11 @@ All accept a latency suffix for benchmarks, e.g. `mock/oracle@50ms` sleeps 50 ms
 `in_process` answers the same way without litellm, for `optimizer suites validate`: the oracle
 replays reference solutions, so nothing there is a model call worth litellm's import time.
 Token counts are estimated as characters / 4 so reports have something to show; cost is 0.
+
+What the mocks play is owned above the model layer, which imports nothing from there: the agent's
+`SimProfile` comes with the trial (`TrialContext.sim_profile`), and the judges' offline answers
+and the weak patcher are installed with `play` by the modules that own them (`optimizer.judging`,
+`optimizer.proposers`) when they are imported.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 from optimizer.models._context import (JUDGE_INPUTS_KEY, JUDGE_KEY, METADATA_KEY, PROPOSAL_KEY, SCRIPT_KEY,
                                       SEED_KEY, SKILL_KEY, trial_context)
@@ -44,6 +49,20 @@ from optimizer.models._litellm import register_provider
 MOCK_NAMES = ("oracle", "sim", "patcher")
 _MODEL = re.compile(r"^(?P<name>[a-z_]+)(@(?P<ms>\d+)ms)?$")
 FINAL_REPLY = "Done."
+_players: dict[str, Callable[..., Any]] = {}
+
+
+def play(role: str, player: Callable[..., Any]) -> None:
+    """Install what the mock models answer as `role`: "judge" (`(judge name, inputs) -> reply
+    text`) or "weak_patcher" (`(request, *, skill, seed, ordinal, attempt) -> answer` with `kind`,
+    `targets` and `rules`)."""
+    _players[role] = player
+
+
+def _player(role: str) -> Callable[..., Any]:
+    if role not in _players:
+        raise ValueError(f"no mock {role} is installed (the module that owns it installs it with `mock.play`)")
+    return _players[role]
 
 
 def parse_mock_model(model: str) -> tuple[str, float] | None:
@@ -66,9 +85,7 @@ def _completion(model: str, messages: list[dict], **kwargs: Any):
         return _response(model, messages, {"role": "assistant", "content": _patcher_reply(metadata, messages)},
                          "stop")
     if metadata.get(JUDGE_KEY):
-        from optimizer.judging import offline_reply
-
-        reply = offline_reply(metadata[JUDGE_KEY], metadata.get(JUDGE_INPUTS_KEY) or {})
+        reply = _player("judge")(metadata[JUDGE_KEY], metadata.get(JUDGE_INPUTS_KEY) or {})
         return _response(model, messages, {"role": "assistant", "content": reply}, "stop")
     context = trial_context(metadata.get(METADATA_KEY))
     if context is None:
@@ -208,10 +225,8 @@ def _patcher_reply(metadata: dict, messages: list[dict]) -> str:
 
 def _weak_entry(metadata: dict, messages: list[dict], ordinal: int) -> dict:
     """The weak patcher's answer as a script entry, in the patch format the proposer asked for."""
-    from optimizer.weak_patcher import weak_answer
-
     request = _request_text(messages)
-    answer = weak_answer(request, skill=float(metadata[SKILL_KEY]), seed=int(metadata.get(SEED_KEY) or 0),
+    answer = _player("weak_patcher")(request, skill=float(metadata[SKILL_KEY]), seed=int(metadata.get(SEED_KEY) or 0),
                          ordinal=ordinal, attempt=1 if _feedback_given(messages) else 0)
     rationale = f"A {answer.kind} answer for {', '.join(answer.targets) or 'no known bucket'}."
     system = next((str(m.get("content") or "") for m in messages if m.get("role") == "system"), "")
@@ -239,14 +254,11 @@ def _script(name: str, context, messages: list[dict]):
     task = context.task
     if name == "oracle":
         return task.reference_solution.tool_calls if task.reference_solution else []
-    from optimizer.registry import get_agent
-    from optimizer.sim import decide
-
-    profile = get_agent(context.agent_name).sim_profile
+    profile = context.sim_profile
     if profile is None:
         raise ValueError(f"agent {context.agent_name!r} has no sim profile; mock/sim cannot play it")
     system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
-    return decide(profile, task, system, context.seed, context.trial_index, context.sim_noise).calls
+    return profile.play(task, system, context.seed, context.trial_index, context.sim_noise)
 
 
 def _make_handler():

@@ -1,0 +1,92 @@
+"""The tool loop's harness for small models (agents/loop.py), through the real runner on a scripted
+model: the turn budget announced as it runs down, the wrap-up phase that offers only the finishing
+tools, and what a finishing tool says when the job is not done yet."""
+
+from __future__ import annotations
+
+import json
+
+from optimizer.config import load_settings
+from optimizer.evaluate import execute, prepare
+from optimizer.models import register_provider
+from optimizer.store import open_store
+from tests.conftest import PROJECT_ROOT
+from tests.helpers import write_suite
+
+FACT_ID = "2026/05/25.md#ts_1"
+SEEN: list[dict] = []
+"""What the scripted model was offered on each call: tool names, and the messages it saw."""
+
+
+def _scripted_model():
+    """`scripted/pkm` saves the insight first (too early), then looks around with a different
+    Glob each turn until the loop offers only the finishing tools, then files the note, then
+    saves the insight again."""
+    import litellm  # noqa: F401  (the handler is built once litellm is imported)
+    from litellm import CustomLLM
+    from litellm.types.utils import ModelResponse
+
+    class Scripted(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            tools = (kwargs.get("optional_params") or {}).get("tools") or []
+            offered = {tool["function"]["name"] for tool in tools}
+            SEEN.append({"offered": offered, "messages": [dict(m) for m in messages]})
+            insight = {"fact_id": FACT_ID, "insight_text": "The user ran a tempo 5k."}
+            if len(SEEN) == 1:
+                name, arguments = "update_timeline_card_insight", insight
+            elif offered == {"update_timeline_card_insight"}:
+                name, arguments = "update_timeline_card_insight", insight
+            elif "Glob" not in offered:
+                name, arguments = "Write", {"path": "Areas/Health/running.md",
+                                            "content": f"- Tempo 5k in 24:10 <!-- fact_id: {FACT_ID} -->\n"}
+            else:
+                name, arguments = "Glob", {"pattern": f"**/*{len(SEEN)}*.md"}
+            call = {"id": f"call{len(SEEN)}", "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)}}
+            return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": None,
+                                                                    "tool_calls": [call]},
+                                                        "finish_reason": "tool_calls"}],
+                                 usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+
+    return Scripted()
+
+
+register_provider("scripted", _scripted_model, ["scripted/pkm"])
+
+
+def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_tools(tmp_path):
+    SEEN.clear()
+    task = {"id": "pkm_harness", "metadata": {"failure_bucket": "harness", "max_turns": "10"},
+            "input": {"content": "Tempo 5k in 24:10 today.", "base_fixture": "fresh",
+                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
+            "graders": [{"name": "pkm_completion"}]}
+    suite = write_suite(tmp_path / "suite", [task], name="harness", agent_name="pkm_agent")
+    settings = load_settings(PROJECT_ROOT, {"agent_model": "scripted/pkm", "cache": False})
+    run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    trial = run.trials[0]
+    assert trial.status == "passed", trial.error
+
+    every_tool = {"Read", "BatchRead", "Write", "Edit", "Move", "Remove", "LS", "Glob", "Grep",
+                  "update_timeline_card_insight", "skip_pkm_organization"}
+    # 10 turns, wrap-up in the last 3: calls 1-7 see every tool, call 8 only what files the note,
+    # call 9 (the note is filed) only the insight, which then ends the run
+    assert [seen["offered"] for seen in SEEN] == [every_tool] * 7 + [
+        {"Write", "Edit", "skip_pkm_organization"}, {"update_timeline_card_insight"}]
+
+    def system_notes(call: int) -> list[str]:
+        return [m["content"] for m in SEEN[call - 1]["messages"][2:] if m["role"] == "system"]
+
+    assert system_notes(4) == []
+    assert system_notes(5) == ["Turns left: 6 of 10. Finish this note before they run out."]
+    assert system_notes(7)[-1] == "Turns left: 4 of 10. Finish this note before they run out."
+    wrap_up = ("Only 3 turns are left, so only the tools that finish the job are offered now: "
+               "Write, Edit, skip_pkm_organization. Use them to complete this note.")
+    assert system_notes(8)[-1] == wrap_up
+    assert system_notes(9)[-2:] == [wrap_up, "Turns left: 2 of 10. Finish this note before they run out."]
+
+    # the insight saved before the note was filed says what is still missing
+    first = trial.transcript.tool_calls[0]
+    assert first.name == "update_timeline_card_insight" and not first.is_error
+    assert first.result.startswith("insight saved on the timeline card\nThis note is not finished yet:\n- no file under")
+    assert f"<!-- fact_id: {FACT_ID} -->" in first.result
+    assert trial.transcript.tool_calls[-1].result == "insight saved on the timeline card"
