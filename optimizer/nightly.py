@@ -12,7 +12,8 @@ chooses) or alternately. The night stops at whichever comes first: `max_iteratio
 limit (checked between iterations), a budget in USD or tokens (enforced before every model
 call, see `optimizer.ledger`), `patience` consecutive rejected iterations, or nothing left to
 try. With `merge`, the branch is merged into the base branch when every commit on it passed
-the strict gate. One job per repository (`optimizer.lock`).
+the strict gate. One job per repository (`optimizer.lock`), on every machine that shares a
+PostgreSQL store.
 
 Crash safety: the night's state (iterations done, the one under way, the branch tip) is saved in
 the store before and after every iteration, each finished trial and proposal is in the store as
@@ -38,7 +39,7 @@ from optimizer.box import remove_stray_boxes
 from optimizer.errors import InputError
 from optimizer.ledger import Budget, BudgetExceeded, Ledger, charging
 from optimizer.models import answered_in_process, is_embedded
-from optimizer.lock import job_lock
+from optimizer.lock import repository_identity, repository_lock
 from optimizer.loop import LoopContext, run_iteration
 from optimizer.registry import get_agent
 from optimizer.runner import new_run_id
@@ -124,7 +125,8 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
     repo = gitops.open_repo(root)
     state_dir = root / settings.state_dir
     gitops.ignore_state_dir(state_dir)
-    with job_lock(state_dir / "nightly.lock", "optimizer nightly", ctx.log):
+    with repository_lock(ctx.store, state_dir / "nightly.lock", repository_identity(repo), "optimizer nightly",
+                         ctx.log):
         if resume:
             result, limits = _resumable(ctx)
             base = gitops.Base(ref=result.base_ref, commit=result.base_commit)

@@ -1,4 +1,5 @@
-"""The nightly job's lock: the kernel's `flock` decides who holds it, never the lock file's content."""
+"""The nightly job's lock: the kernel's `flock` decides who holds it, never the lock file's content;
+on a PostgreSQL store, the server's advisory lock, which holds across state folders and machines."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import time
 
 import pytest
 
-from optimizer.lock import LockHeld, job_lock
+from optimizer.lock import LockHeld, job_lock, lock_key, repository_lock
+from optimizer.store import Store
 
 CONTENDERS = 20
 ROUNDS = 10
@@ -172,3 +174,94 @@ def test_a_lock_held_on_another_host_names_the_host(tmp_path):
         assert "pid 4321" in str(refused.value) and "elsewhere" in refused.value.fix
     finally:
         os.close(holder)
+
+
+REPOSITORY = "0123456789abcdef0123456789abcdef01234567"
+"""A repository's identity (its root commit), as every clone of it names it."""
+HOLD_IN_STORE = """
+import sys
+from pathlib import Path
+from optimizer.lock import repository_lock
+from optimizer.store import Store
+
+store = Store(sys.argv[1])
+with repository_lock(store, Path(sys.argv[2]) / "nightly.lock", sys.argv[3], "optimizer nightly", log=print):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+"""A job holding the repository's lock in the store at argv[1], with its own state folder argv[2]."""
+
+
+def hold_in_store(url: str, state_dir, repository: str = REPOSITORY) -> subprocess.Popen:
+    """A process (on "another machine": its own state folder) that has taken the lock."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_IN_STORE, url, str(state_dir), repository],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_postgresql_lock_keeps_out_a_job_with_another_state_dir_until_its_holder_lets_go(postgres_url, tmp_path):
+    holder = hold_in_store(postgres_url, tmp_path / "machine-a")
+    store = Store(postgres_url)
+    path = tmp_path / "machine-b" / "nightly.lock"
+    try:
+        with pytest.raises(LockHeld, match="another job \\(optimizer nightly\\) is running on this repository: "
+                                           f"pid {holder.pid}, since ") as refused:
+            with repository_lock(store, path, REPOSITORY, "optimizer nightly"):
+                pytest.fail("took a lock another machine's job holds")
+        assert refused.value.exit_code == 2
+        with repository_lock(store, path, "another repository", "optimizer nightly"):
+            pass  # the lock is the repository's, not the store's
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+    assert holder.returncode == 0
+    with repository_lock(store, path, REPOSITORY, "optimizer nightly") as me:
+        assert me["pid"] == os.getpid()
+    assert not (tmp_path / "machine-a").exists() and not path.parent.exists()  # no lock file on PostgreSQL
+    store.close()
+
+
+def test_a_killed_holder_of_a_postgresql_lock_lets_go_of_it(postgres_url, tmp_path):
+    holder = hold_in_store(postgres_url, tmp_path / "machine-a")
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    store = Store(postgres_url)
+    deadline = time.monotonic() + 10  # the server ends the dead client's session as it notices
+    while True:
+        try:
+            with repository_lock(store, tmp_path / "nightly.lock", REPOSITORY, "optimizer nightly"):
+                break
+        except LockHeld:
+            assert time.monotonic() < deadline, "the lock outlived its killed holder"
+            time.sleep(0.1)
+    store.close()
+
+
+def test_a_postgresql_lock_held_on_another_host_names_the_host(postgres_url, tmp_path):
+    import psycopg
+    from sqlalchemy import make_url
+
+    from optimizer.store.store import store_location
+
+    url = make_url(postgres_url)
+    with psycopg.connect(host=url.query["host"], port=int(url.query["port"]), user=url.username,
+                         dbname=url.database, application_name="optimizer nightly pid 4321 on elsewhere",
+                         autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", (lock_key(REPOSITORY),))
+        store = Store(postgres_url)
+        with pytest.raises(LockHeld, match="holds the lock on host elsewhere") as refused:
+            with repository_lock(store, tmp_path / "nightly.lock", REPOSITORY, "optimizer nightly"):
+                pytest.fail("took a lock another host's job holds")
+        assert "pid 4321" in str(refused.value) and "elsewhere" in refused.value.fix
+        assert str(refused.value).startswith(f"{store_location(postgres_url)}: another job")  # where: the store
+        store.close()
+
+
+def test_a_sqlite_store_keeps_the_lock_file_in_the_state_folder(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'optimizer.db'}")
+    path = tmp_path / "nightly.lock"
+    with repository_lock(store, path, REPOSITORY, "optimizer nightly") as me:
+        assert json.loads(path.read_text()) == me
+    assert not path.exists()
+    store.close()

@@ -1,7 +1,9 @@
-"""The store: migrations from a blank database, recorded and versioned."""
+"""The store: migrations from a blank database, recorded and versioned; writes from several
+processes at once. Each test runs on SQLite and on PostgreSQL (`store_url` in conftest.py)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from datetime import datetime, timezone
 
@@ -9,13 +11,13 @@ import pytest
 from sqlalchemy import select, update
 
 from optimizer.errors import ConfigError
-from optimizer.store import Store, default_url, schema
+from optimizer.store import Store, schema
 from optimizer.store.migrations import MIGRATIONS, SCHEMA_VERSION, table_names
 from optimizer.types import GraderResult, RunResult, Trial
 
 
-def test_blank_database_gets_every_table_and_the_schema_version(tmp_path):
-    store = Store(default_url(tmp_path))
+def test_blank_database_gets_every_table_and_the_schema_version(store_url):
+    store = Store(store_url)
     with store.engine.connect() as conn:
         assert {"runs", "trials", "grader_results", "response_cache", "schema_version"} <= table_names(conn)
         applied = list(conn.execute(select(schema.schema_migrations.c.name)).scalars())
@@ -24,44 +26,44 @@ def test_blank_database_gets_every_table_and_the_schema_version(tmp_path):
     assert version == SCHEMA_VERSION
 
 
-def test_reopening_applies_nothing_twice(tmp_path):
-    Store(default_url(tmp_path)).close()
-    store = Store(default_url(tmp_path))
+def test_reopening_applies_nothing_twice(store_url):
+    Store(store_url).close()
+    store = Store(store_url)
     with store.engine.connect() as conn:
         assert len(list(conn.execute(select(schema.schema_migrations.c.name)))) == len(MIGRATIONS)
 
 
-def test_a_store_written_by_a_newer_version_is_refused(tmp_path):
-    store = Store(default_url(tmp_path))
+def test_a_store_written_by_a_newer_version_is_refused(store_url):
+    store = Store(store_url)
     with store.engine.begin() as conn:
         conn.execute(update(schema.schema_version).values(version=SCHEMA_VERSION + 1))
     store.close()
     with pytest.raises(ConfigError, match="newer"):
-        Store(default_url(tmp_path))
+        Store(store_url)
 
 
-def test_response_cache_round_trip_and_duplicate_put(tmp_path):
-    store = Store(default_url(tmp_path))
+def test_response_cache_round_trip_and_duplicate_put(store_url):
+    store = Store(store_url)
     assert store.get("k") is None
     store.put("k", "mock/sim", {"content": "hi", "tool_calls": [], "usage": {}})
     store.put("k", "mock/sim", {"content": "other", "tool_calls": [], "usage": {}})
     assert store.get("k")["content"] == "hi"
     store.close()
-    assert Store(default_url(tmp_path)).get("k")["content"] == "hi"  # the first answer is the one stored
+    assert Store(store_url).get("k")["content"] == "hi"  # the first answer is the one stored
 
 
-def _trial(index: int, graders: list[str]) -> Trial:
-    return Trial(suite="s", task_id="t", bucket="b", split="train", index=index, status="passed", score=1.0,
+def _trial(index: int, graders: list[str], task_id: str = "t") -> Trial:
+    return Trial(suite="s", task_id=task_id, bucket="b", split="train", index=index, status="passed", score=1.0,
                  duration_s=0.1, grader_results=[GraderResult(grader=name, score=1.0, passed=True,
                                                               rationale=f"{name} of trial {index}")
                                                  for name in graders])
 
 
 @pytest.mark.parametrize("multi_row_returning", [True, False])
-def test_trials_written_in_one_batch_keep_their_own_grader_results(tmp_path, multi_row_returning):
+def test_trials_written_in_one_batch_keep_their_own_grader_results(store_url, multi_row_returning):
     """The writer stores a batch of trials with one statement; each trial's grader rows must
     point at that trial, also on a database that can only return ids row by row."""
-    store = Store(default_url(tmp_path))
+    store = Store(store_url)
     store.engine.dialect.insert_executemany_returning_sort_by_parameter_order = multi_row_returning
     store.start_run(RunResult(run_id="r", started_at=datetime.now(timezone.utc), settings={}, fingerprints={}))
     trials = [_trial(0, ["a"]), _trial(1, []), _trial(2, ["a", "b"]), _trial(3, ["c"])]
@@ -74,3 +76,65 @@ def test_trials_written_in_one_batch_keep_their_own_grader_results(tmp_path, mul
     assert [trial.index for trial in loaded] == [0, 1, 2, 3]
     assert [[result.rationale for result in trial.grader_results] for trial in loaded] == \
         [["a of trial 0"], [], ["a of trial 2", "b of trial 2"], ["c of trial 3"]]
+
+
+WRITERS = 2
+TRIALS_EACH = 120
+
+
+def _write_trials(url: str, writer: int, start) -> None:
+    """One process of several recording trials of one run, and the same cache entries, at once;
+    a commit every few trials so that the processes' transactions interleave."""
+    store = Store(url)
+    start.wait()
+    for index in range(TRIALS_EACH):
+        store.record_trial("r", _trial(index, [f"writer {writer}"], task_id=f"t{writer}"))
+        store.put(f"key {index}", "mock/sim", {"content": f"writer {writer}"})
+        if index % 8 == 7:
+            store.flush()
+    store.close()
+
+
+def test_processes_writing_trials_to_one_run_at_once_lose_nothing(store_url):
+    store = Store(store_url)
+    store.start_run(RunResult(run_id="r", started_at=datetime.now(timezone.utc), settings={}, fingerprints={}))
+    store.close()  # nothing of the parent's connections goes into the forked writers
+    context = multiprocessing.get_context("fork")
+    start = context.Barrier(WRITERS)
+    writers = [context.Process(target=_write_trials, args=(store_url, writer, start)) for writer in range(WRITERS)]
+    for process in writers:
+        process.start()
+    for process in writers:
+        process.join(120)
+    assert [process.exitcode for process in writers] == [0] * WRITERS
+
+    store = Store(store_url)
+    trials = store.load_trials("r")
+    assert sorted((trial.task_id, trial.index) for trial in trials) == \
+        sorted((f"t{writer}", index) for writer in range(WRITERS) for index in range(TRIALS_EACH))
+    assert all([result.grader for result in trial.grader_results] == [f"writer {trial.task_id[1:]}"]
+               for trial in trials)
+    assert store.count("response_cache") == TRIALS_EACH  # a key the other process stored first is kept, not an error
+    assert store.get("key 0")["content"] in {f"writer {writer}" for writer in range(WRITERS)}
+
+
+def _open(url: str, start, opened) -> None:
+    start.wait()
+    Store(url).close()
+    opened.put("opened")
+
+
+def test_processes_opening_a_blank_postgresql_store_at_once_migrate_it_once(postgres_url):
+    """Jobs of a team may start together on a new server database: they take turns migrating."""
+    context = multiprocessing.get_context("fork")
+    count = 4
+    start, opened = context.Barrier(count), context.Queue()
+    processes = [context.Process(target=_open, args=(postgres_url, start, opened)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [process.exitcode for process in processes] == [0] * count
+    store = Store(postgres_url)
+    with store.engine.connect() as conn:
+        assert list(conn.execute(select(schema.schema_migrations.c.name)).scalars()) == [name for name, _ in MIGRATIONS]

@@ -1,5 +1,8 @@
 """Store integrity: a corrupt store is refused, a database fault stops the run (exit 3, never an
-agent error), a run that ends early says how, and the oldest store opens with today's code."""
+agent error), a run that ends early says how, and the oldest store opens with today's code.
+
+Each test runs on SQLite and on PostgreSQL (`store_url` in conftest.py); the damaged-page tests
+are SQLite's own and are skipped on PostgreSQL with the reason."""
 
 from __future__ import annotations
 
@@ -13,8 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
-from sqlalchemy import select
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.exc import DatabaseError
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
 from optimizer.errors import StoreError
@@ -27,6 +33,34 @@ from tests.test_loop import FACT_RULE, after_data_line, repo, script  # noqa: F4
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EVAL = ("eval", "--suite", "card_agent", "--agent-model", "mock/oracle", "--trials", "2")
 FIX = "from a backup, or move it aside"
+KEPT = "trials already recorded are kept"
+SQLITE_PAGES = ("damaged pages and `PRAGMA quick_check` are SQLite's; a PostgreSQL server checks its own pages "
+                "and reports damage as the error of a query, tested below as any database error")
+
+
+@pytest.fixture
+def database(store_url, isolated, monkeypatch) -> str:
+    """The store the CLI and `open_store` use in this test: SQLite in the state folder (the
+    default), or a blank PostgreSQL database, set through OPTIMIZER_DATABASE_URL."""
+    if store_url.startswith("sqlite"):
+        return default_url(isolated)
+    monkeypatch.setenv("OPTIMIZER_DATABASE_URL", store_url)
+    return store_url
+
+
+def sqlite_only(url: str) -> None:
+    if not url.startswith("sqlite"):
+        pytest.skip(SQLITE_PAGES)
+
+
+def rows(url: str, query: str) -> list[tuple]:
+    """The rows of a query, read past the store (as a person inspecting it would)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(row) for row in conn.execute(text(query))]
+    finally:
+        engine.dispose()
 
 
 def corrupt_pages(db: Path, last: int | None = None, seed: int = 7) -> None:
@@ -44,12 +78,12 @@ def corrupt_pages(db: Path, last: int | None = None, seed: int = 7) -> None:
     db.write_bytes(bytes(data))
 
 
-def trials_in(db: Path) -> list[tuple[str, str | None]]:
-    with sqlite3.connect(db) as conn:
-        return conn.execute("select status, error from trials").fetchall()
+def trials_in(url: str) -> list[tuple[str, str | None]]:
+    return rows(url, "select status, error from trials")
 
 
-def test_eval_on_a_store_with_corrupted_pages_exits_3_with_the_fix(cli, isolated):
+def test_eval_on_a_store_with_corrupted_pages_exits_3_with_the_fix(cli, isolated, database):
+    sqlite_only(database)
     code, out, err = cli(*EVAL)
     assert code == 0, out + err
     db = isolated / "optimizer.db"
@@ -65,7 +99,8 @@ def test_eval_on_a_store_with_corrupted_pages_exits_3_with_the_fix(cli, isolated
     assert db.read_bytes() == damaged, "nothing may be written to a corrupt store"
 
 
-def test_damage_only_in_pages_that_opening_never_reads_is_found_by_the_quick_check(tmp_path):
+def test_damage_only_in_pages_that_opening_never_reads_is_found_by_the_quick_check(tmp_path, store_url):
+    sqlite_only(store_url)
     store = Store(default_url(tmp_path))
     for number in range(50):
         store.put(f"key {number}", "mock/sim", {"content": "x" * 3000})
@@ -77,41 +112,47 @@ def test_damage_only_in_pages_that_opening_never_reads_is_found_by_the_quick_che
     assert str(tmp_path / "optimizer.db") in str(raised.value) and FIX in str(raised.value)
 
 
-def test_a_database_error_in_the_cache_lookup_stops_the_run_with_exit_3(cli, isolated, monkeypatch):
+FAULTS = {
+    "sqlite": (SQLiteDialect_pysqlite, sqlite3.DatabaseError("database disk image is malformed"), FIX),
+    "postgresql": (PGDialect_psycopg, psycopg.OperationalError("server closed the connection unexpectedly"), KEPT),
+}
+"""Per database: the dialect whose statements fail, the driver's error, and the fix it must show."""
+
+
+def test_a_database_error_in_the_cache_lookup_stops_the_run_with_exit_3(cli, database, monkeypatch):
     """The trials read the response cache inside the agent's model calls: a fault there is the
     store's, so the run stops with the fix instead of recording agent crashes."""
-    execute = SQLiteDialect_pysqlite.do_execute
+    dialect, fault, fix = FAULTS["sqlite" if database.startswith("sqlite") else "postgresql"]
+    execute = dialect.do_execute
 
     def failing_cache_reads(self, cursor, statement, parameters, context=None):
         if statement.lstrip().upper().startswith("SELECT") and "FROM response_cache" in statement:
-            raise sqlite3.DatabaseError("database disk image is malformed")
+            raise fault
         return execute(self, cursor, statement, parameters, context)
 
-    monkeypatch.setattr(SQLiteDialect_pysqlite, "do_execute", failing_cache_reads)
+    monkeypatch.setattr(dialect, "do_execute", failing_cache_reads)
     code, out, err = cli(*EVAL)
-    monkeypatch.undo()
+    monkeypatch.setattr(dialect, "do_execute", execute)
 
     assert code == 3, out + err
-    assert "database disk image is malformed" in err and FIX in err, err
+    assert str(fault) in err and fix in err, err
     assert "agent crashed" not in out + err
-    db = isolated / "optimizer.db"
-    assert [status for status, _ in trials_in(db)].count("errored") == 0
-    with sqlite3.connect(db) as conn:
-        [(status, summary)] = conn.execute("select status, summary_json from runs").fetchall()
+    assert [status for status, _ in trials_in(database)].count("errored") == 0
+    [(status, summary)] = rows(database, "select status, summary_json from runs")
     assert status == "crashed"
     assert json.loads(summary)["stop_reason"].startswith("StoreError:")
 
 
-def test_a_failed_write_stops_the_run_at_its_next_record(tmp_path):
+def test_a_failed_write_stops_the_run_at_its_next_record(store_url):
     """The writer commits in the background; its failure is raised, as a StoreError, to whoever
     records next rather than only when the run ends."""
-    store = Store(default_url(tmp_path))
+    store = Store(store_url)
     store.record_trial("no-such-run", _trial(0))  # the trial's run is not in the store: refused
     store._queue.join()  # the writer has tried and failed
 
-    with pytest.raises(StoreError, match="FOREIGN KEY constraint failed") as raised:
+    with pytest.raises(StoreError, match="(?i)foreign key constraint") as raised:
         store.record_trial("no-such-run", _trial(1))
-    assert "trials already recorded are kept" in str(raised.value)
+    assert KEPT in str(raised.value)
     store.close()  # raised once, to the recorder, not again
 
 
@@ -120,30 +161,29 @@ def _trial(index: int) -> Trial:
                  duration_s=0.1)
 
 
-def _wait_for_trials(db: Path, process: subprocess.Popen, timeout: float = 60.0) -> None:
+def _wait_for_trials(url: str, process: subprocess.Popen, timeout: float = 60.0) -> None:
     """Until the subprocess's run has recorded a trial (it has started for real)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
-        if db.exists():
+        if not url.startswith("sqlite:///") or Path(url.removeprefix("sqlite:///")).exists():
             try:
-                if trials_in(db):
+                if trials_in(url):
                     return
-            except sqlite3.OperationalError:  # the tables are still being made
+            except DatabaseError:  # the tables are still being made
                 pass
         time.sleep(0.2)
     raise AssertionError("the eval recorded no trial in time")
 
 
-def test_ctrl_c_in_eval_leaves_the_run_interrupted_not_running(isolated):
+def test_ctrl_c_in_eval_leaves_the_run_interrupted_not_running(database):
     env = {**os.environ, "OPTIMIZER_PLAIN": "1"}
     optimizer = str(Path(sys.executable).parent / "optimizer")
     process = subprocess.Popen([optimizer, "eval", "--suite", "card_agent", "--agent-model", "mock/oracle@200ms",
                                 "--trials", "20", "--concurrency", "2"], cwd=PROJECT_ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    db = isolated / "optimizer.db"
     try:
-        _wait_for_trials(db, process)
+        _wait_for_trials(database, process)
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=60)
     finally:
@@ -151,14 +191,13 @@ def test_ctrl_c_in_eval_leaves_the_run_interrupted_not_running(isolated):
             process.kill()
             process.wait()
     assert process.returncode == 130, err
-    with sqlite3.connect(db) as conn:
-        runs = conn.execute("select status, summary_json from runs").fetchall()
+    runs = rows(database, "select status, summary_json from runs")
     assert [status for status, _ in runs] == ["interrupted"], runs
     assert "KeyboardInterrupt" in json.loads(runs[0][1])["stop_reason"]
-    assert len(trials_in(db)) < 60  # it stopped before the end
+    assert len(trials_in(database)) < 60  # it stopped before the end
 
 
-def test_a_run_stopped_by_a_budget_is_stopped_with_the_reason(tmp_path, isolated):
+def test_a_run_stopped_by_a_budget_is_stopped_with_the_reason(database):
     from optimizer import evaluate
     from optimizer.config import load_settings
     from optimizer.ledger import Budget, BudgetExceeded, Ledger, charging
@@ -179,7 +218,7 @@ def test_a_run_stopped_by_a_budget_is_stopped_with_the_reason(tmp_path, isolated
     (BudgetExceeded("a model call would pass the job's budget"), "stopped", "budget: a model call"),
     (KeyboardInterrupt(), "interrupted", "KeyboardInterrupt"),
 ])
-def test_an_iteration_that_ends_early_says_how(repo, tmp_path, monkeypatch, ending, status, reason):
+def test_an_iteration_that_ends_early_says_how(repo, tmp_path, monkeypatch, database, ending, status, reason):
     from optimizer import loop
     from optimizer.config import load_settings
     from optimizer.store import open_store
@@ -229,18 +268,34 @@ INSERT INTO runs VALUES ('20260501-090000-abcdef', 'eval', 'completed', '2026-05
 INSERT INTO trials VALUES (1, '20260501-090000-abcdef', 'card_agent', 'card_event_standup', 'template_event',
     'train', 0, 'passed', 1.0, NULL, 0.5, 10, 5, 0.0, 1, 0,
     '{"messages": [{"role": "user", "content": "Standup Thursday 10:30"}]}', '{}');
-INSERT INTO grader_results VALUES (1, 1, 'card_completion', 1.0, 1, 0, 'a card was saved', '{}');
+INSERT INTO grader_results VALUES (1, 1, 'card_completion', 1.0, TRUE, FALSE, 'a card was saved', '{}');
 INSERT INTO response_cache VALUES ('k', 'mock/sim', '{"content": "hi"}', '2026-05-01 09:00:00.000000');
 """
 """The store as the first release (migration 0001_initial only) left it, written out rather than
 made with today's table definitions, with a run, a graded trial and a cache entry."""
 
 
-def test_the_oldest_store_opens_with_every_later_migration_and_its_rows_intact(tmp_path):
-    with sqlite3.connect(tmp_path / "optimizer.db") as conn:
-        conn.executescript(OLDEST_SCHEMA)
 
-    store = Store(default_url(tmp_path))
+
+def postgresql_script(script: str) -> str:
+    """The oldest store as the same release made it on PostgreSQL: its own types, ids drawn from
+    a sequence (moved past the rows written out with their ids)."""
+    script = script.replace("DATETIME", "TIMESTAMP WITH TIME ZONE").replace("id INTEGER NOT NULL", "id SERIAL NOT NULL")
+    return script + "".join(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}));\n"
+                            for table in ("trials", "grader_results"))
+
+
+def test_the_oldest_store_opens_with_every_later_migration_and_its_rows_intact(store_url):
+    if store_url.startswith("sqlite"):
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as conn:
+            conn.executescript(OLDEST_SCHEMA)
+    else:
+        engine = create_engine(store_url)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(postgresql_script(OLDEST_SCHEMA))
+        engine.dispose()
+
+    store = Store(store_url)
 
     with store.engine.connect() as conn:
         applied = list(conn.execute(select(schema.schema_migrations.c.name)
@@ -256,3 +311,5 @@ def test_the_oldest_store_opens_with_every_later_migration_and_its_rows_intact(t
     assert store.get("k") == {"content": "hi"}
     store.start_iteration(iteration_id="i1", kind="run", base_commit="abc", targets_json=[], settings_json={})
     assert store.iteration("i1")["status"] == "running"  # the tables of later migrations work
+    store.record_trial("20260501-090000-abcdef", _trial(1))
+    assert [trial.index for trial in store.load_trials("20260501-090000-abcdef")] == [0, 1]  # new ids, after the old

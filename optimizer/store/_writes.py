@@ -2,6 +2,10 @@
 
 A statement per row costs SQLAlchemy more than SQLite takes to store the row, so a batch of
 trials, grader results, cache entries and ledger rows is written with one executemany each.
+
+Several processes may write to one store (a team's PostgreSQL server, or two jobs on one SQLite
+file): a cache entry another process stored first is skipped by the insert itself (`ON CONFLICT
+DO NOTHING`), since a check-then-insert would let both pass the check and one fail the insert.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import bindparam, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from optimizer.store import schema
 from optimizer.types import Trial
@@ -29,13 +34,7 @@ def write_batch(conn, batch: list[tuple[str, Any]]) -> None:
     if ledger:
         conn.execute(_INSERT_LEDGER, ledger)
     if cache:
-        stored = set(conn.execute(_CACHE_STORED, {"keys": list(cache)}).scalars())
-        now = datetime.now(timezone.utc)
-        rows = [{"key": key, "model": model, "created_at": now,
-                 "value_json": json.dumps(value, ensure_ascii=False)}
-                for key, model, value in cache.values() if key not in stored]
-        if rows:
-            conn.execute(_INSERT_CACHE, rows)
+        _write_cache(conn, list(cache.values()))
 
 
 # Built once: constructing a statement costs more than SQLite takes to run it.
@@ -43,6 +42,11 @@ _INSERT_TRIAL = insert(schema.trials)
 _INSERT_TRIAL_IDS = _INSERT_TRIAL.returning(schema.trials.c.id, sort_by_parameter_order=True)
 _INSERT_GRADES = insert(schema.grader_results)
 _INSERT_CACHE = insert(schema.response_cache)
+_INSERT_NEW_CACHE = {
+    "sqlite": sqlite.insert(schema.response_cache).on_conflict_do_nothing(index_elements=["key"]),
+    "postgresql": postgresql.insert(schema.response_cache).on_conflict_do_nothing(index_elements=["key"]),
+}
+"""Per dialect, an insert that skips a key already stored; other databases check first."""
 _INSERT_LEDGER = insert(schema.ledger)
 _CACHE_STORED = select(schema.response_cache.c.key).where(
     schema.response_cache.c.key.in_(bindparam("keys", expanding=True)))
@@ -73,3 +77,16 @@ def _write_trials(conn, trials: list[tuple[str, Trial]]) -> None:
               for trial_id, (_, trial) in zip(ids, trials) for result in trial.grader_results]
     if grades:
         conn.execute(_INSERT_GRADES, grades)
+
+
+def _write_cache(conn, entries: list[tuple[str, str, Any]]) -> None:
+    """New cache entries; a key already stored keeps its first answer."""
+    now = datetime.now(timezone.utc)
+    rows = [{"key": key, "model": model, "created_at": now, "value_json": json.dumps(value, ensure_ascii=False)}
+            for key, model, value in entries]
+    statement = _INSERT_NEW_CACHE.get(conn.dialect.name)
+    if statement is None:
+        stored = set(conn.execute(_CACHE_STORED, {"keys": [row["key"] for row in rows]}).scalars())
+        rows, statement = [row for row in rows if row["key"] not in stored], _INSERT_CACHE
+    if rows:
+        conn.execute(statement, rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Callable
 
-from sqlalchemy import Connection, insert, inspect, select, update
+from sqlalchemy import Connection, func, insert, inspect, select, update
 
 from optimizer.errors import ConfigError
 from optimizer.store import schema
@@ -36,9 +36,21 @@ MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
+MIGRATION_LOCK_KEY = 0x6F70_745F_6D69_6772  # "opt_migr"
+"""The PostgreSQL advisory lock under which a store is migrated (any 64-bit number no other
+program on the server uses)."""
+
 
 def migrate(conn: Connection) -> list[str]:
-    """Apply the migrations this database has not seen; return their names."""
+    """Apply the migrations this database has not seen; return their names.
+
+    `conn` must be in a transaction. On PostgreSQL, processes that open a blank store at once
+    (a team's jobs starting together) take turns: each migrates under a transaction-scoped
+    advisory lock, so the second finds the tables the first made instead of failing to make them
+    again. (SQLite has no such lock: two processes opening a blank SQLite file in the same instant
+    may still race.)"""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(MIGRATION_LOCK_KEY)))
     schema.metadata.create_all(conn, tables=[schema.schema_migrations, schema.schema_version])
     stored = conn.execute(select(schema.schema_version.c.version)).scalar()
     if stored is not None and stored > SCHEMA_VERSION:

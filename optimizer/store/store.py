@@ -1,4 +1,4 @@
-"""Reading and writing run records. SQLite by default; any SQLAlchemy URL works."""
+"""Reading and writing run records. SQLite by default; PostgreSQL for a team (docs/postgresql.md)."""
 
 from __future__ import annotations
 
@@ -42,11 +42,13 @@ def open_store(settings, project_root: Path) -> "Store":
         raise ConfigError(f"not a database URL SQLAlchemy can use: {reason}", field=field,
                           fix="e.g. sqlite:////abs/path/optimizer.db or postgresql+psycopg://user@host/db") from None
     except ImportError as exc:
-        raise ConfigError(f"the database driver is not installed: {exc}", field=field,
-                          fix=f"install it in this environment (pip install {exc.name or 'the driver'})") from None
+        fix = f"install it in this environment (pip install {exc.name or 'the driver'})"
+        if make_url(url).get_backend_name() == "postgresql":
+            fix += ", or use postgresql+psycopg://..., whose driver comes with the optimizer (docs/postgresql.md)"
+        raise ConfigError(f"the database driver is not installed: {exc}", field=field, fix=fix) from None
     except (OperationalError, OSError) as exc:
         reason = first_line(str(exc), type(exc).__name__)
-        raise ConfigError(f"cannot open the store at {url}: {reason}", field=field,
+        raise ConfigError(f"cannot open the store at {store_location(url)}: {reason}", field=field,
                           fix="point it at a writable folder or a reachable database") from None
 
 
@@ -58,17 +60,21 @@ database`) and what `PRAGMA quick_check` reports."""
 def store_error(url: str, reason: str) -> StoreError:
     """A fault of the store at `url` as the error that stops the job, with the fix. `reason` is
     the database's own words (no credentials: a server URL is shown without its password)."""
-    if url.startswith("sqlite:///"):
-        where = url.removeprefix("sqlite:///")
-    else:
-        where = make_url(url).render_as_string(hide_password=True)
-    if any(marker in reason.lower() for marker in CORRUPTION):
+    where = store_location(url)
+    if url.startswith("sqlite") and any(marker in reason.lower() for marker in CORRUPTION):
         return StoreError(f"the store is corrupt: {reason}", path=where,
                           fix=f"restore {where} from a backup, or move it aside (the next run starts an empty "
                               "store), or set state_dir (env OPTIMIZER_STATE_DIR) to another folder")
     return StoreError(f"the store failed: {reason}", path=where,
                       fix="check the database (free disk space, permissions, the server) and run again; "
                           "trials already recorded are kept")
+
+
+def store_location(url: str) -> str:
+    """Where the store is, for messages: a SQLite file's path, else the URL without its password."""
+    if url.startswith("sqlite:///"):
+        return url.removeprefix("sqlite:///")
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _reason(exc: BaseException) -> str:
@@ -96,6 +102,10 @@ class Store:
     A SQLite store is checked (`PRAGMA quick_check`) when opened, and a corrupt one refused.
     After that every database error, in any thread, is raised as a `StoreError`: the run stops
     on it rather than recording the trial that happened to read the cache as errored.
+
+    A PostgreSQL store (`postgresql+psycopg://...`) is shared: processes on several machines may
+    write to it at once, each through its own `Store`. Its sessions use UTC, so times read back
+    are the same for every member of a team (SQLite gives them back without a zone, also UTC).
     """
 
     def __init__(self, url: str):
@@ -104,8 +114,10 @@ class Store:
         self.url = url
         self.engine: Engine = create_engine(url, connect_args={"check_same_thread": False}
                                             if url.startswith("sqlite") else {})
-        if url.startswith("sqlite"):
+        if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
+        elif self.engine.dialect.name == "postgresql":
+            event.listen(self.engine, "connect", _postgresql_session)
         self._lock = threading.Lock()
         try:
             self._check_integrity()
@@ -130,7 +142,11 @@ class Store:
     def _check_integrity(self) -> None:
         """Refuse a SQLite file with damaged pages before anything reads it. `quick_check` reads
         every page once (a second or so for a store of hundreds of MB) but skips the slower
-        index-against-table comparison of `integrity_check`."""
+        index-against-table comparison of `integrity_check`.
+
+        Other databases are not checked here: a server (PostgreSQL) owns its files, checks its
+        pages as it reads them (with data checksums on) and reports damage as an error of the
+        query that met it, which then stops the run like any other store error."""
         if self.engine.dialect.name != "sqlite":
             return
         with self.engine.connect() as conn:
@@ -474,3 +490,9 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _postgresql_session(dbapi_connection, _record) -> None:
+    """Every session in UTC, committed so that the pool's rollback on check-in keeps it."""
+    dbapi_connection.execute("SET TIME ZONE 'UTC'")
+    dbapi_connection.commit()
