@@ -16,7 +16,9 @@ agent's limits turn it on, every sentence from the agent's `<agent>.loop.yaml` p
   is still missing. After `max_repeats` turns in a row made only of such calls the trial ends,
   failed, like one that used all its turns;
 * *what to do next*: a terminal tool that succeeded without ending the run (the insight saved
-  before the note is filed) gets the completion check's list appended to its result.
+  before the note is filed) gets the completion check's list appended to its result;
+* *no call that cannot help*: such a tool, and a tool whose call was just answered as a repeat,
+  is not offered again until the agent's state changes (unless nothing else would be left).
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class ToolLoop:
         messages = transcript.messages
         turns = reminders = streak = 0
         answered: dict[str, int] = {}
+        withheld: dict[str, str] = {}
         last_note = ""
         wrap_up_said = False
         while True:
@@ -129,6 +132,8 @@ class ToolLoop:
                                              tools=", ".join(tool.name for tool in offered))
             elif self.limits.budget_notice and left <= self.limits.budget_notice:
                 self._say("budget", messages, left=left, total=self.limits.max_turns)
+            state = self._state()
+            offered = [tool for tool in offered if withheld.get(tool.name) != state] or offered
             completion = self.context.model.complete(messages, [tool.schema for tool in self.tools],
                                                      tool_choice=self._choice(offered))
             messages.append(completion.message)
@@ -142,7 +147,10 @@ class ToolLoop:
                 messages.append({"role": "tool", "tool_call_id": request.id, "name": request.name,
                                  "content": output.text})
                 tool = by_name.get(request.name)
-                finished = finished or (not output.is_error and not repeated and tool is not None and tool.ends_run())
+                ended = not output.is_error and not repeated and tool is not None and tool.ends_run()
+                finished = finished or ended
+                if tool is not None and (repeated or (tool.terminal and not output.is_error and not ended)):
+                    withheld[tool.name] = self._state()  # it cannot do more until something changes
             if finished:
                 return
             streak = streak + 1 if completion.tool_calls and repeats == len(completion.tool_calls) else 0
@@ -173,9 +181,11 @@ class ToolLoop:
             output = ToolOutput(self._with_next_step(output.text), output.is_error)
         return output, False
 
+    def _state(self) -> str:
+        return json.dumps(self.state() if self.state else None, sort_keys=True, ensure_ascii=False, default=str)
+
     def _signature(self, request: Any) -> str:
-        return json.dumps([request.name, request.arguments, self.state() if self.state else None],
-                          sort_keys=True, ensure_ascii=False, default=str)
+        return json.dumps([request.name, request.arguments, self._state()], ensure_ascii=False)
 
     def _with_next_step(self, text: str) -> str:
         missing = self.completion_check() if self.completion_check else []

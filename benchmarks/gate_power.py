@@ -2,6 +2,7 @@
 acceptance, side by side on the same planted cases. Prints a table; asserts nothing.
 
     .venv/bin/python benchmarks/gate_power.py [--aa 300] [--good 40] [--harm 40] [--suites card_agent pkm_agent]
+        [--buckets B ...] [--arms new previous gepa] [--policy FIELD=VALUE ...]
 
 Cases, per suite (each repeat draws a fresh baseline of 4 trials per task):
 * **A/A**: the candidate is the base prompt, sampled again. Targets are chosen from the baseline
@@ -208,6 +209,7 @@ def main() -> None:
     parser.add_argument("--suites", nargs="*", default=["card_agent", "pkm_agent"])
     parser.add_argument("--buckets", nargs="*", default=None, help="targets tried for power (default: all)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arms", nargs="*", default=["new", "previous", "gepa"], help="arms to run (default: all)")
     parser.add_argument("--policy", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="override GatePolicy fields, e.g. max_rollouts=400")
     args = parser.parse_args()
@@ -239,15 +241,19 @@ def main() -> None:
             return [sim.trial(item, base, rng) for item in planned]
 
         def run_case(name: str, candidate: str, repeats: int, targets_for) -> None:
-            tallies = {"new": CaseTally(), "previous": CaseTally(), "gepa": CaseTally()}
+            tallies = {arm: CaseTally() for arm in args.arms}
             for _ in range(repeats):
                 baseline = baseline_draw()
                 targets = targets_for(baseline)
                 if targets is None:
                     continue
-                tallies["new"].add(*new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy))
-                tallies["previous"].add(*previous_gate(sim, planned, baseline, base, candidate, targets, agent, rng))
-                tallies["gepa"].add(*gepa_acceptance(sim, planned, base, candidate, rng))
+                if "new" in tallies:
+                    tallies["new"].add(*new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy))
+                if "previous" in tallies:
+                    tallies["previous"].add(*previous_gate(sim, planned, baseline, base, candidate, targets, agent,
+                                                           rng))
+                if "gepa" in tallies:
+                    tallies["gepa"].add(*gepa_acceptance(sim, planned, base, candidate, rng))
             for arm, tally in tallies.items():
                 print(f"{suite_name:<11} {name:<40} {arm:<9} {cells(tally)}", flush=True)
 

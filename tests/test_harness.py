@@ -1,6 +1,7 @@
 """The tool loop's harness for small models (agents/loop.py), through the real runner on a scripted
 model: the turn budget announced as it runs down, the wrap-up phase that offers only the finishing
-tools, and what a finishing tool says when the job is not done yet."""
+tools, what a finishing tool says when the job is not done yet, and tools withheld while they
+cannot help."""
 
 from __future__ import annotations
 
@@ -68,9 +69,11 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
 
     every_tool = {"Read", "BatchRead", "Write", "Edit", "Move", "Remove", "LS", "Glob", "Grep",
                   "update_timeline_card_insight", "skip_pkm_organization"}
-    # 10 turns, wrap-up in the last 3: calls 1-7 see every tool, call 8 only what files the note,
-    # call 9 (the note is filed) only the insight, which then ends the run
-    assert [seen["offered"] for seen in SEEN] == [every_tool] * 7 + [
+    # 10 turns, wrap-up in the last 3. Call 1 sees every tool; the insight it saves cannot finish
+    # the note, so calls 2-7 are not offered the insight tool again (nothing changed); call 8 (the
+    # wrap-up) only what files the note; call 9 (the note is filed) only the insight, which ends it
+    looking = every_tool - {"update_timeline_card_insight"}
+    assert [seen["offered"] for seen in SEEN] == [every_tool] + [looking] * 6 + [
         {"Write", "Edit", "skip_pkm_organization"}, {"update_timeline_card_insight"}]
 
     def system_notes(call: int) -> list[str]:
