@@ -1,7 +1,8 @@
 """`optimizer report --html`: one self-contained HTML page about a night or an iteration.
 
-The page holds the per-bucket table (first measurement against the last), charts of bucket
-scores over the iterations and over the nights (matplotlib, inlined as SVG), the cost of each
+The page holds the per-bucket table (first measurement against the last), bucket scores over
+the iterations and over the nights as small multiples (a small inline SVG chart per bucket that
+moved or was targeted, drawn by the template), the cost of each
 iteration and per accepted patch (from the ledger), every proposal with its diff and the gate's
 reason per rule, and the worst failures of the last baseline with their graders' rationales. No
 script, font or image is fetched: the file can be mailed or attached to a CI run.
@@ -9,7 +10,6 @@ script, font or image is fetched: the file can be mailed or attached to a CI run
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +30,8 @@ class Point:
     label: str
     run_id: str
     buckets: dict[str, float]
+    tick: str = ""
+    """The label under a small chart's axis (`#2`, `end`, `11-23`)."""
 
 
 BUCKET_DEFAULTS = {"pairs": None, "verdict": None, "mde": None, "kind": "bucket", "ci_low": None, "ci_high": None,
@@ -43,15 +45,15 @@ def _bucket_means(store: Store, run_id: str | None) -> dict[str, float]:
             if row.get("mean_score") is not None}
 
 
-def _iteration_rows(store: Store, iteration_ids: list[str], costs) -> list[dict[str, Any]]:
-    """`costs`: `history.costs_by(ledger, "iteration_id")` indexed by iteration id."""
+def _iteration_rows(store: Store, iteration_ids: list[str], costs: dict[str, dict]) -> list[dict[str, Any]]:
+    """`costs`: `history.costs_by(store, "iteration_id")`."""
     rows = []
     for number, iteration_id in enumerate(iteration_ids, start=1):
         record = store.iteration(iteration_id)
         if record is None:
             continue
         proposals = store.proposals(iteration_id=iteration_id)
-        cost = costs.loc[iteration_id] if iteration_id in costs.index else None
+        cost = costs.get(iteration_id)
         rows.append({
             "number": number, "iteration_id": iteration_id, "status": record["status"],
             "agent": record.get("agent") or "", "targets": record.get("targets") or [],
@@ -68,36 +70,91 @@ def _iteration_rows(store: Store, iteration_ids: list[str], costs) -> list[dict[
     return rows
 
 
-def _chart(series: list[Point], title: str, highlight: set[str]) -> str:
-    """Bucket scores as lines over the points, as inline SVG ('' with fewer than one point)."""
-    if not series:
-        return ""
-    import matplotlib
+CHART = {"width": 200, "height": 92, "left": 24, "right": 8, "top": 6, "bottom": 16}
+"""A small chart's box in SVG units: the plot area is inside the margins, scores 0..1 upwards."""
+MOVED = 0.005
+"""A bucket whose scores differ by less than this at every point shows the same to 2 decimals:
+it gets no chart of its own, only a mention."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    buckets = sorted({bucket for point in series for bucket in point.buckets})
-    figure, axis = plt.subplots(figsize=(9.5, 4.2), dpi=100)
-    xs = list(range(len(series)))
-    for bucket in buckets:
-        ys = [point.buckets.get(bucket) for point in series]
-        marked = bucket in highlight
-        axis.plot([x for x, y in zip(xs, ys) if y is not None], [y for y in ys if y is not None],
-                  marker="o", linewidth=2.4 if marked else 1.0, alpha=1.0 if marked else 0.45,
-                  label=bucket.split("/", 1)[-1] + (" *" if marked else ""))
-    axis.set_xticks(xs, [point.label for point in series], rotation=20, ha="right", fontsize=8)
-    axis.set_ylim(-0.02, 1.02)
-    axis.set_ylabel("mean task score")
-    axis.set_title(title, fontsize=11)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    figure.tight_layout()
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg")
-    plt.close(figure)
-    text = buffer.getvalue()
-    return text[text.index("<svg"):]
+def _multiples(series: list[Point], targeted: set[str]) -> dict[str, Any]:
+    """Bucket scores over the points as small multiples: one chart per targeted bucket or bucket
+    whose score moved (targeted first), the same axes in each so they compare at a glance, and
+    the unchanged buckets listed with their score. Coordinates only; the template draws."""
+    width, height, left, right, top, bottom = (CHART[k] for k in ("width", "height", "left", "right", "top",
+                                                                 "bottom"))
+    step = (width - left - right) / max(len(series) - 1, 1)
+    xs = [left + i * step if len(series) > 1 else (left + width - right) / 2 for i in range(len(series))]
+
+    def y(value: float) -> float:
+        return round(top + (1 - value) * (height - top - bottom), 1)
+
+    charts, unchanged = [], []
+    for bucket in sorted({b for point in series for b in point.buckets}, key=lambda b: (b not in targeted, b)):
+        values = [(x, point, point.buckets.get(bucket)) for x, point in zip(xs, series)]
+        present = [(x, point, value) for x, point, value in values if value is not None]
+        if bucket not in targeted and max(v for *_, v in present) - min(v for *_, v in present) < MOVED:
+            unchanged.append({"bucket": bucket, "score": present[0][2]})
+            continue
+        charts.append({"bucket": bucket, "name": bucket.split("/", 1)[-1], "targeted": bucket in targeted,
+                       "first": present[0][2], "last": present[-1][2],
+                       "path": " ".join(f"{x:.1f},{y(value)}" for x, _, value in present),
+                       "points": [{"x": round(x, 1), "y": y(value), "value": value, "label": point.label}
+                                  for x, point, value in present]})
+    return {"box": CHART, "charts": charts, "unchanged": unchanged,
+            "grid": [{"y": y(value), "label": f"{value:.1f}"} for value in (0.0, 0.5, 1.0)],
+            "ticks": [{"x": round(x, 1), "label": point.tick or str(i + 1)} for i, (x, point) in
+                      enumerate(zip(xs, series))],
+            "labels": [point.label for point in series]} if series else {}
+
+
+def _end(store: Store, iterations: list[dict[str, Any]]) -> tuple[Point | None, dict[str, dict]]:
+    """What ends the night after its first baseline: the chart's extra last point (None when a
+    baseline ends it) and, per bucket, a gate's row that stands in for the runs' means.
+
+    The start is the first baseline's own trials. The baseline of an iteration after the last
+    accepted patch measured the branch's tip on those same trial indexes, so it is the end, like
+    for like. A night that ended on an accepted patch has no such baseline: its candidate's run
+    is the tip. That run holds the other buckets at the baseline's trial indexes, but the targeted
+    buckets' train tasks only at fresh indexes, paired with fresh trials of the base prompt;
+    against the baseline's own trials that compares two samples (a patch the gate measured
+    0.25 -> 0.50 on `trivial_input` showed 0.50 -> 0.50). Those buckets take the gate's paired
+    means instead."""
+    accepted = [(row, proposal) for row in iterations for proposal in row["proposals"]
+                if proposal["status"] == "accepted" and proposal["candidate_run_id"]]
+    if not accepted:
+        return None, {}
+    row, proposal = accepted[-1]
+    if any(later["baseline_run_id"] for later in iterations if later["number"] > row["number"]):
+        return None, {}
+    run_id = proposal["candidate_run_id"]
+    gate = {f"{b['suite']}/{b['bucket']}": b for b in proposal["buckets"]
+            if b.get("targeted") and b.get("before") is not None and b.get("after") is not None}
+    return Point(f"end: #{row['number']}'s accepted candidate", run_id, _bucket_means(store, run_id), "end"), gate
+
+
+def _bucket_table(first: dict[str, float], last: dict[str, float], targeted: set[str], gate: dict[str, dict],
+                  iterations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per bucket: start, end and change (`paired`: the gate's means stand in, see `_end`), and
+    `accepted`: what the gate measured for each accepted patch that targeted it (change, pairs,
+    iteration number). A baseline holds few trials per task (4 by default) at fixed indexes, so a
+    patch the gate showed to help on many fresh pairs can leave those few where they were."""
+    accepted: dict[str, list[dict[str, Any]]] = {}
+    for row in iterations:
+        for proposal in row["proposals"]:
+            if proposal["status"] == "accepted":
+                for b in proposal["buckets"]:
+                    if b.get("targeted") and b.get("change") is not None:
+                        accepted.setdefault(f"{b['suite']}/{b['bucket']}", []).append(
+                            {"number": row["number"], "change": b["change"], "pairs": b.get("pairs")})
+    rows = []
+    for bucket in sorted(set(first) | set(last) | set(gate)):
+        start, end = (gate[bucket]["before"], gate[bucket]["after"]) if bucket in gate else \
+            (first.get(bucket), last.get(bucket))
+        rows.append({"bucket": bucket, "start": start, "end": end, "targeted": bucket in targeted,
+                     "paired": bucket in gate, "accepted": accepted.get(bucket, []),
+                     "change": end - start if start is not None and end is not None else None})
+    return rows
 
 
 def _worst_failures(store: Store, run_id: str | None) -> list[dict[str, Any]]:
@@ -147,26 +204,22 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
                   "base": f"{chosen.get('base_ref')} @ {chosen['base_commit'][:12]}", "tip": "",
                   "stop_reason": "", "spent_usd": None, "spent_tokens": None,
                   "accepted": int(chosen["status"] == "accepted")}
-    costs = costs_by(store.ledger_frame(), "iteration_id").set_index("iteration_id")
+    costs = costs_by(store, "iteration_id")
     iterations = _iteration_rows(store, iteration_ids, costs)
-    specs = spec_lines(store.runs_frame())
+    specs = spec_lines(store.run_rows("run_id", "kind", "fingerprints_json"))
     for row in iterations:
         row.update(specs.get(row["baseline_run_id"]) or {"spec": None, "spec_changes": None})
     points = []
     for row in iterations:
         if row["baseline_run_id"]:
             points.append(Point(f"#{row['number']} start", row["baseline_run_id"],
-                                _bucket_means(store, row["baseline_run_id"])))
-    accepted_runs = [p["candidate_run_id"] for row in iterations for p in row["proposals"]
-                     if p["status"] == "accepted" and p["candidate_run_id"]]
-    if accepted_runs:
-        points.append(Point("end", accepted_runs[-1], _bucket_means(store, accepted_runs[-1])))
-    first = points[0].buckets if points else {}
-    last = points[-1].buckets if points else {}
+                                _bucket_means(store, row["baseline_run_id"]), f"#{row['number']}"))
+    end, gate = _end(store, iterations)
+    if end is not None:
+        points.append(end)
     targeted = {target for row in iterations for target in row["targets"]}
-    table = [{"bucket": bucket, "start": first.get(bucket), "end": last.get(bucket),
-              "change": (last[bucket] - first[bucket]) if bucket in first and bucket in last else None,
-              "targeted": bucket in targeted} for bucket in sorted(set(first) | set(last))]
+    table = _bucket_table(points[0].buckets if points else {}, points[-1].buckets if points else {}, targeted, gate,
+                          iterations)
     night_points = []
     for other in nightlies:
         ids = [row["iteration_id"] for row in (other.get("state") or {}).get("iterations") or []
@@ -176,15 +229,14 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
                [r["baseline_run_id"] for r in rows if r["baseline_run_id"]]
         if runs:
             night_points.append(Point(str(other["started_at"])[:10] + " " + other["nightly_id"][-6:], runs[-1],
-                                      _bucket_means(store, runs[-1])))
+                                      _bucket_means(store, runs[-1]), str(other["started_at"])[5:10]))
     accepted = sum(1 for row in iterations for p in row["proposals"] if p["status"] == "accepted")
     total_cost = sum(row["cost_usd"] for row in iterations)
     last_baseline = next((row["baseline_run_id"] for row in reversed(iterations) if row["baseline_run_id"]), None)
     last_run = store.run_record(points[-1].run_id) if points else None
     judges = ((last_run or {}).get("summary") or {}).get("judges") or []
     return {"title": title, "header": header, "iterations": iterations, "table": table, "judges": judges,
-            "chart_iterations": _chart(points, "Bucket scores over the iterations (* targeted)", targeted),
-            "chart_nights": _chart(night_points, "Bucket scores at the end of each night", targeted),
+            "chart_iterations": _multiples(points, targeted), "chart_nights": _multiples(night_points, targeted),
             "cost_total": total_cost, "accepted": accepted,
             "cost_per_accepted": total_cost / accepted if accepted else None,
             "failures": _worst_failures(store, last_baseline), "failures_run": last_baseline,

@@ -29,24 +29,23 @@ def history_command(
     store = open_store(settings, root)
     history = load_history(store, limit)
 
-    def show(title: str, frame, columns: list[str] | None = None) -> None:
-        if frame.empty:
+    def show(title: str, rows: list[dict], columns: list[str] | None = None) -> None:
+        if not rows:
             console.print(f"{title}: none", highlight=False)
             return
         table = Table(title=title, title_justify="left")
-        shown = columns or list(frame.columns)
+        shown = columns or list(rows[0])
         for column in shown:
             table.add_column(column, overflow="fold")
-        for row in frame[shown].itertuples(index=False):
-            table.add_row(*[_cell(value, column) for value, column in zip(row, shown)])
+        for row in rows:
+            table.add_row(*[_cell(row.get(column), column) for column in shown])
         console.print(table)
 
     show("nightly jobs", history.nightlies)
     show("iterations", history.iterations)
     show("runs", history.runs)
     buckets = history.bucket_scores
-    show("bucket mean score per run (latest 6)", buckets[["bucket", *list(buckets.columns[1:])[-6:]]]
-         if not buckets.empty else buckets)
+    show("bucket mean score per run (latest 6)", buckets, ["bucket", *list(buckets[0])[1:][-6:]] if buckets else None)
     show("cost by role (all recorded calls)", history.cost_by_role)
     if json_path:
         write_json(json_path, {name: _records(getattr(history, name))
@@ -54,13 +53,17 @@ def history_command(
     store.close()
 
 
-def _records(frame) -> list[dict]:
+def _records(rows: list[dict]) -> list[dict]:
     """Rows for JSON: a missing value is null (JSON has no NaN; strict parsers reject it)."""
-    return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+    return [{key: None if _missing(value) else value for key, value in row.items()} for row in rows]
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _cell(value, column: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "–"
     if isinstance(value, float):
         if column.endswith("usd"):

@@ -15,7 +15,6 @@ from sqlalchemy.exc import DatabaseError, DBAPIError
 from optimizer.errors import StoreError, first_line
 from optimizer.store import schema
 from optimizer.store.migrations import migrate
-from optimizer.store._writes import write_batch
 from optimizer.types import GraderResult, Outcome, RunResult, Transcript, Trial
 
 if TYPE_CHECKING:  # `_frame` imports pandas when called, so opening a store stays cheap
@@ -183,6 +182,8 @@ class Store:
             raise error
 
     def _write_loop(self) -> None:
+        from optimizer.store._writes import write_batch  # its dialect imports cost readers ~20 ms
+
         while True:
             batch = [self._queue.get()]
             if not self._flushing.is_set():
@@ -388,6 +389,22 @@ class Store:
             query = query.where(schema.ledger.c[column] == value)
         return self._frame(query)
 
+    def ledger_sums(self, key: str | None = None) -> list[dict[str, Any]]:
+        """The ledger summed in the database per role, and per `key` (a column such as
+        `iteration_id`) when given: rows of `key` (None without one), `role`, `cost_usd`,
+        `tokens` (prompt + completion) and `calls`. Plain rows for readers that must stay quick
+        (`optimizer history`): the ledger holds a row per model call."""
+        table = schema.ledger
+        groups = [table.c[key], table.c.role] if key else [table.c.role]
+        query = (select(*([table.c[key].label("key")] if key else []), table.c.role,
+                        func.sum(table.c.cost_usd).label("cost_usd"),
+                        func.sum(table.c.prompt_tokens + table.c.completion_tokens).label("tokens"),
+                        func.sum(table.c.calls).label("calls"))
+                 .group_by(*groups).order_by(*groups))
+        self.flush()
+        with self.engine.connect() as conn:
+            return [{"key": None, **row} for row in conn.execute(query).mappings().all()]
+
     # ------------------------------------------------------------ nightly jobs
     def start_nightly(self, **values: Any) -> None:
         self.flush()
@@ -418,6 +435,19 @@ class Store:
                                                    table.c.rubric_hash == rubric_hash)
                                .order_by(table.c.id.desc()).limit(1)).mappings().first()
         return _decode_run(row) if row else None
+
+    def run_rows(self, *columns: str, last: int | None = None) -> list[dict[str, Any]]:
+        """Runs, oldest first, as dicts whose JSON columns are decoded (`summary_json` read as
+        `summary`). Name `columns` to read only those (decoding every run's summary costs on a
+        large store); `last` keeps only the newest so many."""
+        table = schema.runs
+        query = select(*(table.c[name] for name in columns)) if columns else select(table)
+        order = (table.c.started_at, table.c.run_id)
+        query = query.order_by(*(column.desc() for column in order)).limit(last) if last else query.order_by(*order)
+        self.flush()
+        with self.engine.connect() as conn:
+            rows = [_decode_run(row) for row in conn.execute(query).mappings().all()]
+        return rows[::-1] if last else rows
 
     def runs_frame(self) -> pd.DataFrame:
         return self._frame(select(schema.runs).order_by(schema.runs.c.started_at))
