@@ -17,6 +17,8 @@ agent's limits turn it on, every sentence from the agent's `<agent>.loop.yaml` p
   failed, like one that used all its turns;
 * *what to do next*: a terminal tool that succeeded without ending the run (the insight saved
   before the note is filed) gets the completion check's list appended to its result;
+* *arguments that can work*: a tool may narrow its arguments for the moment (`Tool.narrow`: a
+  path must be one that exists); the model is held to the narrower schema;
 * *no call that cannot help*: such a tool, and a tool whose call was just answered as a repeat,
   is not offered again until the agent's state changes (unless nothing else would be left).
 """
@@ -45,6 +47,10 @@ class Tool:
     terminal: bool | Callable[[], bool] = False
     """A successful call ends the conversation (the agent's job is done); a callable decides at
     the time of the call (e.g. only once the rest of the job is done)."""
+
+    narrow: Callable[[], dict[str, Any] | None] | None = None
+    """A narrower schema of the arguments for the moment (say, a path must be one that exists);
+    None keeps the declared one. The model is held to it; the declared schema stays listed."""
 
     def ends_run(self) -> bool:
         return self.terminal() if callable(self.terminal) else self.terminal
@@ -195,14 +201,20 @@ class ToolLoop:
             problems="\n".join(f"- {item}" for item in missing))).strip()
 
     def _choice(self, offered: list[Tool]) -> Any:
-        """`tool_choice` for this call: the loop's own, or, when only some tools are offered, an
-        OpenAI `allowed_tools` choice naming them (the full list stays in the request, so a
-        model's cached prompt prefix still holds)."""
-        if len(offered) == len(self.tools):
+        """`tool_choice` for this call: the loop's own, or, when only some tools are offered or
+        some are narrowed, an OpenAI `allowed_tools` choice naming them, each with its narrowed
+        arguments (the declared list stays in the request, so a model's cached prompt prefix
+        still holds; see `ModelClient.complete`)."""
+        narrowed = {tool.name: tool.narrow() for tool in offered if tool.narrow}
+        if len(offered) == len(self.tools) and not any(narrowed.values()):
             return self.tool_choice
-        return {"type": "allowed_tools", "allowed_tools": {
-            "mode": self.tool_choice or "auto",
-            "tools": [{"type": "function", "function": {"name": tool.name}} for tool in offered]}}
+        entries = []
+        for tool in offered:
+            function: dict[str, Any] = {"name": tool.name}
+            if narrowed.get(tool.name):
+                function["parameters"] = narrowed[tool.name]
+            entries.append({"type": "function", "function": function})
+        return {"type": "allowed_tools", "allowed_tools": {"mode": self.tool_choice or "auto", "tools": entries}}
 
     def _finishing_tools(self) -> list[Tool]:
         names = self.finishing() if self.finishing else [tool.name for tool in self.tools if tool.terminal]

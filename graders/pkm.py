@@ -6,54 +6,44 @@ that correctly skipped) and is left out of the pass decision and the means.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from agents.pkm.reminders import MARKER
-from agents.pkm.state import segments
-from agents.pkm.tools import PARA_ROOTS
-from optimizer import GraderResult, Task, Trial, grader
+from optimizer import AnswerKey, GraderConfig, GraderResult, Task, Trial, grader
+from outcomes.pkm import MARKER, PARA_ROOTS, PKMOutcome, segments
 
 READS = ("read",)
 WRITES = ("write", "edit")
+EXPECTED_PATH = AnswerKey("expected file path")
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class CompletionConfig(_Config):
+class CompletionConfig(GraderConfig):
     expect: Literal["any", "persist", "skip"] = "any"
 
 
-class RoutingConfig(_Config):
+class RoutingConfig(GraderConfig):
     expected_buckets: list[str] = Field(min_length=1)
     """Path prefixes (matched on whole path segments; a trailing / is optional)."""
-    expected_files: list[str] = Field(default_factory=list)
+    expected_files: Annotated[list[str], EXPECTED_PATH] = Field(default_factory=list)
     min_score: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
-class ReadBeforeWriteConfig(_Config):
-    required_read_path: str | None = None
+class ReadBeforeWriteConfig(GraderConfig):
+    required_read_path: Annotated[str | None, EXPECTED_PATH] = None
 
 
-class NoOverwriteConfig(_Config):
+class NoOverwriteConfig(GraderConfig):
     seed_marker: str | None = None
     """A fixture marker id (`fact_pkm_running_002`) or the whole comment; default: every marker."""
 
 
-def _state(trial: Trial) -> dict:
-    return trial.outcome.environment_state
+def _state(trial: Trial) -> PKMOutcome:
+    return trial.outcome.read(PKMOutcome)
 
 
-def _result(name: str, score: float | None, passed: bool, rationale: str, **details) -> GraderResult:
-    return GraderResult(grader=name, score=score, passed=passed, rationale=rationale, details=details)
-
-
-def skip_path(state: dict) -> bool:
-    """The trial skipped and changed nothing (the graders that judge filing do not apply)."""
-    return bool(state.get("skipped")) and not state.get("mutated")
+def result(score: float | None, passed: bool, rationale: str, **details) -> GraderResult:
+    return GraderResult(score=score, passed=passed, rationale=rationale, details=details)
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -61,38 +51,38 @@ def _under(path: str, prefix: str) -> bool:
     return segments(path)[:len(head)] == head
 
 
-@grader("pkm_completion", config=CompletionConfig, version="1", agent="pkm_agent")
+@grader(config=CompletionConfig, version="1", agent="pkm_agent")
 def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> GraderResult:
     state = _state(trial)
-    filed = [path for path in state.get("filed_in") or [] if segments(path)[:1] and segments(path)[0] in PARA_ROOTS]
-    insight = bool((state.get("insight") or {}).get("text"))
-    skipped = skip_path(state)
-    if config.expect == "skip" or (config.expect == "any" and state.get("skipped")):
+    filed = [path for path in state.filed_in if segments(path)[:1] and segments(path)[0] in PARA_ROOTS]
+    insight = bool(state.insight and state.insight.text)
+    skipped = state.skip_path()
+    if config.expect == "skip" or (config.expect == "any" and state.skipped):
         if skipped:
-            return _result("pkm_completion", 1.0, True, "skipped with no change to the knowledge base",
-                           path="skip", evidence=state.get("skip_evidence"))
-        why = "skipped after changing files" if state.get("skipped") else \
+            return result(1.0, True, "skipped with no change to the knowledge base",
+                          path="skip", evidence=state.skip_evidence)
+        why = "skipped after changing files" if state.skipped else \
             "the input should have been skipped, but it was " + ("filed" if filed else "not skipped")
-        return _result("pkm_completion", 0.0, False, why, path="skip")
+        return result(0.0, False, why, path="skip")
     checks = {"filed in a PARA file with its fact_id marker": bool(filed), "insight updated": insight,
-              "did not skip": not state.get("skipped")}
+              "did not skip": not state.skipped}
     score = sum(checks.values()) / len(checks)
     failed = [name for name, ok in checks.items() if not ok]
-    return _result("pkm_completion", score, score == 1.0,
-                   f"filed in {', '.join(filed)} and insight updated" if not failed else
-                   f"{len(failed)} of 3 checks not met: " + ", ".join(f"'{name}'" for name in failed),
-                   path="persist", checks=checks, filed_in=filed)
+    return result(score, score == 1.0,
+                  f"filed in {', '.join(filed)} and insight updated" if not failed else
+                  f"{len(failed)} of 3 checks not met: " + ", ".join(f"'{name}'" for name in failed),
+                  path="persist", checks=checks, filed_in=filed)
 
 
-@grader("pkm_routed_correctly", config=RoutingConfig, version="1", agent="pkm_agent")
+@grader(config=RoutingConfig, version="1", agent="pkm_agent")
 def pkm_routed_correctly(task: Task, trial: Trial, config: RoutingConfig) -> GraderResult:
     state = _state(trial)
-    if skip_path(state):
-        return _result("pkm_routed_correctly", None, True, "not applicable: the trial skipped")
-    changed = list(state.get("created") or []) + list(state.get("modified") or [])
-    destinations = list(state.get("filed_in") or []) or changed
+    if state.skip_path():
+        return result(None, True, "not applicable: the trial skipped")
+    changed = state.created + state.modified
+    destinations = list(state.filed_in) or changed
     if not destinations:
-        return _result("pkm_routed_correctly", 0.0, False, "nothing was filed")
+        return result(0.0, False, "nothing was filed")
     files = {"/".join(segments(path)) for path in config.expected_files}
     scores = {}
     for path in destinations:
@@ -105,15 +95,15 @@ def pkm_routed_correctly(task: Task, trial: Trial, config: RoutingConfig) -> Gra
     score = sum(scores.values()) / len(scores)
     wanted = ", ".join(config.expected_files or config.expected_buckets)
     rationale = "; ".join(f"{path}: {value:g}" for path, value in scores.items()) + f" (expected {wanted})"
-    return _result("pkm_routed_correctly", score, score >= config.min_score, rationale, per_file=scores)
+    return result(score, score >= config.min_score, rationale, per_file=scores)
 
 
-@grader("pkm_read_before_write", config=ReadBeforeWriteConfig, version="1", agent="pkm_agent")
+@grader(config=ReadBeforeWriteConfig, version="1", agent="pkm_agent")
 def pkm_read_before_write(task: Task, trial: Trial, config: ReadBeforeWriteConfig) -> GraderResult:
     state = _state(trial)
-    events = state.get("events") or []
-    existing = {path for path, sides in (state.get("files") or {}).items() if sides.get("before") is not None}
-    existing |= set(state.get("deleted") or [])
+    events = state.events
+    existing = {path for path, sides in state.files.items() if sides.before is not None}
+    existing |= set(state.deleted)
     first_read: dict[str, int] = {}
     first_write: dict[str, int] = {}
     for number, event in enumerate(events):
@@ -128,46 +118,46 @@ def pkm_read_before_write(task: Task, trial: Trial, config: ReadBeforeWriteConfi
         mutations = [n for n, e in enumerate(events) if e["op"] in ("write", "edit", "move", "remove")]
         write_at = first_write.get(target, mutations[0] if mutations else None)
         if read_at is None:
-            return _result("pkm_read_before_write", 0.0, False, f"{target} was never read")
+            return result(0.0, False, f"{target} was never read")
         if write_at is not None and write_at < read_at:
-            return _result("pkm_read_before_write", 0.0, False, f"{target} was changed before it was read")
-        return _result("pkm_read_before_write", 1.0, True, f"{target} was read before any change to it")
+            return result(0.0, False, f"{target} was changed before it was read")
+        return result(1.0, True, f"{target} was read before any change to it")
     edited = sorted(path for path in first_write if path in existing)
     if not edited:
-        return _result("pkm_read_before_write", None, True, "not applicable: no existing file was edited")
+        return result(None, True, "not applicable: no existing file was edited")
     unread = [path for path in edited if first_read.get(path) is None or first_read[path] > first_write[path]]
     score = 1 - len(unread) / len(edited)
-    return _result("pkm_read_before_write", score, not unread,
-                   "every edited file was read first" if not unread else "edited before reading: " + ", ".join(unread),
-                   edited=edited, unread=unread)
+    return result(score, not unread,
+                  "every edited file was read first" if not unread else "edited before reading: " + ", ".join(unread),
+                  edited=edited, unread=unread)
 
 
-@grader("pkm_no_overwrite", config=NoOverwriteConfig, version="1", agent="pkm_agent")
+@grader(config=NoOverwriteConfig, version="1", agent="pkm_agent")
 def pkm_no_overwrite(task: Task, trial: Trial, config: NoOverwriteConfig) -> GraderResult:
     state = _state(trial)
     if config.seed_marker:
         found = MARKER.findall(config.seed_marker)
         markers = found or [config.seed_marker.strip()]
     else:
-        markers = list(state.get("markers_before") or [])
+        markers = list(state.markers_before)
     if not markers:
-        return _result("pkm_no_overwrite", None, True, "not applicable: the fixture has no markers")
-    present = state.get("markers_after") or {}
+        return result(None, True, "not applicable: the fixture has no markers")
+    present = state.markers_after
     lost = [marker for marker in markers if marker not in present]
     score = 1 - len(lost) / len(markers)
     rationale = f"all {len(markers)} seed marker(s) still present" if not lost else \
         f"{len(lost)} of {len(markers)} seed marker(s) deleted: " + ", ".join(lost[:10])
-    return _result("pkm_no_overwrite", score, not lost, rationale, lost=lost)
+    return result(score, not lost, rationale, lost=lost)
 
 
-@grader("pkm_fact_id_preserved", version="1", agent="pkm_agent")
+@grader(version="1", agent="pkm_agent")
 def pkm_fact_id_preserved(task: Task, trial: Trial, config: BaseModel) -> GraderResult:
     state = _state(trial)
-    if skip_path(state):
-        return _result("pkm_fact_id_preserved", None, True, "not applicable: the trial skipped")
-    filed = state.get("filed_in") or []
+    if state.skip_path():
+        return result(None, True, "not applicable: the trial skipped")
+    filed = state.filed_in
     if filed:
-        return _result("pkm_fact_id_preserved", 1.0, True, f"{state.get('marker')} is in {', '.join(filed)}")
-    changed = list(state.get("created") or []) + list(state.get("modified") or [])
-    why = f"no written file carries {state.get('marker')}" + (f" (changed: {', '.join(changed)})" if changed else "")
-    return _result("pkm_fact_id_preserved", 0.0, False, why)
+        return result(1.0, True, f"{state.marker} is in {', '.join(filed)}")
+    changed = state.created + state.modified
+    why = f"no written file carries {state.marker}" + (f" (changed: {', '.join(changed)})" if changed else "")
+    return result(0.0, False, why)

@@ -1,6 +1,6 @@
 """The PKM Agent's two LLM judges: insight quality and append coherence.
 
-Both run on the judge model through `optimizer.judging` (dspy, temperature 0, typed outputs,
+Both run on the judge model through `optimizer.ask` (dspy, temperature 0, typed outputs,
 rubric in `graders/rubrics/`, answers cached by content hash, model id and rubric hash recorded
 in every result). A judge that cannot answer validly makes the grader *errored*, not failed.
 
@@ -24,12 +24,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from agents.pkm.state import segments
-from graders.pkm import skip_path
-from optimizer import GraderResult, Task, Trial, grader
-from optimizer.judging import PASS_THRESHOLD, Judge, JudgeError, ask, register_judge
+from graders.pkm import result
+from optimizer import PASS_THRESHOLD, GraderConfig, GraderResult, JudgeError, Task, Trial, ask, grader, judge
+from outcomes.pkm import PKMOutcome, segments
 
 HERE = Path(__file__).resolve().parent
 KNOWLEDGE_BUDGET = 8000
@@ -47,11 +46,7 @@ after before again still even each other note notes file files here because bein
 """.split())
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class JudgeConfig(_Config):
+class JudgeConfig(GraderConfig):
     threshold: float = Field(default=PASS_THRESHOLD, ge=0.0, le=1.0)
 
 
@@ -135,12 +130,12 @@ def _signature(name: str):
     return build
 
 
-INSIGHT_JUDGE = register_judge(Judge(
-    name="pkm_insight_quality", rubric=HERE / "rubrics" / "pkm_insight_quality.md",
+INSIGHT_JUDGE = judge(
+    "pkm_insight_quality", rubric=HERE / "rubrics" / "pkm_insight_quality.md",
     signature=_signature("insight_quality"),
     output_fields=("rationale", "groundedness", "non_redundancy", "expression"),
-    check=check_insight, score=score_insight, offline=offline_insight,
-    calibration=HERE / "calibration" / "pkm_insight_quality.jsonl"))
+    check=check_insight, score=score_insight,
+    calibration=HERE / "calibration" / "pkm_insight_quality.jsonl")(offline_insight)
 
 
 # ---------------------------------------------------------------- append coherence
@@ -199,11 +194,11 @@ def check_coherence(outputs: dict[str, Any]) -> dict[str, Any]:
                                                                                     key=lambda v: abs(v - value))}
 
 
-COHERENCE_JUDGE = register_judge(Judge(
-    name="pkm_append_coherence", rubric=HERE / "rubrics" / "pkm_append_coherence.md",
+COHERENCE_JUDGE = judge(
+    "pkm_append_coherence", rubric=HERE / "rubrics" / "pkm_append_coherence.md",
     signature=_signature("append_coherence"), output_fields=("rationale", "coherence"),
-    check=check_coherence, score=lambda outputs: outputs["coherence"], offline=offline_coherence,
-    calibration=HERE / "calibration" / "pkm_append_coherence.jsonl"))
+    check=check_coherence, score=lambda outputs: outputs["coherence"],
+    calibration=HERE / "calibration" / "pkm_append_coherence.jsonl")(offline_coherence)
 
 
 # ---------------------------------------------------------------- what the judges are shown
@@ -232,14 +227,14 @@ def _window(lines: list[str], start: int, end: int) -> str:
     return "\n".join(parts) + "\n"
 
 
-def knowledge_text(state: dict) -> str:
+def knowledge_text(state: PKMOutcome) -> str:
     """The files the agent read or changed, as the insight judge sees them (capped)."""
-    files = state.get("files") or {}
-    fact_id = state.get("fact_id") or ""
-    ordered = sorted(files, key=lambda path: (path not in (state.get("filed_in") or []), path))
+    files = state.files
+    fact_id = state.fact_id or ""
+    ordered = sorted(files, key=lambda path: (path not in state.filed_in, path))
     parts, used = [], 0
     for path in ordered:
-        text = files[path].get("after") if files[path].get("after") is not None else files[path].get("before")
+        text = files[path].after if files[path].after is not None else files[path].before
         if not text:
             continue
         room = min(KNOWLEDGE_BUDGET - used, 3000)
@@ -254,49 +249,42 @@ def knowledge_text(state: dict) -> str:
     return "\n\n".join(parts)
 
 
-def _edited_existing(state: dict) -> list[tuple[str, str, str]]:
+def _edited_existing(state: PKMOutcome) -> list[tuple[str, str, str]]:
     """(path, before, after) of each file that existed in the fixture and was edited in place or
     after a move (a pure move is not an edit)."""
-    files = state.get("files") or {}
-    origin_of = {event["path"]: event.get("origin") or event["path"] for event in state.get("events") or []}
+    files = state.files
+    origin_of = {event["path"]: event.get("origin") or event["path"] for event in state.events}
     edited = []
-    for path in list(state.get("modified") or []) + list(state.get("created") or []):
+    for path in state.modified + state.created:
         origin = origin_of.get(path, path)
-        before = (files.get(origin) or {}).get("before")
-        after = (files.get(path) or {}).get("after")
+        before = files[origin].before if origin in files else None
+        after = files[path].after if path in files else None
         if before is not None and after is not None and before != after:
             edited.append((path, before, after))
     return edited[:MAX_FILES]
 
 
-def _judged(name: str, score: float | None, passed: bool, rationale: str, **details) -> GraderResult:
-    return GraderResult(grader=name, score=score, passed=passed, rationale=rationale, details=details)
-
-
-@grader("pkm_insight_quality", config=JudgeConfig, version="1", judge=INSIGHT_JUDGE,
-        agent="pkm_agent")
+@grader(config=JudgeConfig, version="1", judge=INSIGHT_JUDGE, agent="pkm_agent")
 def pkm_insight_quality(task: Task, trial: Trial, config: JudgeConfig) -> GraderResult:
-    state = trial.outcome.environment_state
-    if skip_path(state):
-        return _judged("pkm_insight_quality", None, True, "not applicable: the trial skipped")
-    insight = (state.get("insight") or {}).get("text") or ""
+    state = trial.outcome.read(PKMOutcome)
+    if state.skip_path():
+        return result(None, True, "not applicable: the trial skipped")
+    insight = (state.insight.text if state.insight else "") or ""
     if not insight.strip():
-        return _judged("pkm_insight_quality", 0.0, False, "no insight was written")
+        return result(0.0, False, "no insight was written")
     verdict = ask(INSIGHT_JUDGE, {"note": task.input.content, "knowledge": knowledge_text(state),
                                   "insight": insight})
     outputs = verdict.outputs
     shown = ", ".join(f"{k} {v:g}" if v is not None else f"{k} unknown" for k, v in outputs.items() if k != "rationale")
-    return _judged("pkm_insight_quality", verdict.score, verdict.score >= config.threshold,
-                   f"{shown}: {outputs['rationale']}", **verdict.details(INSIGHT_JUDGE))
+    return result(verdict.score, verdict.score >= config.threshold, f"{shown}: {outputs['rationale']}",
+                  **verdict.details(INSIGHT_JUDGE))
 
 
-@grader("pkm_append_coherence", config=JudgeConfig, version="1", judge=COHERENCE_JUDGE,
-        agent="pkm_agent")
+@grader(config=JudgeConfig, version="1", judge=COHERENCE_JUDGE, agent="pkm_agent")
 def pkm_append_coherence(task: Task, trial: Trial, config: JudgeConfig) -> GraderResult:
-    state = trial.outcome.environment_state
-    edited = _edited_existing(state)
+    edited = _edited_existing(trial.outcome.read(PKMOutcome))
     if not edited:
-        return _judged("pkm_append_coherence", None, True, "not applicable: no existing file was edited")
+        return result(None, True, "not applicable: no existing file was edited")
     scores, notes, details = [], [], {}
     for path, before, after in edited:
         shown_before, shown_after = around_change(before, after)
@@ -306,7 +294,7 @@ def pkm_append_coherence(task: Task, trial: Trial, config: JudgeConfig) -> Grade
         notes.append(f"{path}: {verdict.score:g} ({verdict.outputs['rationale']})")
         details = verdict.details(COHERENCE_JUDGE) | {"per_file": dict(zip([p for p, _, _ in edited], scores))}
     score = sum(scores) / len(scores)
-    return _judged("pkm_append_coherence", score, score >= config.threshold, "; ".join(notes), **details)
+    return result(score, score >= config.threshold, "; ".join(notes), **details)
 
 
 __all__ = ["COHERENCE_JUDGE", "INSIGHT_JUDGE", "JudgeError", "offline_coherence", "offline_insight"]

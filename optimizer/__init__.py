@@ -1,9 +1,12 @@
 """Closed-loop prompt optimizer.
 
-The public API that agents and graders are written against: the data types, the model client,
-the `@agent` / `@grader` decorators, the simulated-agent rules and `waiting()` (wrap a blocking
-wait other than a model call in it, so other trials run meanwhile). Everything else in the
-package is the harness.
+The public API, the whole plugin contract: what an agent, a grader or an LLM judge is written
+against, the built-in ones included (docs/plugins.md). The data types; the model client; the
+`@agent`, `@grader` and `@judge` decorators, the grader config base and the `AnswerKey` mark; the
+typed outcome's base `OutcomeModel`; the tool-calling loop (`ToolLoop`, `Tool`, `ToolOutput`,
+`LoopLimits`); asking a judge (`ask`); the simulated-agent rules; and `waiting()` (wrap a
+blocking wait other than a model call in it, so other trials run meanwhile). Everything else in
+the package is the harness.
 
 The names are imported on first use (PEP 562), so `optimizer --help` and the commands that call
 no model do not pay for building every data model at start-up.
@@ -15,15 +18,18 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    # The tool loop is public here; its code stays in agents/loop.py for now.
+    "agents.loop": ("AgentLimitError", "LoopLimits", "Tool", "ToolLoop", "ToolOutput", "tool_error"),
     "optimizer.agent_run": ("AgentContext", "AgentRun"),
     "optimizer.errors": ("DeadlinePassed", "InputError", "ModelCallError", "OptimizerError", "TrialCutShort",
                          "TrialTimeout"),
+    "optimizer.judging": ("Judge", "JudgeError", "PASS_THRESHOLD", "Verdict", "ask"),
     "optimizer.models": ("Completion", "ModelClient", "ToolCallRequest"),
-    "optimizer.registry": ("agent", "grader"),
+    "optimizer.registry": ("AnswerKey", "GraderConfig", "agent", "grader", "judge"),
     "optimizer.sim": ("Rule", "RuleTexts", "SimProfile", "load_rule_texts"),
     "optimizer.turns": ("waiting",),
-    "optimizer.types": ("GraderResult", "GraderSpec", "Outcome", "RunResult", "Suite", "SuiteSpec", "Task",
-                        "TaskInput", "ToolCall", "ToolCallSpec", "Transcript", "Trial", "Usage"),
+    "optimizer.types": ("GraderResult", "GraderSpec", "Outcome", "OutcomeModel", "RunResult", "Suite", "SuiteSpec",
+                        "Task", "TaskInput", "ToolCall", "ToolCallSpec", "Transcript", "Trial", "Usage"),
 }
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 

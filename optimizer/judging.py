@@ -1,9 +1,10 @@
 """LLM judges: a dspy signature run on the judge model at temperature 0, with typed outputs.
 
-A judge is declared once (`Judge`) by the module that grades with it: its rubric file (the
-instructions the judge model reads; versioned by content hash), the dspy signature, how to check
-and score an answer, a deterministic offline answer (what `mock/sim` and `mock/oracle` reply, so
-tests and `suites validate` need no model) and its human-labelled calibration examples.
+A judge is declared once, with `@judge` (`optimizer.registry`, the registry of agents and
+graders), by the module that grades with it: its rubric file (the instructions the judge model
+reads; versioned by content hash), the dspy signature, how to check and score an answer, a
+deterministic offline answer (what `mock/sim` and `mock/oracle` reply, so tests and `suites
+validate` need no model) and its human-labelled calibration examples.
 
 `ask` runs a judge on the judge model of the current grading context (the runner sets it), caches
 the checked answer in the store by content hash (model, judge, rubric hash, inputs), and raises
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -27,6 +27,7 @@ from optimizer.ledger import charged, estimate_tokens
 from optimizer.models import mock
 from optimizer.models._context import JUDGE_INPUTS_KEY, JUDGE_KEY
 from optimizer.models.client import ResponseCache
+from optimizer.registry import _judges, get_judge, judges  # noqa: F401 (read from here by the harness)
 from optimizer.turns import waiting
 from optimizer.types import Usage
 
@@ -92,31 +93,9 @@ class Verdict:
                 "judge_usage": self.usage.model_dump()}
 
 
-_registry: dict[str, Judge] = {}
-_registry_lock = threading.Lock()
+_registry = _judges
+"""The judges registered with `@judge`: the registry's own table, under its name here."""
 _current: ContextVar[JudgeSettings | None] = ContextVar("optimizer_judge_settings", default=None)
-
-
-def register_judge(judge: Judge) -> Judge:
-    with _registry_lock:
-        _registry[judge.name] = judge
-    return judge
-
-
-def get_judge(name: str) -> Judge:
-    from optimizer.registry import load_plugins
-
-    load_plugins()
-    if name not in _registry:
-        raise JudgeError(f"unknown judge {name!r} (known: {', '.join(sorted(_registry)) or 'none'})")
-    return _registry[name]
-
-
-def judges() -> dict[str, Judge]:
-    from optimizer.registry import load_plugins
-
-    load_plugins()
-    return dict(_registry)
 
 
 @contextmanager

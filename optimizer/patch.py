@@ -7,10 +7,12 @@ Checks, in order (the first that fails rejects the patch, with the offending tex
   UTF-8 text;
 * **empty**: the patch changes something;
 * **size**: added + removed lines within `max_changed_lines`;
-* **hard-coding lint**: added text may not copy, unless the base prompt already had it,
+* **hard-coding lint**: added text may not copy, unless the base prompt already had it
+  (case-insensitive, whole words),
   - a task id of any suite,
-  - an expected file path from a grader config (`expected_files`, `required_read_path`),
-  - a `card_must_contain` substring of 3 or more characters (case-insensitive, whole words),
+  - answer-key text from a grader config: the values of the config fields a grader marks with
+    `AnswerKey` (an expected file path, a graded substring of 3 or more characters, ...; the
+    mark says how long a value must be to count),
   - a run of 4 or more consecutive words of any eval input (train or holdout). Runs made only
     of function words ("at the end of") are ignored: they are English, not test data.
 """
@@ -22,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from optimizer.registry import get_grader
 from optimizer.types import Suite
 
 WORD = re.compile(r"\w+(?:[.,:/'-]\w+)*", re.UNICODE)
@@ -30,7 +33,6 @@ FUNCTION_WORDS = frozenset("""a an the of to in on at for from by with and or bu
 been it its this that these those there here i you he she we they me my your our their his her them us do does did
 not no so up out into over about after before when what which who how all any some one just also very can will would
 should could may might must have has had am""".split())
-PATH_KEYS = ("expected_files", "required_read_path")
 
 
 class EditError(ValueError):
@@ -95,8 +97,8 @@ class LintIndex:
     """What patches may not copy, collected once from the suites."""
 
     task_ids: set[str] = field(default_factory=set)
-    paths: set[str] = field(default_factory=set)
-    substrings: set[str] = field(default_factory=set)
+    answer_keys: dict[str, str] = field(default_factory=dict)
+    """Answer-key texts from the graders' configs -> what the lint calls them (`graded substring`)."""
     runs: dict[tuple[str, ...], str] = field(default_factory=dict)
     """4-word runs of eval inputs -> the task id they come from."""
 
@@ -109,15 +111,8 @@ class LintIndex:
                 for run in word_runs(task.input.content):
                     index.runs.setdefault(run, task.id)
                 for spec in task.graders:
-                    for key in PATH_KEYS:
-                        value = spec.config.get(key)
-                        for item in ([value] if isinstance(value, str) else value or []):
-                            if isinstance(item, str) and item.strip():
-                                index.paths.add(item.strip())
-                    if spec.name == "card_must_contain":
-                        for item in spec.config.get("substrings") or []:
-                            if isinstance(item, str) and len(item.strip()) >= 3:
-                                index.substrings.add(item.strip())
+                    for mark, text in get_grader(spec.name).answer_keys(spec.config):
+                        index.answer_keys.setdefault(text, mark.label)
         return index
 
 
@@ -145,12 +140,9 @@ def lint(base_prompt: str, added_text: str, index: LintIndex) -> PatchCheck:
     for task_id in sorted(index.task_ids):
         if _contains(added_text, task_id) and not _contains(base_prompt, task_id):
             offending.append(f"task id {task_id!r}")
-    for path in sorted(index.paths):
-        if _contains(added_text, path) and not _contains(base_prompt, path):
-            offending.append(f"expected file path {path!r}")
-    for substring in sorted(index.substrings):
-        if _contains(added_text, substring) and not _contains(base_prompt, substring):
-            offending.append(f"graded substring {substring!r}")
+    for text, label in sorted(index.answer_keys.items(), key=lambda item: (item[1], item[0])):
+        if _contains(added_text, text) and not _contains(base_prompt, text):
+            offending.append(f"{label} {text!r}")
     base_runs = word_runs(base_prompt)
     for run in sorted(word_runs(added_text) - base_runs):
         if run in index.runs:

@@ -54,8 +54,9 @@ class AgentSpec(Spec):
     prompt: str
     """The system prompt the optimizer edits, as the run reads it (the base commit's, in a loop)."""
     code: str
-    """The .py files of the agent's package, and the modules of its top-level package it shares
-    with other agents (e.g. `agents/loop.py`, `agents/texts.py`)."""
+    """The .py files of the agent's package, the modules of its top-level package it shares
+    with other agents (e.g. `agents/loop.py`, `agents/texts.py`), and the module of its typed
+    outcome (`outcomes/card.py`), which it shares with its graders."""
     texts: str
     """The other files of its prompt folder it reads (`agents/prompts/card_agent.*`)."""
     schemas: str
@@ -218,9 +219,11 @@ def agent_spec(entry: "AgentEntry", prompt_text: str) -> AgentSpec:
     stem = prompt.name.split(".")[0]
     folder = (top.parent if package else top) / prompt.parent  # the import root holds the prompt folder
     texts = [path for path in folder.glob(f"{stem}.*") if path.name != prompt.name]
+    outcome = module_file(entry.outcome.__module__) if entry.outcome else None
     return AgentSpec(prompt=short_hash(prompt_text.encode()),
                      code=combined(files_hash([path for path in own if path.suffix == ".py"], package or top),
-                                   files_hash(shared, top)),
+                                   files_hash(shared, top),
+                                   *([files_hash([outcome], outcome.parent)] if outcome else [])),
                      texts=files_hash(texts, folder),
                      schemas=files_hash([path for path in own if path.suffix != ".py"], package or top))
 

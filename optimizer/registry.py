@@ -1,13 +1,15 @@
-"""Registration of agents and graders.
+"""Registration of agents, graders and LLM judges: the one registry of the plugin contract.
 
-Agents and graders register themselves with the `@agent` and `@grader` decorators; the harness
-finds the modules that hold them through entry points (groups `optimizer.agents` and
-`optimizer.graders` in a package's `pyproject.toml`) and never imports them by name. Each entry
-records its name, version and where it came from, so a run record can say exactly what ran.
+Agents, graders and judges register themselves with the `@agent`, `@grader` and `@judge`
+decorators; the harness finds the modules that hold them through entry points (groups
+`optimizer.agents` and `optimizer.graders` in a package's `pyproject.toml`) and never imports
+them by name. Each entry records its name, version and where it came from, so a run record can
+say exactly what ran. The built-in agents and graders are registered the same way.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import threading
@@ -22,6 +24,7 @@ from optimizer.errors import GraderConfigError, HarnessError, SuiteError
 
 if TYPE_CHECKING:
     from optimizer.agent_run import AgentContext, AgentRun
+    from optimizer.judging import Judge
     from optimizer.sim import SimProfile
     from optimizer.types import GraderResult, Task, Trial
 
@@ -29,8 +32,28 @@ AGENT_GROUP = "optimizer.agents"
 GRADER_GROUP = "optimizer.graders"
 
 
-class NoConfig(BaseModel):
+class GraderConfig(BaseModel):
+    """Base of a grader's config: an unknown key or a value of the wrong type is an error when the
+    suite loads, naming the task file and the field."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NoConfig(GraderConfig):
+    pass
+
+
+@dataclass(frozen=True)
+class AnswerKey:
+    """Marks a grader config field that holds answer-key text: what a trial is graded against
+    (`Annotated[list[str], AnswerKey("graded substring", min_length=3)]`). A prompt patch may not
+    copy such text (the hard-coding lint, `optimizer.patch`); the lint finds it through this mark
+    and knows no grader by name. The field holds a string, a list of strings, or None."""
+
+    label: str = "answer-key text"
+    """How the lint names a copied value (`graded substring '10:30'`)."""
+    min_length: int = 1
+    """Values shorter than this (stripped) are left out: too common to count as copied."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +67,8 @@ class AgentEntry:
     tools: tuple[str, ...] = ()
     """Names of the tools the agent offers its model; when given, a task's reference solution
     may call only these (checked when the suite loads)."""
+    outcome: type[BaseModel] | None = None
+    """The agent's typed outcome (an `OutcomeModel`), which its graders read."""
 
 
 @dataclass(frozen=True)
@@ -70,44 +95,106 @@ class GraderEntry:
                                     field=field_name,
                                     fix=f"see the config keys of {self.name!r} in the graders docs") from None
 
+    def answer_keys(self, config: dict[str, Any]) -> list[tuple[AnswerKey, str]]:
+        """The answer-key texts in a task's config of this grader, with their marks (read from the
+        config as written: the lint looks at every value, whatever else the config gets wrong)."""
+        found = []
+        for name, info in self.config_model.model_fields.items():
+            for mark in (item for item in info.metadata if isinstance(item, AnswerKey)):
+                value = config.get(name)
+                for text in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+                    if isinstance(text, str) and len(text.strip()) >= mark.min_length:
+                        found.append((mark, text.strip()))
+        return found
+
 
 _agents: dict[str, AgentEntry] = {}
 _graders: dict[str, GraderEntry] = {}
+_judges: dict[str, "Judge"] = {}
 _loaded = False
 _load_lock = threading.Lock()
+_judges_lock = threading.Lock()
 
 
-def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = None, tools: Iterable[str] = ()):
-    """Register an agent: a function `(AgentContext) -> AgentRun`, offering its model `tools`."""
+def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = None, tools: Iterable[str] = (),
+          outcome: type[BaseModel] | None = None):
+    """Register an agent: a function `(AgentContext) -> AgentRun`, offering its model `tools`.
+
+    `outcome` is the agent's typed outcome (an `OutcomeModel`): what the run returns is validated
+    against it when the run ends, so a missing or mistyped field makes the trial errored (agent
+    crashed) instead of reaching the graders."""
 
     def register(func):
-        _agents[name] = AgentEntry(name=name, run=func, prompt_file=prompt_file,
-                                   sim_profile=sim_profile, source=_source(func), tools=tuple(tools))
+        run = _checked_outcome(func, outcome) if outcome is not None else func
+        _agents[name] = AgentEntry(name=name, run=run, prompt_file=prompt_file, sim_profile=sim_profile,
+                                   source=_source(func), tools=tuple(tools), outcome=outcome)
         return func
 
     return register
 
 
-def grader(name: str, *, config: type[BaseModel] | None = None, version: str = "1", judge=None,
-           agent: str | None = None):
-    """Register a grader: a function `(task, trial, config) -> GraderResult`.
+def _checked_outcome(func: Callable, outcome: type[BaseModel]) -> Callable:
+    from optimizer.types import Outcome
 
-    `config` is a pydantic model (extra keys forbidden) validated when a suite loads, so a bad
-    config fails before any trial runs. A grader that asks an LLM judge names it (`judge`, an
-    `optimizer.judging.Judge`): the rubric's hash joins the grader's fingerprint, so a changed
-    rubric is never mistaken for a stored baseline. A grader that reads one agent's outcome
-    names that `agent`; a suite of another agent with graders of its own that uses it fails to
-    load (see `optimizer.suites`).
+    @functools.wraps(func)
+    def run(context):
+        result = func(context)
+        result.outcome = Outcome(environment_state=outcome.model_validate(result.outcome.environment_state))
+        return result
+
+    return run
+
+
+def grader(name: str | Callable | None = None, *, config: type[BaseModel] | None = None, version: str = "1",
+           judge=None, agent: str | None = None):
+    """Register a grader: a function `(task, trial, config) -> GraderResult`, named `name` or, by
+    default, after the function. Its results carry that name (the grader need not repeat it).
+
+    `config` is a pydantic model (a `GraderConfig`: extra keys forbidden) validated when a suite
+    loads, so a bad config fails before any trial runs; mark its answer-key fields with
+    `AnswerKey`. A grader that asks an LLM judge names it (`judge`, from `@judge`): the rubric's
+    hash joins the grader's fingerprint, so a changed rubric is never mistaken for a stored
+    baseline. A grader that reads one agent's outcome names that `agent`; a suite of another
+    agent with graders of its own that uses it fails to load (see `optimizer.suites`).
     """
 
+    if callable(name):  # a bare `@grader`
+        return grader()(name)
+
     def register(func):
-        source = _source(func)
+        known = name or func.__name__
         rubric = judge.rubric_hash if judge else ""
-        digest = hashlib.sha256(f"{name}:{version}:{rubric}:{inspect.getsource(func)}".encode()).hexdigest()[:12]
-        _graders[name] = GraderEntry(name=name, func=func, config_model=config or NoConfig,
-                                     version=version, source=source, fingerprint=digest,
-                                     judge=judge.name if judge else None, agent=agent)
-        return func
+        digest = hashlib.sha256(f"{known}:{version}:{rubric}:{inspect.getsource(func)}".encode()).hexdigest()[:12]
+
+        @functools.wraps(func)
+        def graded(task, trial, parsed):
+            result = func(task, trial, parsed)
+            result.grader = known
+            return result
+
+        _graders[known] = GraderEntry(name=known, func=graded, config_model=config or NoConfig,
+                                      version=version, source=_source(func), fingerprint=digest,
+                                      judge=judge.name if judge else None, agent=agent)
+        return graded
+
+    return register
+
+
+def judge(name: str, *, rubric: Path, signature: Callable[[str], type], output_fields: tuple[str, ...],
+          check: Callable[[dict[str, Any]], dict[str, Any]], score: Callable[[dict[str, Any]], float],
+          calibration: Path | None = None, max_tokens: int = 400):
+    """Register an LLM judge; decorates its offline answer, `(inputs) -> outputs`, and returns the
+    `Judge` (pass it to `@grader(judge=...)` and `ask`). See `optimizer.judging.Judge` for the
+    arguments."""
+
+    def register(offline: Callable[[dict[str, str]], dict[str, Any]]) -> "Judge":
+        from optimizer.judging import Judge
+
+        made = Judge(name=name, rubric=rubric, signature=signature, output_fields=tuple(output_fields),
+                     check=check, score=score, offline=offline, calibration=calibration, max_tokens=max_tokens)
+        with _judges_lock:
+            _judges[name] = made
+        return made
 
     return register
 
@@ -146,6 +233,20 @@ def get_grader(name: str, *, path: Path | None = None, where: str = "graders") -
         raise GraderConfigError(f"unknown grader {name!r} (known: {known})", path=path, field=f"{where}.name",
                                 fix="fix the name or register the grader with @grader")
     return _graders[name]
+
+
+def get_judge(name: str) -> "Judge":
+    load_plugins()
+    if name not in _judges:
+        from optimizer.judging import JudgeError
+
+        raise JudgeError(f"unknown judge {name!r} (known: {', '.join(sorted(_judges)) or 'none'})")
+    return _judges[name]
+
+
+def judges() -> dict[str, "Judge"]:
+    load_plugins()
+    return dict(_judges)
 
 
 def judges_of(tasks: Iterable["Task"]) -> list[str]:

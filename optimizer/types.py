@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -198,14 +198,42 @@ class Transcript(BaseModel):
     model: str = ""
 
 
+class OutcomeModel(BaseModel):
+    """Base of an agent's typed outcome: the final state of a trial's workspace, as the agent's
+    own code describes it and its graders read it. Declare one per agent (`@agent(...,
+    outcome=...)`), build it at the end of the run, and have the graders read it with
+    `trial.outcome.read(...)`; the two sides share this model and nothing else. It is stored as
+    its JSON (`model_dump(mode="json")`), so give every field a default that means "absent": a
+    trial cut short, or one stored before a field was added, still reads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+S = TypeVar("S", bound=BaseModel)
+
+
 class Outcome(BaseModel):
-    """The final state of the trial's workspace, as the agent's own code describes it."""
+    """The final state of the trial's workspace, as stored: the agent's typed outcome as JSON data.
+
+    Built from the typed outcome (`Outcome(environment_state=CardOutcome(...))`: validated when
+    built, then dumped) or, by an agent that declares none, from a JSON-serialisable dict."""
 
     environment_state: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("environment_state", mode="before")
+    @classmethod
+    def _dump_typed(cls, value: Any) -> Any:
+        return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+    def read(self, model: type[S]) -> S:
+        """The state as `model`, the outcome type of the agent the grader reads (validated on each
+        call: a grader may not change what the next one reads)."""
+        return model.model_validate(self.environment_state)
+
 
 class GraderResult(BaseModel):
-    grader: str
+    grader: str = ""
+    """The grader's registered name; the registry fills it in (a grader need not repeat it)."""
     score: float | None = None
     """In [0, 1], or None when the grader does not apply to this trial."""
     passed: bool = False

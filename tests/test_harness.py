@@ -52,9 +52,6 @@ def _scripted_model():
     return Scripted()
 
 
-register_provider("scripted", _scripted_model, ["scripted/pkm"])
-
-
 def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_tools(tmp_path):
     SEEN.clear()
     task = {"id": "pkm_harness", "metadata": {"failure_bucket": "harness", "max_turns": "10"},
@@ -93,3 +90,52 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
     assert first.result.startswith("insight saved on the timeline card\nThis note is not finished yet:\n- no file under")
     assert f"<!-- fact_id: {FACT_ID} -->" in first.result
     assert trial.transcript.tool_calls[-1].result == "insight saved on the timeline card"
+
+
+LOOKED: list[dict] = []
+
+
+def _looking_model():
+    """`scripted/look` records the tools it is offered, then skips the note."""
+    from litellm import CustomLLM
+    from litellm.types.utils import ModelResponse
+
+    class Looking(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            LOOKED.append({tool["function"]["name"]: tool["function"]["parameters"]
+                           for tool in (kwargs.get("optional_params") or {}).get("tools") or []})
+            call = {"id": "skip", "type": "function", "function": {
+                "name": "skip_pkm_organization", "arguments": json.dumps({"evidence": "a test"})}}
+            return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": None,
+                                                                    "tool_calls": [call]},
+                                                        "finish_reason": "tool_calls"}],
+                                 usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+
+    return Looking()
+
+
+register_provider("scripted", _scripted_model, ["scripted/pkm"])
+register_provider("scripted_look", _looking_model, ["scripted_look/pkm"])
+
+
+def test_paths_are_narrowed_to_the_ones_that_exist(tmp_path):
+    LOOKED.clear()
+    task = {"id": "pkm_look", "metadata": {"failure_bucket": "harness"},
+            "input": {"content": "hello", "base_fixture": "_starter_pkm",
+                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
+            "graders": [{"name": "pkm_completion"}]}
+    suite = write_suite(tmp_path / "suite", [task], name="harness", agent_name="pkm_agent")
+    settings = load_settings(PROJECT_ROOT, {"agent_model": "scripted_look/pkm", "cache": False})
+    run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    assert run.trials[0].status != "errored", run.trials[0].error
+
+    fixture = PROJECT_ROOT / "fixtures" / "_starter_pkm" / "PKM"
+    files = sorted(path.relative_to(fixture).as_posix() for path in fixture.rglob("*.md"))
+    folders = sorted({path.relative_to(fixture).as_posix() for path in fixture.rglob("*") if path.is_dir()})
+    offered = LOOKED[0]
+    assert offered["Read"] == {"type": "object", "properties": {"path": {"enum": files}}, "required": ["path"]}
+    assert offered["BatchRead"]["properties"]["paths"]["items"] == {"enum": files}
+    assert offered["Edit"]["properties"]["path"] == {"enum": files}
+    assert set(offered["Edit"]["required"]) == {"path", "old_string", "new_string"}
+    assert offered["LS"]["properties"]["path"]["enum"] == ["", *folders]
+    assert "enum" not in json.dumps(offered["Write"]), "a new file may have any name"

@@ -32,6 +32,33 @@ def test_reply_schema_follows_tool_choice():
     assert "final" in _local_tools.system_note(allow_final=True)
 
 
+def test_an_allowed_tools_choice_narrows_the_grammar_and_keeps_the_prompt_listing():
+    from optimizer.models.client import _narrowed
+    from optimizer.models.local import ALLOWED_TOOLS_KEY
+
+    path_only = {"type": "object", "properties": {"path": {"enum": ["a.md", "b.md"]}}, "required": ["path"]}
+    read = {"type": "function", "function": {"name": "read", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
+    tools = [read, *TOOLS]
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+        {"type": "function", "function": {"name": "read", "parameters": path_only}},
+        {"type": "function", "function": {"name": "skip"}}]}}
+    schema = _local_tools.reply_schema(tools, choice)
+    assert _alternatives(schema) == ["read", "skip"], "only the allowed tools, and no final answer"
+    assert schema["anyOf"][0]["properties"]["arguments"]["properties"]["path"] == {"enum": ["a.md", "b.md"]}
+
+    # the client: the embedded model lists every tool as declared and gets the narrowing in
+    # metadata; any other model is sent the allowed tools alone, narrowed
+    metadata: dict = {}
+    sent, offered, params = _narrowed(LOCAL, tools, {"tool_choice": choice}, metadata)
+    assert sent == tools and params["tool_choice"] == "required"
+    assert metadata[ALLOWED_TOOLS_KEY] == {"read": path_only, "skip": None}
+    assert [tool["function"]["name"] for tool in offered] == ["read", "skip"]
+    sent, offered, params = _narrowed("mock/sim", tools, {"tool_choice": choice}, {})
+    assert sent == offered and [tool["function"]["name"] for tool in sent] == ["read", "skip"]
+    assert sent[0]["function"]["parameters"] == path_only and params["tool_choice"] == "required"
+
+
 def test_reply_schema_keeps_only_keywords_the_grammar_converter_knows():
     arguments = _local_tools.reply_schema([SCHEMA])["anyOf"][0]["properties"]["arguments"]
     text = json.dumps(arguments)

@@ -95,9 +95,9 @@ def test_an_edit_to_a_graders_helper_runs_a_new_baseline(cli, repo, tmp_path, mo
     monkeypatch.setattr(sys.modules["graders.card"], "__file__", str(copy / "card.py"))
     assert not baseline_run(cli)
     source = (copy / "card.py").read_text()
-    helper = "def _state(trial: Trial) -> dict:\n    return trial.outcome.environment_state\n"
+    helper = "def _state(trial: Trial) -> CardOutcome:\n    return trial.outcome.read(CardOutcome)\n"
     assert helper in source, "the card graders' helper moved: point this test at another one"
-    (copy / "card.py").write_text(source.replace(helper, helper.replace("_state\n", "_state or {}\n")))
+    (copy / "card.py").write_text(source.replace(helper, helper.replace("(CardOutcome)\n", "(CardOutcome).model_copy()\n")))
     assert not baseline_run(cli)
     assert baselines(cli, tmp_path)[-1]["spec_changes"] == "graders.*.module, graders.*.package"
 

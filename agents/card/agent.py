@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from agents.card.tool import FACT_ID, CardSaver, card_path, load_card
-from agents.loop import LoopLimits, ToolLoop
 from agents.texts import reminder, template, texts
-from optimizer import AgentContext, AgentRun, Outcome, Task
+from optimizer import AgentContext, AgentRun, LoopLimits, Outcome, Task, ToolLoop
+from outcomes.card import CardOutcome
 
 LIMITS = LoopLimits(max_turns=8, max_reminders=3, budget_notice=2)
 
@@ -103,19 +103,19 @@ def _missing(raw: str, card: dict[str, Any], fact_id: str) -> list[str]:
     return missing
 
 
-def card_state(card_file: CardFile, save_errors: list[list[str]]) -> dict[str, Any]:
+def card_state(card_file: CardFile, save_errors: list[list[str]]) -> CardOutcome:
     raw, card = card_file.read()
     fact_id = card_file.fact_id
-    return {
-        "saved": bool(raw),
-        "card_path": card_path(fact_id).as_posix() if raw else None,
-        "is_complete": bool(raw) and not _missing(raw, card, fact_id),
-        "status": card.get("status", "failed" if not raw else None),
-        "title": card.get("title"),
-        "fact_id": card.get("fact_id"),
-        "expected_fact_id": fact_id,
-        "template_ids": [c.get("template_id") for c in card.get("ui_configs") or []],
-        "card_tags": card.get("tags") or [],
-        "raw_yaml": raw,
-        "save_errors": save_errors,
-    }
+    return CardOutcome(
+        saved=bool(raw),
+        card_path=card_path(fact_id).as_posix() if raw else None,
+        is_complete=bool(raw) and not _missing(raw, card, fact_id),
+        status=card.get("status", "failed" if not raw else None),
+        title=card.get("title"),
+        fact_id=card.get("fact_id"),
+        expected_fact_id=fact_id,
+        template_ids=[c.get("template_id") for c in card.get("ui_configs") or []],
+        card_tags=card.get("tags") or [],
+        raw_yaml=raw,
+        save_errors=save_errors,
+    )

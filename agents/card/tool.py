@@ -16,7 +16,7 @@ from typing import Any, Callable
 import yaml
 
 from agents.card.templates import TAGS, TEMPLATE_IDS
-from agents.loop import Tool, ToolOutput, tool_error
+from optimizer import Tool, ToolOutput, tool_error
 
 SCHEMA = json.loads((Path(__file__).with_name("save_timeline_card.json")).read_text(encoding="utf-8"))
 FACT_ID = re.compile(r"^(\d{4})/(\d{2})/(\d{2})\.md#ts_(\d+)$")

@@ -17,13 +17,12 @@ import json
 import os
 from pathlib import Path
 
-from agents.loop import LoopLimits, ToolLoop
 from agents.pkm.reminders import load_history, reminders
 from agents.pkm.sandbox import Sandbox, SandboxError, write_file
 from agents.pkm.state import build_state, marker_for, snapshot
 from agents.pkm.tools import PARA_ROOTS, PKMTools
 from agents.texts import reminder, template, texts
-from optimizer import AgentContext, AgentRun, Outcome, Task
+from optimizer import AgentContext, AgentRun, LoopLimits, Outcome, Task, ToolLoop
 
 MAX_TURNS = 12
 """Model turns a trial may take (a task may set `metadata.max_turns`); past it the trial fails with score 0."""
@@ -109,7 +108,7 @@ def run(context: AgentContext) -> AgentRun:
     state = build_state(fact_id=fact_id, before=before, after=after, events=tools.events,
                         insight=tools.insight.__dict__ if tools.insight else None,
                         skip_evidence=tools.skip_evidence, reminders=shown)
-    record_history(state_dir, task, state["created"] + state["modified"], history)
+    record_history(state_dir, task, state.created + state.modified, history)
     return AgentRun(transcript=transcript, outcome=Outcome(environment_state=state))
 
 

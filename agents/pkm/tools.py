@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from agents.loop import Tool, ToolOutput, tool_error
 from agents.pkm.sandbox import Sandbox, SandboxError, plain_files, read_file, write_file
 from agents.pkm.state import has_marker
+from optimizer import Tool, ToolOutput, tool_error
+from outcomes.pkm import PARA_ROOTS
 
 SCHEMAS = {schema["function"]["name"]: schema
            for schema in json.loads((Path(__file__).parent / "tools.json").read_text(encoding="utf-8"))}
@@ -27,7 +29,6 @@ LS_LIMIT = 1000
 GLOB_LIMIT = 100
 GREP_LIMIT = 200
 MUTATIONS = ("write", "edit", "move", "remove")
-PARA_ROOTS = ("Projects", "Areas", "Resources", "Archives")
 
 
 @dataclass
@@ -45,6 +46,7 @@ class PKMTools:
     insight: Insight | None = None
     skip_evidence: str | None = None
     _origins: dict[str, str] = field(default_factory=dict)
+    _listing: tuple[int, tuple[list[str], list[str]]] | None = None
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -76,8 +78,47 @@ class PKMTools:
             "update_timeline_card_insight": self.update_insight, "skip_pkm_organization": self.skip,
         }
         terminal = {"skip_pkm_organization": True, "update_timeline_card_insight": self.filed}
-        return [Tool(SCHEMAS[name], _guarded(handler), terminal=terminal.get(name, False))
+        narrow = {"Read": self._narrow_read, "BatchRead": self._narrow_batch_read, "Edit": self._narrow_edit,
+                  "LS": self._narrow_ls}
+        return [Tool(SCHEMAS[name], _guarded(handler), terminal=terminal.get(name, False), narrow=narrow.get(name))
                 for name, handler in handlers.items()]
+
+    # ------------------------------------------------------------ arguments that can work
+
+    def _existing(self) -> tuple[list[str], list[str]]:
+        """The Markdown files and the folders of the knowledge base now (links left out), listed
+        again only after the tree changed."""
+        if self._listing is None or self._listing[0] != self.mutations:
+            files = [self.sandbox.relative(path) for path, _ in plain_files(self.sandbox.root, ".md")]
+            folders = set()
+            for directory, subfolders, _ in os.walk(self.sandbox.root):  # a linked folder is not entered
+                here = Path(directory)
+                subfolders[:] = [name for name in subfolders if not (here / name).is_symlink()]
+                if here != self.sandbox.root:
+                    folders.add(self.sandbox.relative(here))
+            self._listing = (self.mutations, (files, sorted(folders)))
+        return self._listing[1]
+
+    def _narrow_read(self) -> dict[str, Any] | None:
+        """Read a file that exists (whole: the knowledge base's files are short)."""
+        files, _ = self._existing()
+        return _object({"path": {"enum": files}}) if files else None
+
+    def _narrow_batch_read(self) -> dict[str, Any] | None:
+        files, _ = self._existing()
+        return _object({"paths": {"type": "array", "items": {"enum": files}, "minItems": 1, "maxItems": 20}}
+                       ) if files else None
+
+    def _narrow_edit(self) -> dict[str, Any] | None:
+        files, _ = self._existing()
+        if not files:
+            return None
+        declared = SCHEMAS["Edit"]["function"]["parameters"]["properties"]
+        return _object({**declared, "path": {"enum": files}}, required=["path", "old_string", "new_string"])
+
+    def _narrow_ls(self) -> dict[str, Any] | None:
+        _, folders = self._existing()
+        return _object({"path": {"enum": ["", *folders]}})
 
     # ------------------------------------------------------------ reading
 
@@ -270,6 +311,10 @@ class PKMTools:
         if path.suffix.lower() != ".md":
             raise SandboxError(f"{raw!r} refused: the knowledge base holds Markdown files; use a .md name")
         return path
+
+
+def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required or list(properties)}
 
 
 def _guarded(handler: Callable[[dict[str, Any]], ToolOutput]) -> Callable[[dict[str, Any]], ToolOutput]:

@@ -52,12 +52,21 @@ def reply_schema(tools: list[dict], tool_choice: Any = None) -> dict[str, Any]:
 
 
 def offered(tools: list[dict] | None, tool_choice: Any) -> list[dict]:
-    """The tools a reply may call under `tool_choice`."""
+    """The tools a reply may call under `tool_choice` (an `allowed_tools` entry with `parameters`
+    narrows that tool's arguments)."""
     if not tools or tool_choice == "none":
         return []
     if isinstance(tool_choice, dict):
-        wanted = {(entry.get("function") or {}).get("name") for entry in _allowed(tool_choice)["tools"]}
-        return [tool for tool in tools if tool.get("function", tool).get("name") in wanted] or tools
+        wanted = {(entry.get("function") or {}).get("name"): (entry.get("function") or {}).get("parameters")
+                  for entry in _allowed(tool_choice)["tools"]}
+        chosen = []
+        for tool in tools:
+            function = tool.get("function", tool)
+            if function.get("name") in wanted:
+                narrowed = wanted[function["name"]]
+                chosen.append({"type": "function", "function": {**function, "parameters": narrowed}}
+                              if narrowed else tool)
+        return chosen or tools
     return tools
 
 
