@@ -104,6 +104,19 @@ class Settings(BaseModel):
     """What the `llm` proposer asks the patcher for: exact search/replace `edits`, or one new
     `rule` appended to the prompt. `auto`: `rule` for the embedded (`local/*`) models, else `edits`."""
     candidates: int = Field(default=1, ge=1, le=20)
+    """Proposals per iteration (the best accepted one is kept); with a search, how many of its
+    candidates go to the gate at most (up to 2)."""
+    search_rollouts: int = Field(default=0, ge=0, le=100000)
+    """Screening budget of an iteration, in trials: when above 0 the loop runs a search on the
+    `gepa` engine over the targeted buckets first (a pool of candidates from the proposer,
+    screened on minibatches at trial indexes of their own) and sends only its best one or two
+    to the gate, which judges them on fresh trials (see docs/search.md). 0: one proposal per
+    `candidates`, straight to the gate. A budget too small to screen anything is refused."""
+    confirm_trials: int | None = Field(default=None, ge=0, le=1000)
+    """Fresh base-prompt trials of a target's train tasks run before anything is proposed for
+    it (screening trials, never seen by the gate): when none fails, the target is skipped for the
+    next failing bucket in the same iteration (the baseline's failure was noise, or the rule is
+    already in). Unset: `batch_pairs` when `search_rollouts` is on, else 0 (no check)."""
     gate: Literal["strict", "lenient"] = "strict"
     max_bucket_drop: float = Field(default=0.10, ge=0.0, le=1.0)
     """The drop of a bucket's mean score the harm test should detect: a group whose detectable
@@ -125,6 +138,19 @@ class Settings(BaseModel):
     (1 - skill) / 4, and else a plausible rule that changes nothing. Draws are seeded by `seed`,
     the request and the proposal, so reruns reproduce. For measuring the loop against a patcher
     that is not always right."""
+
+
+MIN_SEARCH_ROLLOUTS = 12
+"""The least screening budget that can hold gepa's first screen of the base prompt and one
+proposal's minibatch (`optimizer.search`)."""
+
+
+def check_search_budget(settings: Settings) -> None:
+    """Refuse a screening budget that is on but too small to screen one proposal."""
+    if 0 < settings.search_rollouts < MIN_SEARCH_ROLLOUTS:
+        raise ConfigError(f"search_rollouts = {settings.search_rollouts} cannot screen a single proposal",
+                          field="search_rollouts",
+                          fix=f"set 0 (no search) or at least {MIN_SEARCH_ROLLOUTS}; see docs/search.md")
 
 
 def find_project_root(start: Path | None = None) -> Path:
@@ -223,6 +249,7 @@ def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settin
         merged = candidate
     settings = Settings.model_validate(merged)
     _check_workspace_dir(settings)
+    check_search_budget(settings)
     return settings
 
 

@@ -14,6 +14,7 @@ keep their baseline trials (their prompts did not change).
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import Any, Callable
 from optimizer import gitops
 from optimizer.box import Box, open_box
 from optimizer.checkout_state import CheckoutChanged, changes, checkout_state, stop_message
-from optimizer.config import Settings
+from optimizer.config import Settings, check_search_budget
 from optimizer.errors import ConfigError
 from optimizer.compare import compare, policy_from
 from optimizer.evaluate import finish, judges_used, non_voting_graders
@@ -33,11 +34,13 @@ from optimizer.ledger import current as current_ledger
 from optimizer.models import context_window, validate_model
 from optimizer.models.mock import check_patcher_script
 from optimizer.patch import LintIndex, check_change, check_prompt_text
-from optimizer.proposers import Proposal, ProposalRequest, make_proposer
+from optimizer.proposers import FixedProposer, Proposal, ProposalRequest, make_proposer
 from optimizer.registry import get_agent
 from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
                                render_request, select_targets)
 from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id, plan, record_ending
+from optimizer.search import (PROMOTE, ScreeningAdapter, SearchOutcome, SearchProposer, load_records, pool_folder, run_search,
+                              save_records, screening_sets, text_sha)
 from optimizer.store import Store
 from optimizer.suites import load_suites, with_regression_suites
 from optimizer.types import RunResult, Suite, Trial, Usage
@@ -84,6 +87,11 @@ class IterationResult:
     """Trials run by this iteration (baseline unless reused, confirmation, candidates)."""
     model_rollouts: int = 0
     """Of `rollouts`, the trials that called the model (the rest were served from the cache)."""
+    screen_rollouts: int = 0
+    """Of `rollouts`, the screening trials (target confirmation and the search), never judged by the gate."""
+    skipped: list[str] = field(default_factory=list)
+    """Targets the baseline saw failing and a fresh confirmation did not (skipped this iteration)."""
+    search: SearchOutcome | None = None
 
     @property
     def accepted(self) -> ProposalRecord | None:
@@ -112,8 +120,11 @@ def _rel(repo, project_root: Path, prompt_file: str) -> str:
 
 def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, base_ref: str | None = None,
                   dry_run: bool = False, agent: str | None = None,
-                  iteration_id: str | None = None) -> IterationResult:
+                  iteration_id: str | None = None, search_dir: Path | None = None) -> IterationResult:
+    """One iteration. `search_dir` holds the search pools (default `<state_dir>/search`): a pool
+    is found again there by its agent, base prompt and targets, and continued."""
     settings = loop_settings(ctx.settings)
+    check_search_budget(settings)
     root = ctx.project_root
     repo = gitops.open_repo(root)
     base = gitops.resolve_base(repo, base_ref)
@@ -146,8 +157,9 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     try:
         with tempfile.TemporaryDirectory(prefix="optimizer-base-") as folder:
             base_root = _export_prompts(repo, base.commit, prompt_files, Path(folder))
-            _Iteration(ctx, settings, repo, suites, prompt_paths, prompt_files, planned, result, base_root).run(
-                dry_run=dry_run, agent=agent)
+            iteration = _Iteration(ctx, settings, repo, suites, prompt_paths, prompt_files, planned, result, base_root)
+            iteration.search_dir = search_dir or state_dir / "search"
+            iteration.run(dry_run=dry_run, agent=agent)
     except CheckoutChanged:  # already recorded as stopped, with the proposal that did it
         raise
     except BaseException as exc:
@@ -208,6 +220,10 @@ class _Iteration:
         self.regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
         self.policy = policy_from(settings)
         self.non_voting = non_voting_graders(ctx.store, suites, settings.judge_model) if judges_used(suites) else []
+        self.search_dir: Path = ctx.project_root / settings.state_dir / "search"
+        self.screen_runs: dict[str, str] = {}
+        """Per prompt (text sha), the run its screening trials are recorded in."""
+        self.adapter: ScreeningAdapter | None = None
 
     def run(self, *, dry_run: bool, agent: str | None) -> None:
         result, store, base = self.result, self.store, self.result.base
@@ -221,12 +237,12 @@ class _Iteration:
         if exhausted:
             self.log(f"not targeted ({self.settings.bucket_patience}+ rejected proposals at this base): "
                      + ", ".join(sorted("/".join(key) for key in exhausted)))
-        selection = select_targets(self.baseline, self.suites, max_targets=self.settings.target_buckets,
-                                   agent=agent, skip=exhausted)
+        selection = self._select(agent, exhausted)
         if selection is None:
             result.status = "nothing_to_fix"
-            self.log("no train trial failed: nothing to fix" if not exhausted else
-                     "every failing bucket already had its rejected proposals at this base: nothing new to try")
+            self.log("no train trial failed: nothing to fix" if not exhausted and not result.skipped else
+                     "every failing bucket already had its rejected proposals at this base, or passed its fresh "
+                     "confirmation: nothing new to try")
             store.update_iteration(result.iteration_id, status="nothing_to_fix",
                                    baseline_run_id=result.baseline_run_id, summary_json=_summary(result))
             return
@@ -248,6 +264,11 @@ class _Iteration:
         result.request_path = result.run_dir / "request.md"
         write_text(result.request_path, request)
         targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]
+        self.request_args = dict(selection=selection, prompt_file=prompt_path, manual=manual,
+                                 iteration_id=result.iteration_id, base_commit=base.commit,
+                                 agent_model=self.settings.agent_model, max_changed_lines=self.settings.max_changed_lines,
+                                 token_budget=budget, non_voting=self.non_voting, judge_model=self.settings.judge_model,
+                                 rejected_ideas=rejected_ideas(rejected, set(targets)))
         self.log(f"targets: {', '.join(targets)} ({len(failures)} failing task(s), {omitted} left out of the request)")
         self.log(f"request: {result.request_path}")
         store.update_iteration(result.iteration_id, agent=selection.agent, baseline_run_id=result.baseline_run_id,
@@ -262,27 +283,13 @@ class _Iteration:
         if proposer.note:
             self.log(f"note: {proposer.note}")
         lint_index = LintIndex.from_suites(self.suites)
-        candidates = self.settings.candidates
-        for number in range(1, candidates + 1):
-            branch = f"optimizer/{result.iteration_id}/{selection.agent}-{number}"
-            record = ProposalRecord(ordinal=len(store.proposals()) + 1, branch=branch, status="running", reason="")
-            result.proposals.append(record)
-            self.log(f"proposal {record.ordinal} ({number} of {candidates} this iteration) on {branch} "
-                     f"({proposer.name} proposer)")
-            try:
-                with open_box(self.repo, branch=branch, base_commit=base.commit,
-                              parent=self.ctx.project_root / self.settings.state_dir / "boxes") as box:
-                    self._proposal(proposer, record, box, selection, prompt, prompt_path, lint_index)
-            except BaseException:
-                gitops.delete_branch(self.repo, branch)
-                raise
-            if record.status not in ("accepted", "stopped"):  # stopped: run no git in a changed repository
-                gitops.delete_branch(self.repo, branch)
-            _store_proposal(store, result, record, selection.agent, proposer.name, self.settings, manual.sha256)
-            detail = record.reason.removeprefix("accepted: ").removeprefix("rejected: ")
-            self.log(f"proposal {record.ordinal}: {record.status}: {detail}")
-            if record.status == "stopped":
-                self._stop(record, confined=proposer.confined)
+        if self.settings.search_rollouts:
+            self._search_then_gate(proposer, selection, prompt, prompt_path, lint_index, manual.sha256)
+        else:
+            candidates = self.settings.candidates
+            for number in range(1, candidates + 1):
+                self._gate_one(proposer, selection, prompt, prompt_path, lint_index, manual.sha256,
+                               name=f"{selection.agent}-{number}", note=f"{number} of {candidates} this iteration")
 
         accepted = [p for p in result.proposals if p.status == "accepted"]
         if len(accepted) > 1:
@@ -295,6 +302,163 @@ class _Iteration:
         result.status = "accepted" if result.accepted else "rejected"
         result.report_path = _write_report(result)
         store.update_iteration(result.iteration_id, status=result.status, summary_json=_summary(result))
+
+    def _gate_one(self, proposer, selection: Selection, prompt: str, prompt_path: str, lint_index: LintIndex,
+                  manual_sha: str, *, name: str, note: str) -> ProposalRecord:
+        """One proposal from `proposer` through the checks and the gate, recorded."""
+        result, store = self.result, self.store
+        branch = f"optimizer/{result.iteration_id}/{name}"
+        record = ProposalRecord(ordinal=len(store.proposals()) + 1, branch=branch, status="running", reason="")
+        result.proposals.append(record)
+        self.log(f"proposal {record.ordinal} ({note}) on {branch} ({proposer.name} proposer)")
+        try:
+            with open_box(self.repo, branch=branch, base_commit=result.base.commit,
+                          parent=self.ctx.project_root / self.settings.state_dir / "boxes") as box:
+                self._proposal(proposer, record, box, selection, prompt, prompt_path, lint_index)
+        except BaseException:
+            gitops.delete_branch(self.repo, branch)
+            raise
+        if record.status not in ("accepted", "stopped"):  # stopped: run no git in a changed repository
+            gitops.delete_branch(self.repo, branch)
+        _store_proposal(store, result, record, selection.agent, proposer.name, self.settings, manual_sha)
+        detail = record.reason.removeprefix("accepted: ").removeprefix("rejected: ")
+        self.log(f"proposal {record.ordinal}: {record.status}: {detail}")
+        if record.status == "stopped":
+            self._stop(record, confined=proposer.confined)
+        return record
+
+    # ---------------------------------------------------------------- target selection, screening
+    def _select(self, agent: str | None, exhausted: set[tuple[str, str]]) -> Selection | None:
+        """The targets, each confirmed failing on fresh trials (`confirm_trials`): a target
+        whose confirmation passes every trial is skipped for the next failing bucket."""
+        skip = set(exhausted)
+        confirm = self.settings.confirm_trials
+        if confirm is None:
+            confirm = self.settings.batch_pairs if self.settings.search_rollouts else 0
+        while True:
+            selection = select_targets(self.baseline, self.suites, max_targets=self.settings.target_buckets,
+                                       agent=agent, skip=skip)
+            if selection is None or not confirm:
+                return selection
+            adapter = self._adapter(selection)
+            prompt = self._base_prompt(selection.agent)
+            solved = set()
+            for target in selection.targets:
+                keys = sorted(key for key, item in adapter.items.items() if item.task.bucket == target.bucket
+                              and key[0] == target.suite)
+                trials = adapter.confirm(prompt, keys, confirm)
+                if trials and all(trial.status == "passed" for trial in trials):
+                    solved.add((target.suite, target.bucket))
+            if not solved:
+                return selection
+            names = sorted("/".join(key) for key in solved)
+            self.result.skipped += names
+            self.log(f"skipped (the baseline saw failures; {confirm} fresh trials each all passed): "
+                     f"{', '.join(names)}")
+            skip |= solved
+
+    def _base_prompt(self, agent: str) -> str:
+        return gitops.read_at(self.repo, self.result.base.commit, self.prompt_paths[agent])
+
+    def _adapter(self, selection: Selection) -> ScreeningAdapter:
+        """The iteration's screening adapter (one per iteration: its trial indexes never repeat)."""
+        if self.adapter is None:
+            items = {(item.suite.name, item.task.id): item for item in self.planned
+                     if item.task.split == "train" and item.suite.spec.agent_name == selection.agent}
+            self.adapter = ScreeningAdapter(items, lambda planned, prompt, label: self._screen(
+                planned, selection.agent, prompt, label), targets=set(), failures=lambda trials: [])
+        return self.adapter
+
+    def _screen(self, planned: list[PlannedTrial], agent: str, prompt: str, label: str) -> list[Trial]:
+        """Screening trials of `agent` with `prompt`, through the runner, in one run per prompt."""
+        sha = text_sha(prompt)
+        with tempfile.TemporaryDirectory(prefix="optimizer-screen-") as folder:
+            root = Path(folder)
+            shutil.copytree(self.base_root, root, dirs_exist_ok=True)
+            write_text(root / get_agent(agent).prompt_file, prompt)
+            run = self._run(planned, root, kind="screen", label=label, run_id=self.screen_runs.get(sha))
+        self.screen_runs[sha] = run.run_id
+        if self.store.has_run(run.run_id):
+            finish(run, self.store)
+        count, calls = len(planned), _called_model(run.trials)
+        self.result.rollouts += count
+        self.result.model_rollouts += calls
+        self.result.screen_rollouts += count
+        return run.trials
+
+    def _search_then_gate(self, proposer, selection: Selection, prompt: str, prompt_path: str,
+                          lint_index: LintIndex, manual_sha: str) -> None:
+        """gepa's search over the targets for `search_rollouts` trials, then the gate for the
+        promoted candidates, best first, until one is accepted."""
+        result, settings = self.result, self.settings
+        targets = {(t.suite, t.bucket) for t in selection.targets}
+        adapter = self._adapter(selection)
+        adapter.targets = targets
+        adapter.failures = lambda trials: failure_records(trials, self.suites, selection)
+        folder = pool_folder(self.search_dir, selection.agent, prompt, targets)
+        records = load_records(folder)
+        if records:
+            self.log(f"search: continuing the pool in {folder} ({len(records)} candidate(s) so far)")
+
+        def check(patched: str) -> str | None:
+            found = check_prompt_text(prompt_file=prompt_path, base_prompt=prompt, patched=patched,
+                                      max_changed_lines=settings.max_changed_lines, index=lint_index)
+            return None if found.passed else f"{found.rule}: {found.reason}"
+
+        def render(parent: str, failures: list[dict[str, Any]]) -> str:
+            return render_request(prompt=parent, failures=failures, **self.request_args)[0]
+
+        search_proposer = SearchProposer(
+            adapter, render=render, check=check, diff=lambda text: _text_diff(prompt, text, prompt_path),
+            propose=lambda path, parent, number: self._search_proposal(proposer, selection, path, parent, number,
+                                                                       prompt_path, check, manual_sha),
+            records=records, folder=folder, log=self.log)
+        train, val = screening_sets(self.planned, targets, selection.agent, settings.search_rollouts)
+        self.log(f"search: {settings.search_rollouts} screening trials on gepa ({len(train)} minibatch tasks, "
+                 f"{len(val)} screening tasks), pool {folder}")
+        outcome = run_search(adapter, search_proposer, base_prompt=prompt, train=train, val=val,
+                             budget=settings.search_rollouts, folder=folder, seed=settings.seed,
+                             promote=min(PROMOTE, settings.candidates))
+        result.search = outcome
+        self.log(f"search: {len(outcome.candidates)} candidate(s), {len(outcome.promoted)} promoted "
+                 f"(base prompt screened at {outcome.base_score:.2f})")
+        for rank, candidate in enumerate(outcome.promoted, 1):
+            record = self._gate_one(FixedProposer(proposer, candidate.text, candidate.rationale), selection, prompt,
+                                    prompt_path, lint_index, manual_sha, name=f"{selection.agent}-{rank}",
+                                    note=f"search candidate {candidate.number}, promoted {rank} of {len(outcome.promoted)}")
+            candidate.status, candidate.branch = record.status, record.branch
+            candidate.reason = f"gate: {record.reason}"
+            _save_search(result, outcome)
+            if record.status == "accepted":
+                for later in outcome.promoted[rank:]:
+                    later.status, later.reason = "not_promoted", f"{record.branch} was accepted first"
+                break
+        _save_search(result, outcome)
+
+    def _search_proposal(self, proposer, selection: Selection, request_path: Path, parent: str, number: int,
+                         prompt_path: str, check, manual_sha: str) -> tuple[str | None, str, str | None]:
+        """One proposal of the search: the proposer edits `parent` in a box of its own."""
+        result = self.result
+        branch = f"optimizer/{result.iteration_id}/search-{number}"
+        before = checkout_state(self.repo)
+        with open_box(self.repo, branch=branch, base_commit=result.base.commit,
+                      parent=self.ctx.project_root / self.settings.state_dir / "boxes") as box:
+            target = box.workdir / prompt_path
+            target.write_text(parent, encoding="utf-8")
+            proposal = proposer.propose(ProposalRequest(
+                request=request_path.read_text(encoding="utf-8"), request_path=request_path, prompt_file=prompt_path,
+                workdir=box.workdir, ordinal=number, check=check, box=box))
+            patched = target.read_text(encoding="utf-8") if target.is_file() else None
+        if proposal.log:
+            write_text(request_path.with_name(f"proposal-{number}.log"), proposal.log)
+        changed = changes(before, checkout_state(self.repo))
+        if changed:
+            record = ProposalRecord(ordinal=len(self.store.proposals()) + 1, branch=branch, status="stopped",
+                                    reason=stop_message(changed), rationale=proposal.rationale, usage=proposal.usage)
+            result.proposals.append(record)
+            _store_proposal(self.store, result, record, selection.agent, proposer.name, self.settings, manual_sha)
+            self._stop(record, confined=proposer.confined)
+        return (None if proposal.error else patched), proposal.rationale, proposal.error
 
     def _stop(self, record: ProposalRecord, *, confined: bool) -> None:
         """End the iteration on a proposer that changed the user's checkout: recorded as stopped,
@@ -521,6 +685,43 @@ def _commit_message(selection: Selection, decision: Decision | None, record: Pro
     return "\n".join(lines) + "\n"
 
 
+def _text_diff(before: str, after: str, path: str) -> str:
+    import difflib
+
+    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        fromfile=f"a/{path}", tofile=f"b/{path}"))
+
+
+def _save_search(result: IterationResult, outcome: SearchOutcome) -> None:
+    """The search's record: every candidate, its screening scores and what became of it, in the
+    iteration's folder (`search.json`, read by `review` and the report) and in the pool's."""
+    save_records(outcome.folder, outcome.candidates)
+    write_json(result.run_dir / "search.json", _search_summary(outcome))
+
+
+def _search_summary(outcome: SearchOutcome) -> dict[str, Any]:
+    return {"pool": str(outcome.folder), "rollouts": outcome.rollouts, "base_score": outcome.base_score,
+            "base_target_score": outcome.base_target_score,
+            "candidates": [candidate.summary() for candidate in outcome.candidates]}
+
+
+def _search_lines(outcome: SearchOutcome) -> list[str]:
+    """The search's candidates as a table of the report (`search.json` has the diffs)."""
+    lines = [f"## Search: {len(outcome.candidates)} candidate(s), {len(outcome.promoted)} promoted", "",
+             f"{outcome.rollouts} screening trials; the base prompt screened at {_f(_or_nan(outcome.base_score))} "
+             f"(targets {_f(_or_nan(outcome.base_target_score))}). Pool: `{outcome.folder}`.", "",
+             "| # | status | minibatch (parent -> child) | screening | targets | why |", "|---|---|---|---|---|---|"]
+    for c in outcome.candidates:
+        minibatch = f"{sum(c.parent_minibatch):.2f} -> {sum(c.minibatch):.2f}" if c.minibatch else "–"
+        lines.append(f"| {c.number} | {c.status} | {minibatch} | {_f(_or_nan(c.screen_score))} | "
+                     f"{_f(_or_nan(c.target_score))} | {c.reason.replace('|', '/').splitlines()[0] if c.reason else ''} |")
+    return lines + [""]
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
 def _f(value: float) -> str:
     return "n/a" if value != value else f"{value:.2f}"
 
@@ -546,6 +747,8 @@ def _store_proposal(store: Store, result: IterationResult, record: ProposalRecor
 def _summary(result: IterationResult) -> dict[str, Any]:
     return {"status": result.status, "baseline_run_id": result.baseline_run_id,
             "baseline_reused": result.baseline_reused, "rollouts": result.rollouts,
+            "screen_rollouts": result.screen_rollouts, "skipped_targets": result.skipped,
+            "search": _search_summary(result.search) if result.search else None,
             "request": str(result.request_path) if result.request_path else None,
             "report": str(result.report_path) if result.report_path else None,
             "proposals": [{"ordinal": p.ordinal, "branch": p.branch, "status": p.status, "reason": p.reason,
@@ -560,6 +763,11 @@ def _write_report(result: IterationResult) -> Path:
     if result.selection:
         lines.append("Targets: " + ", ".join(f"{t.suite}/{t.bucket}" for t in result.selection.targets))
         lines.append("")
+    if result.skipped:
+        lines += ["Skipped (failing in the baseline, passing every fresh confirmation trial): "
+                  + ", ".join(result.skipped), ""]
+    if result.search:
+        lines += _search_lines(result.search)
     for record in result.proposals:
         lines += [f"## Proposal {record.ordinal}: {record.status}", "", f"Branch `{record.branch}`.", "",
                   record.reason, ""]

@@ -290,6 +290,22 @@ def _last_paragraph(text: str) -> str:
     return paragraphs[-1][:2000] if paragraphs else ""
 
 
+class FixedProposer:
+    """A proposal already made (a candidate of the search, `optimizer.search`): it writes that
+    prompt text into the box, so the candidate goes through the loop's checks, commit and gate
+    exactly as a fresh proposal would. Named after the proposer that made it."""
+
+    note = ""
+    confined = True
+
+    def __init__(self, source: Proposer, text: str, rationale: str):
+        self.name, self.text, self.rationale = source.name, text, rationale
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        (request.workdir / request.prompt_file).write_text(self.text, encoding="utf-8")
+        return Proposal(rationale=self.rationale)
+
+
 def make_proposer(settings) -> Proposer:
     if settings.proposer == "command":
         if not settings.proposer_command:

@@ -52,6 +52,8 @@ def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = 
                   f"rerun ${agent_cost:.4f} over {proposal['rollouts']} rollouts", highlight=False)
     print_judges((candidate or {}).get("summary", {}).get("judges") or [])
     summary = iteration.get("summary") or {}
+    if summary.get("search"):
+        _print_search(console, summary["search"])
     report = summary.get("report")
     console.print(f"request: {iteration.get('request_path')}\nreport: {report}", highlight=False)
     if merge:
@@ -59,6 +61,27 @@ def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = 
         console.print(f"{'merged' if merged else 'already merged:'} {proposal['branch']} into {iteration['base_ref']}",
                       highlight=False)
     return proposal
+
+
+def _print_search(console, search: dict) -> None:
+    """The iteration's search: every candidate, its screening scores and why it was or was not
+    promoted (the diffs are in the pool's candidates.json)."""
+    candidates = search.get("candidates") or []
+    promoted = sum(1 for c in candidates if c["status"] not in ("screened_out", "not_promoted", "rejected_check",
+                                                                "no_patch", "unchanged"))
+    console.print(f"search: {len(candidates)} candidate(s) screened in {search.get('rollouts', 0)} trials, "
+                  f"{promoted} promoted to the gate; base prompt screened at {_score(search.get('base_score'))} "
+                  f"(targets {_score(search.get('base_target_score'))}); pool {search.get('pool')}", highlight=False)
+    for c in candidates:
+        minibatch = (f"minibatch {sum(c['parent_minibatch']):.2f} -> {sum(c['minibatch']):.2f}, "
+                     if c.get("minibatch") else "")
+        console.print(f"  search candidate {c['number']}: {c['status']} ({minibatch}screening "
+                      f"{_score(c.get('screen_score'))}, targets {_score(c.get('target_score'))}) {c['reason']}",
+                      markup=False, highlight=False)
+
+
+def _score(value) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def _merge(repo, proposal: dict, iteration: dict) -> bool:

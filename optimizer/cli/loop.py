@@ -45,6 +45,8 @@ def run_command(
         None, help="Fresh pairs per targeted bucket between two looks of the sequential test (default 8)."),
     min_bucket_pairs: Optional[int] = typer.Option(
         None, help="Pairs every other bucket gets before its harm test looks (default 8)."),
+    search_rollouts: Optional[int] = typer.Option(
+        None, help="Screening budget of a search on the gepa engine before the gate (default 0: none; docs/search.md)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit to start from (default HEAD)."),
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
@@ -62,7 +64,7 @@ def run_command(
     root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
                                judge_model=judge_model, patcher_model=patcher_model, trials=trials, concurrency=concurrency,
                                processes=processes, max_rollouts=max_rollouts, batch_pairs=batch_pairs,
-                               min_bucket_pairs=min_bucket_pairs)
+                               min_bucket_pairs=min_bucket_pairs, search_rollouts=search_rollouts)
     ctx = _context(settings, root)
     with recording(settings, ctx.store):
         result = run_iteration(ctx, suite_names=suite or None, base_ref=base, dry_run=dry_run, agent=agent)

@@ -1,0 +1,374 @@
+"""Search before the gate: a pool of candidate prompts screened on the `gepa` engine.
+
+The gate (`optimizer.compare`) judges one candidate at a time and needs a good one to reach it:
+with a weak patcher most single proposals are useless or harmful. This module spends a
+screening budget (`search_rollouts`) on gepa's search first: gepa keeps the pool, picks parents
+by Pareto selection over the screening tasks, samples minibatches and accepts a child into the
+pool when it beats its parent there; we supply the pieces that make it ours:
+
+* `ScreeningAdapter`, a `GEPAAdapter` over our runner: `evaluate` runs the agent with the
+  candidate prompt on train tasks through the normal runner (cache, store, ledger, budgets),
+  at trial indexes of a range of its own (`SCREEN_INDEX` and up), so no screening trial is ever
+  one the gate later judges on; `make_reflective_dataset` turns the failing trials into the
+  failure records of `request.md` (train split only: holdout tasks are never screened).
+* `SearchProposer`, gepa's `custom_candidate_proposer`: renders a request as the loop does,
+  asks our proposer (`llm` or `command`) for a patch in our formats, and hands gepa only a patch
+  that passes the pre-rollout checks against the iteration's base prompt; one that does not
+  costs no rollout.
+* `promote_candidates`: which of the pool go to the gate. Only candidates that beat the base
+  prompt on the targeted tasks; the narrowest patch first (fewest changed lines: a patch that
+  adds a sentence nothing asked for is where harm hides), then the best screening score (the
+  mean over the screening set, other buckets included when the budget allows); at most
+  `PROMOTE`. The gate then judges them on fresh trials only (the winner's curse: a
+  candidate chosen for its screening scores is lucky on exactly those trials).
+
+The pool lives in a folder keyed by the agent, base prompt and targets (`pool_folder`): gepa's
+own `run_dir` (its state, resumable) plus our records of every candidate. A run killed mid-search,
+or a later night at the same base and targets, continues the same pool with a fresh budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from optimizer.files import write_json, write_text
+from optimizer.runner import PlannedTrial
+from optimizer.scoring import trial_value
+from optimizer.types import Trial
+
+COMPONENT = "system_prompt"
+"""The one component of a gepa candidate: the targeted agent's system prompt."""
+SCREEN_INDEX = 1_000_000
+"""First trial index of screening trials. The gate's fresh trials count up from the baseline's
+trials (a few per task), so the two ranges never meet."""
+MINIBATCH = 3
+"""gepa's default reflection minibatch."""
+TARGET_COPIES = 4
+"""Each targeted task appears at least this often in the screening set (a one-task bucket would
+otherwise be judged on one trial per candidate)."""
+HARM_SCREENS = 4
+"""A budget that affords this many screens of every train task also screens the other buckets
+(a candidate that breaks one then ranks low); a smaller one screens the targets only and leaves
+harm to the gate."""
+PROMOTE = 2
+"""Candidates sent to the gate per iteration at most (the setting `candidates`, up to this)."""
+OPEN = ("screened_out", "pool", "not_promoted", "promoted")
+"""Statuses of a candidate the gate has not judged (`promoted`: a run killed before its verdict)."""
+
+RunTrials = Callable[[list[PlannedTrial], str, str], list[Trial]]
+"""(planned trials, prompt text, label) -> trials, run through the normal runner."""
+
+
+def text_sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One screening instance for gepa: a train task (a copy number when a task is repeated)."""
+
+    suite: str
+    task_id: str
+    copy: int = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.suite, self.task_id
+
+
+def screening_sets(planned: list[PlannedTrial], targets: Iterable[tuple[str, str]], agent: str,
+                   budget: int) -> tuple[list[Example], list[Example]]:
+    """gepa's trainset (the targeted buckets' train tasks, repeated to fill a minibatch and
+    `TARGET_COPIES`) and valset (those, plus one of every other train task of the agent when the
+    budget affords `HARM_SCREENS` screens of them all)."""
+    targets = set(targets)
+    tasks: dict[tuple[str, str], PlannedTrial] = {}
+    for item in planned:
+        if item.task.split == "train" and item.suite.spec.agent_name == agent and item.suite.spec.kind == "capability":
+            tasks.setdefault((item.suite.name, item.task.id), item)
+    targeted = sorted(key for key, item in tasks.items() if (key[0], item.task.bucket) in targets)
+    copies = max(TARGET_COPIES, math.ceil(MINIBATCH / max(1, len(targeted)))) if targeted else 0
+    train = [Example(suite, task, copy) for copy in range(copies) for suite, task in targeted]
+    others = sorted(key for key in tasks if key not in set(targeted))
+    val = list(train)
+    if budget >= HARM_SCREENS * (len(train) + len(others)):
+        val += [Example(suite, task) for suite, task in others]
+    return train, val
+
+
+class ScreeningAdapter:
+    """gepa's view of our runner (the `GEPAAdapter` protocol). See the module docstring."""
+
+    propose_new_texts = None
+    """Proposals come from `SearchProposer` (gepa's `custom_candidate_proposer`)."""
+
+    def __init__(self, items: dict[tuple[str, str], PlannedTrial], run: RunTrials, *,
+                 targets: Iterable[tuple[str, str]], failures: Callable[[list[Trial]], list[dict[str, Any]]]):
+        self.items, self.run, self.failures = items, run, failures
+        self.targets = set(targets)
+        self.next_index: dict[str, int] = {}
+        self.screened: list[tuple[str, str, int]] = []
+        """Every screening trial (suite, task, index), for the record and the tests."""
+        self.evaluations: dict[str, list[list[float]]] = {}
+        """Per candidate (text sha), the scores of each batch it was evaluated on, in order."""
+        self.last: tuple[str, list[float]] | None = None
+        self.rollouts = 0
+
+    def plan(self, keys: list[tuple[str, str]]) -> list[PlannedTrial]:
+        """One trial per key at the next unused screening index of its task."""
+        out = []
+        for key in keys:
+            name = "/".join(key)
+            index = self.next_index.get(name, SCREEN_INDEX)
+            self.next_index[name] = index + 1
+            item = self.items[key]
+            out.append(PlannedTrial(item.suite, item.task, index))
+        return out
+
+    def trials(self, keys: list[tuple[str, str]], prompt: str, label: str) -> list[Trial]:
+        planned = self.plan(keys)
+        trials = self.run(planned, prompt, label)
+        by_key = {(t.suite, t.task_id, t.index): t for t in trials}
+        self.screened += [(p.suite.name, p.task.id, p.index) for p in planned]
+        self.rollouts += len(planned)
+        return [by_key[(p.suite.name, p.task.id, p.index)] for p in planned]
+
+    def evaluate(self, batch: list[Example], candidate: dict[str, str], capture_traces: bool = False):
+        from gepa.core.adapter import EvaluationBatch
+
+        prompt = candidate[COMPONENT]
+        trials = self.trials([example.key for example in batch], prompt, f"screening {text_sha(prompt)[:8]}")
+        scores = [trial_value(trial.score, trial.status) for trial in trials]
+        self.evaluations.setdefault(text_sha(prompt), []).append(scores)
+        self.last = (text_sha(prompt), scores)
+        outputs = [(trial.suite, trial.task_id, trial.index) for trial in trials]
+        return EvaluationBatch(outputs=outputs, scores=scores, trajectories=trials if capture_traces else None)
+
+    def make_reflective_dataset(self, candidate: dict[str, str], eval_batch, components_to_update: list[str]):
+        return {name: self.failures(list(eval_batch.trajectories or [])) for name in components_to_update}
+
+    def confirm(self, prompt: str, keys: list[tuple[str, str]], trials: int) -> list[Trial]:
+        """`trials` fresh screening trials of the base prompt spread over `keys` (whole rounds):
+        whether a target the baseline saw failing still fails."""
+        rounds = math.ceil(trials / len(keys)) if keys else 0
+        return self.trials([key for _ in range(rounds) for key in keys], prompt, "confirmation (base prompt)")
+
+    def get_adapter_state(self) -> dict[str, Any]:
+        return {"next_index": dict(self.next_index)}
+
+    def set_adapter_state(self, state: dict[str, Any]) -> None:
+        for name, index in (state.get("next_index") or {}).items():
+            self.next_index[name] = max(index, self.next_index.get(name, SCREEN_INDEX))
+
+
+@dataclass
+class Candidate:
+    """One proposal of the search, as recorded and shown by `review` and the report."""
+
+    number: int
+    sha: str
+    parent: str
+    status: str
+    """`pool` (gepa kept it) | `screened_out` (lost on its minibatch) | `rejected_check` |
+    `no_patch` | `unchanged`; after promotion `promoted`, then the gate's verdict
+    (`accepted`, `rejected_gate`, ...) or `not_promoted`."""
+    reason: str = ""
+    rationale: str = ""
+    diff: str = ""
+    text: str = ""
+    parent_minibatch: list[float] = field(default_factory=list)
+    minibatch: list[float] = field(default_factory=list)
+    screen_score: float | None = None
+    """Mean over the screening set (gepa's valset), when it entered the pool."""
+    target_score: float | None = None
+    """Mean over the targeted tasks of the screening set."""
+    branch: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("text")
+        return data
+
+
+class SearchProposer:
+    """gepa's `custom_candidate_proposer`: our request, our proposer, our pre-rollout checks."""
+
+    def __init__(self, adapter: ScreeningAdapter, *, render: Callable[[str, list[dict[str, Any]]], str],
+                 propose: Callable[[Path, str, int], tuple[str | None, str, str | None]],
+                 check: Callable[[str], str | None], diff: Callable[[str], str], records: list[Candidate],
+                 folder: Path, log: Callable[[str], None]):
+        self.adapter, self.render, self._propose, self.check, self.diff = adapter, render, propose, check, diff
+        self.records, self.folder, self.log = records, folder, log
+        self.stopped: BaseException | None = None
+        """What ended the search from inside a proposal (gepa would log it and go on): raised
+        again once gepa has stopped."""
+
+    def should_stop(self, state=None) -> bool:
+        """gepa's stop callback: the search ends at the first proposal that raised."""
+        return self.stopped is not None
+
+    def __call__(self, candidate: dict[str, str], reflective_dataset, components_to_update: list[str]) -> dict[str, str]:
+        if self.stopped is not None:
+            return {}
+        try:
+            return self._candidate(candidate, reflective_dataset)
+        except BaseException as exc:  # noqa: BLE001 - handed back to the loop by run_search
+            self.stopped = exc
+            return {}
+
+    def _candidate(self, candidate: dict[str, str], reflective_dataset) -> dict[str, str]:
+        parent = candidate[COMPONENT]
+        number = len(self.records) + 1
+        request = self.render(parent, list(reflective_dataset.get(COMPONENT, [])))
+        request_path = self.folder / f"request-{number}.md"
+        write_text(request_path, request)
+        patched, rationale, error = self._propose(request_path, parent, number)
+        record = Candidate(number=number, sha=text_sha(patched) if patched else "", parent=text_sha(parent),
+                           status="", rationale=rationale, parent_minibatch=list(self.adapter.last[1])
+                           if self.adapter.last else [])
+        self.records.append(record)
+        if error or patched is None:
+            record.status, record.reason = "no_patch", error or "the proposer made no change"
+        elif patched == parent or any(r.sha == record.sha and r is not record and r.status != "no_patch"
+                                      for r in self.records):
+            record.status, record.reason = "unchanged", "the same prompt as its parent or an earlier candidate"
+        else:
+            record.diff, record.text = self.diff(patched), patched
+            problem = self.check(patched)
+            if problem:
+                record.status, record.reason = "rejected_check", problem
+            else:
+                record.status = "screened_out"
+        self.log(f"search candidate {number}: {record.status}{': ' + record.reason if record.reason else ''}")
+        return {COMPONENT: patched} if record.status == "screened_out" else {}
+
+
+class _FileLog:
+    """gepa's logger, writing to a file in the pool folder (its chatter stays off the console)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def log(self, message: str) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(message.rstrip("\n") + "\n")
+
+
+@dataclass
+class SearchOutcome:
+    candidates: list[Candidate]
+    promoted: list[Candidate]
+    folder: Path
+    rollouts: int
+    base_score: float | None = None
+    base_target_score: float | None = None
+
+
+def pool_folder(parent: Path, agent: str, base_prompt: str, targets: Iterable[tuple[str, str]]) -> Path:
+    key = text_sha(json.dumps([agent, base_prompt, sorted(map(list, targets))]))
+    return parent / f"{agent}-{key}"
+
+
+def load_records(folder: Path) -> list[Candidate]:
+    path = folder / "candidates.json"
+    if not path.is_file():
+        return []
+    return [Candidate(**row) for row in json.loads(path.read_text(encoding="utf-8"))]
+
+
+def save_records(folder: Path, records: list[Candidate]) -> None:
+    write_json(folder / "candidates.json", [asdict(record) for record in records])
+
+
+def run_search(adapter: ScreeningAdapter, proposer: SearchProposer, *, base_prompt: str, train: list[Example],
+               val: list[Example], budget: int, folder: Path, seed: int, promote: int = PROMOTE) -> SearchOutcome:
+    """gepa's search for `budget` more rollouts in `folder` (continuing a pool found there),
+    then the promotion rule."""
+    import gepa
+    from gepa.core.state import GEPAState
+
+    gepa_dir = folder / "gepa"
+    gepa_dir.mkdir(parents=True, exist_ok=True)
+    spent = GEPAState.load(str(gepa_dir)).total_num_evals if (gepa_dir / "gepa_state.bin").is_file() else 0
+    start = adapter.rollouts
+    try:
+        result = gepa.optimize(seed_candidate={COMPONENT: base_prompt}, trainset=train, valset=val, adapter=adapter,
+                               custom_candidate_proposer=proposer, reflection_minibatch_size=MINIBATCH,
+                               max_metric_calls=spent + budget, run_dir=str(gepa_dir), seed=seed,
+                               logger=_FileLog(folder / "gepa.log"), track_best_outputs=False,
+                               display_progress_bar=False, raise_on_exception=True,
+                               stop_callbacks=[proposer.should_stop])
+    finally:
+        save_records(folder, proposer.records)
+    if proposer.stopped is not None:
+        raise proposer.stopped
+    record_minibatch(proposer.records, adapter)
+    outcome = promote_candidates(result, proposer.records, val, adapter.targets, adapter.items, limit=promote)
+    outcome.folder, outcome.rollouts = folder, adapter.rollouts - start
+    save_records(folder, proposer.records)
+    return outcome
+
+
+def promote_candidates(result, records: list[Candidate], val: list[Example], targets: set[tuple[str, str]],
+            items: dict[tuple[str, str], PlannedTrial], limit: int = PROMOTE) -> SearchOutcome:
+    """Fill in the pool's screening scores and pick the candidates for the gate (module docstring).
+
+    A candidate already promoted in an earlier run of this pool is not promoted again."""
+    targeted = [i for i, example in enumerate(val) if (example.suite, items[example.key].task.bucket) in targets]
+    scores: dict[str, tuple[float, float]] = {}
+    for candidate, subscores in zip(result.candidates, result.val_subscores):
+        values = [subscores[i] for i in range(len(val)) if i in subscores]
+        target = [subscores[i] for i in targeted if i in subscores]
+        scores[text_sha(candidate[COMPONENT])] = (sum(values) / len(values) if values else float("nan"),
+                                                   sum(target) / len(target) if target else float("nan"))
+    base, base_target = scores[text_sha(result.candidates[0][COMPONENT])]
+    by_sha = {record.sha: record for record in records if record.status in OPEN}
+    for sha, (score, target) in scores.items():
+        if sha in by_sha:
+            record = by_sha[sha]
+            record.screen_score, record.target_score = score, target
+            record.status = "pool"
+    for record in records:
+        if record.status == "screened_out" and not record.reason:
+            record.reason = (f"lost to its parent on gepa's minibatch ({sum(record.parent_minibatch):.2f} -> "
+                             f"{sum(record.minibatch):.2f})")
+    pool = sorted((r for r in records if r.status == "pool"),
+                  key=lambda r: (changed_lines(r.diff), -(r.screen_score or 0.0), -(r.target_score or 0.0), r.number))
+    promoted = []
+    for record in pool:
+        if record.target_score is None or not record.target_score > base_target:
+            record.status = "not_promoted"
+            record.reason = (f"targets screened at {_score(record.target_score)}, not above the base prompt's "
+                             f"{base_target:.2f}")
+        elif len(promoted) >= limit:
+            record.status = "not_promoted"
+            record.reason = f"screening {record.screen_score:.2f}: only the best {limit} go to the gate"
+        else:
+            record.status = "promoted"
+            record.reason = f"screening {record.screen_score:.2f} (targets {record.target_score:.2f}) vs base {base:.2f}"
+            promoted.append(record)
+    return SearchOutcome(candidates=records, promoted=promoted, folder=Path(), rollouts=0, base_score=base,
+                         base_target_score=base_target)
+
+
+def changed_lines(diff: str) -> int:
+    """Lines a unified diff adds or removes (its headers not counted)."""
+    return sum(1 for line in diff.splitlines()
+               if line[:1] in "+-" and not line.startswith(("+++", "---")))
+
+
+def _score(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def record_minibatch(records: list[Candidate], adapter: ScreeningAdapter) -> None:
+    """Each candidate's own first evaluation is its minibatch screen (gepa evaluates a child on
+    its parent's minibatch before anything else)."""
+    for record in records:
+        if record.sha in adapter.evaluations and not record.minibatch:
+            record.minibatch = list(adapter.evaluations[record.sha][0])

@@ -1,0 +1,192 @@
+"""Search before the gate (`optimizer.search`): the adapter over the runner, the promotion rule,
+skip-solved targets and the resumable pool. End-to-end cases run `optimizer run` on mock/sim with
+the weak mock/patcher in a temporary repository; the pool cases drive gepa with a scripted runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from optimizer import loop as loop_module
+from optimizer.search import (COMPONENT, SCREEN_INDEX, Candidate, Example, ScreeningAdapter, SearchProposer,
+                              load_records, run_search, screening_sets)
+from optimizer.suites import load_suites
+from optimizer.runner import plan
+from optimizer.types import Trial
+from tests.conftest import PROJECT_ROOT
+from tests.helpers import project_repo
+
+PROMPT = "agents/prompts/card_agent.md"
+RULE = "Keep every fact exactly."
+
+
+def card_items():
+    suites = load_suites(["card_agent"], PROJECT_ROOT)
+    return {(item.suite.name, item.task.id): item for item in plan(suites, trials=1) if item.task.split == "train"}
+
+
+def scripted_run(passes):
+    """A runner stand-in: a trial passes when `passes(task, prompt)`; records what it ran."""
+    ran = []
+
+    def run(planned, prompt, label):
+        ran.extend((item.suite.name, item.task.id, item.index, prompt) for item in planned)
+        return [Trial(suite=item.suite.name, task_id=item.task.id, bucket=item.task.bucket, split=item.task.split,
+                      index=item.index, status="passed" if passes(item.task, prompt) else "failed",
+                      score=1.0 if passes(item.task, prompt) else 0.0) for item in planned]
+    return run, ran
+
+
+def test_adapter_screens_at_indexes_of_its_own_and_reflects_only_failures():
+    items = card_items()
+    run, ran = scripted_run(lambda task, prompt: task.bucket != "fact_preservation" or RULE in prompt)
+    adapter = ScreeningAdapter(items, run, targets={("card_agent", "fact_preservation")},
+                               failures=lambda trials: [{"task_id": t.task_id} for t in trials if t.status == "failed"])
+    fact = sorted(key for key, item in items.items() if item.task.bucket == "fact_preservation")
+    batch = [Example(*fact[0]), Example(*fact[0], copy=1), Example(*fact[1])]
+    result = adapter.evaluate(batch, {COMPONENT: "base"}, capture_traces=True)
+    assert result.scores == [0.0, 0.0, 0.0] and len(result.trajectories) == 3
+    assert [index for *_, index, _ in ran] == [SCREEN_INDEX, SCREEN_INDEX + 1, SCREEN_INDEX]
+    dataset = adapter.make_reflective_dataset({COMPONENT: "base"}, result, [COMPONENT])
+    assert [row["task_id"] for row in dataset[COMPONENT]] == [fact[0][1], fact[0][1], fact[1][1]]
+    assert adapter.evaluate(batch, {COMPONENT: f"base\n{RULE}"}).scores == [1.0, 1.0, 1.0]
+    state = adapter.get_adapter_state()
+    fresh = ScreeningAdapter(items, run, targets=set(), failures=lambda trials: [])
+    fresh.set_adapter_state(state)
+    assert fresh.plan([fact[0]])[0].index == SCREEN_INDEX + 4, "a resumed adapter never reuses an index"
+
+
+def test_screening_sets_hold_train_tasks_only_and_repeat_a_small_target():
+    items = card_items()
+    planned = plan(load_suites(["card_agent"], PROJECT_ROOT), trials=1)
+    train, val = screening_sets(planned, {("card_agent", "trivial_input")}, "card_agent", budget=10_000)
+    assert len(train) == 4 and len({example.key for example in train}) == 1
+    assert all(items.get(example.key) is not None for example in val), "holdout tasks are never screened"
+    assert len(val) == len(train) + len(items) - 1
+    small_train, small_val = screening_sets(planned, {("card_agent", "trivial_input")}, "card_agent", budget=20)
+    assert small_val == small_train, "a small budget screens the targets only"
+
+
+def pool_search(folder: Path, budget: int, records: list[Candidate] | None = None):
+    items = card_items()
+    run, ran = scripted_run(lambda task, prompt: task.bucket != "fact_preservation" or RULE in prompt)
+    adapter = ScreeningAdapter(items, run, targets={("card_agent", "fact_preservation")},
+                               failures=lambda trials: [{"task_id": t.task_id} for t in trials if t.status == "failed"])
+    answers = iter([f"base\nUseless rule {n}." for n in range(1, 4)] + [f"base\n{RULE}"] * 10)
+
+    def propose(path, parent, number):
+        return next(answers) if "\n" not in parent else None, "a rationale", None
+
+    proposer = SearchProposer(adapter, render=lambda prompt, failures: f"request for {failures}", propose=propose,
+                              check=lambda text: None, diff=lambda text: text, records=records or [],
+                              folder=folder, log=lambda message: None)
+    train, val = screening_sets(plan(load_suites(["card_agent"], PROJECT_ROOT), trials=1),
+                                {("card_agent", "fact_preservation")}, "card_agent", budget=budget)
+    return run_search(adapter, proposer, base_prompt="base", train=train, val=val, budget=budget,
+                      folder=folder, seed=0), ran
+
+
+def test_the_right_candidate_is_promoted_and_useless_ones_are_not(tmp_path):
+    outcome, _ = pool_search(tmp_path / "pool", budget=60)
+    right = [c for c in outcome.candidates if c.text.endswith(RULE)]
+    assert right and outcome.promoted == right[:1]
+    assert all(c.status in ("screened_out", "not_promoted") for c in outcome.candidates if c not in right)
+    assert outcome.base_target_score == 0.0 and right[0].target_score == 1.0
+
+
+def test_a_resumed_search_continues_the_pool(tmp_path):
+    folder = tmp_path / "pool"
+    first, ran_first = pool_search(folder, budget=30)
+    records = load_records(folder)
+    assert len(records) == len(first.candidates) >= 1
+    state = json.loads((folder / "gepa" / "candidates.json").read_text())
+    second, ran_second = pool_search(folder, budget=30, records=records)
+    assert all(prompt != "base" or index >= SCREEN_INDEX for _, _, index, prompt in ran_second)
+    assert ("base" not in {prompt for *_, prompt in ran_second}) or len(ran_second) < len(ran_first), \
+        "the base prompt's first screen is not repeated"
+    assert len(json.loads((folder / "gepa" / "candidates.json").read_text())) >= len(state)
+    assert [c.number for c in second.candidates][: len(records)] == [r.number for r in records]
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    root = project_repo(tmp_path / "repo")
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(root))
+    monkeypatch.setenv("OPTIMIZER_PATCHER_MODEL", "mock/patcher")
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SKILL", "0.5")
+    monkeypatch.setenv("OPTIMIZER_SIM_NOISE", "independent")
+    monkeypatch.setenv("OPTIMIZER_SEARCH_ROLLOUTS", "120")
+    monkeypatch.setenv("OPTIMIZER_PATCH_FORMAT", "edits")
+    return root
+
+
+def test_the_gate_never_judges_on_a_screening_trial(cli, repo, tmp_path, monkeypatch):
+    screened, judged = set(), set()
+    real_plan, real_compare = ScreeningAdapter.plan, loop_module.compare
+
+    def spy_plan(self, keys):
+        planned = real_plan(self, keys)
+        screened.update((p.suite.name, p.task.id, p.index) for p in planned)
+        return planned
+
+    def spy_compare(sides, **kwargs):
+        class Spy:
+            def base(self, planned, label):
+                judged.update((p.suite.name, p.task.id, p.index) for p in planned)
+                return sides.base(planned, label)
+
+            def candidate(self, planned, label):
+                judged.update((p.suite.name, p.task.id, p.index) for p in planned)
+                return sides.candidate(planned, label)
+
+            def ran(self):
+                return sides.ran()
+        return real_compare(Spy(), **kwargs)
+
+    monkeypatch.setattr(ScreeningAdapter, "plan", spy_plan)
+    monkeypatch.setattr(loop_module, "compare", spy_compare)
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    search = summary["search"]
+    assert search and search["candidates"], summary
+    assert any(c["status"] not in ("screened_out", "not_promoted", "no_patch", "unchanged", "rejected_check")
+               for c in search["candidates"]), "some candidate reached the gate"
+    assert screened and judged
+    assert not screened & judged, "the gate judged on screening trials"
+    assert summary["screen_rollouts"] >= 120
+    report = Path(summary["report"]).read_text()
+    assert "## Search:" in report and "| # | status |" in report
+    code, out, err = cli("review", summary["proposals"][0]["branch"])
+    assert code == 0 and "search candidate" in out
+
+
+def test_a_target_whose_fresh_confirmation_passes_is_skipped(cli, repo, tmp_path, monkeypatch):
+    real_confirm = ScreeningAdapter.confirm
+    first: list[str] = []
+
+    def confirm(self, prompt, keys, trials):
+        result = real_confirm(self, prompt, keys, trials)
+        if not first:  # the first target confirmed: every fresh trial passes
+            first.extend({key[1] for key in keys})
+            return [trial.model_copy(update={"status": "passed", "score": 1.0}) for trial in result]
+        return result
+
+    monkeypatch.setattr(ScreeningAdapter, "confirm", confirm)
+    monkeypatch.setenv("OPTIMIZER_SEARCH_ROLLOUTS", "30")
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert len(summary["skipped_targets"]) == 1
+    skipped = summary["skipped_targets"][0]
+    assert f"targets: {skipped}" not in err.replace("\n", " ")
+    assert "targets: card_agent/" in err.replace("\n", " ")
+
+
+def test_a_search_budget_too_small_to_screen_is_refused(cli, repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_SEARCH_ROLLOUTS", "5")
+    code, out, err = cli("run")
+    assert code != 0 and "search_rollouts" in out + err
+
