@@ -27,10 +27,12 @@ from typing import Any
 from pydantic import Field
 
 from graders.pkm import result
-from optimizer import PASS_THRESHOLD, GraderConfig, GraderResult, JudgeError, Task, Trial, ask, grader, judge
+from optimizer import (PASS_THRESHOLD, Criterion, GraderConfig, GraderResult, JudgeError, Task, Trial, ask, grader,
+                       judge)
 from outcomes.pkm import PKMOutcome, segments
 
 HERE = Path(__file__).resolve().parent
+CRITERIA = HERE / "rubrics" / "criteria"
 KNOWLEDGE_BUDGET = 8000
 """Characters of knowledge-base text shown to the insight judge."""
 FILE_BUDGET = 6000
@@ -135,7 +137,11 @@ INSIGHT_JUDGE = judge(
     signature=_signature("insight_quality"),
     output_fields=("rationale", "groundedness", "non_redundancy", "expression"),
     check=check_insight, score=score_insight,
-    calibration=HERE / "calibration" / "pkm_insight_quality.jsonl")(offline_insight)
+    calibration=HERE / "calibration" / "pkm_insight_quality.jsonl",
+    criteria=(Criterion("groundedness", CRITERIA / "pkm_insight_quality.groundedness.md",
+                        ("note", "knowledge", "insight")),
+              Criterion("non_redundancy", CRITERIA / "pkm_insight_quality.non_redundancy.md", ("note", "insight")),
+              Criterion("expression", CRITERIA / "pkm_insight_quality.expression.md", ("insight",))))(offline_insight)
 
 
 # ---------------------------------------------------------------- append coherence
@@ -198,7 +204,9 @@ COHERENCE_JUDGE = judge(
     "pkm_append_coherence", rubric=HERE / "rubrics" / "pkm_append_coherence.md",
     signature=_signature("append_coherence"), output_fields=("rationale", "coherence"),
     check=check_coherence, score=lambda outputs: outputs["coherence"],
-    calibration=HERE / "calibration" / "pkm_append_coherence.jsonl")(offline_coherence)
+    calibration=HERE / "calibration" / "pkm_append_coherence.jsonl",
+    criteria=(Criterion("coherence", CRITERIA / "pkm_append_coherence.coherence.md", ("before", "after")),))(
+    offline_coherence)
 
 
 # ---------------------------------------------------------------- what the judges are shown

@@ -23,7 +23,7 @@ _EXPORTS = {
     "optimizer.agent_run": ("AgentContext", "AgentRun"),
     "optimizer.errors": ("DeadlinePassed", "InputError", "ModelCallError", "OptimizerError", "TrialCutShort",
                          "TrialTimeout"),
-    "optimizer.judging": ("Judge", "JudgeError", "PASS_THRESHOLD", "Verdict", "ask"),
+    "optimizer.judging": ("Criterion", "Judge", "JudgeError", "PASS_THRESHOLD", "Verdict", "ask"),
     "optimizer.models": ("Completion", "ModelClient", "ToolCallRequest"),
     "optimizer.registry": ("AnswerKey", "GraderConfig", "agent", "grader", "judge"),
     "optimizer.sim": ("Rule", "RuleTexts", "SimProfile", "load_rule_texts"),

@@ -74,7 +74,8 @@ def load_examples(judge: Judge) -> list[dict[str, Any]]:
 
 def calibrate(judge: Judge, settings: JudgeSettings,
               on_example: Callable[[dict[str, Any]], None] | None = None) -> CalibrationReport:
-    report = CalibrationReport(judge=judge.name, model=settings.model, rubric_hash=judge.rubric_hash)
+    report = CalibrationReport(judge=judge.name, model=settings.model,
+                               rubric_hash=judge.wording_hash(judge.form_for(settings.model, settings.form)))
     for example in load_examples(judge):
         row = {"id": example["id"], "label": example["label"], "score": None, "error": None}
         try:
@@ -111,7 +112,8 @@ def judge_status(store, judge_names: list[str], model: str) -> list[dict[str, An
     status = []
     for name in sorted(set(judge_names)):
         judge = get_judge(name)
-        record = store.latest_calibration(name, model, judge.rubric_hash)
+        wording = judge.wording_hash(judge.form_for(model))  # the form a run on `model` asks in
+        record = store.latest_calibration(name, model, wording)
         spearman = record["spearman"] if record else None
         flagged = spearman is None or spearman < CALIBRATION_BAR
         if record is None:
@@ -120,7 +122,7 @@ def judge_status(store, judge_names: list[str], model: str) -> list[dict[str, An
             reason = f"calibration on {model} gave no correlation"
         else:
             reason = f"Spearman {spearman:.2f} on {model} ({'below' if flagged else 'meets'} the {CALIBRATION_BAR} bar)"
-        status.append({"judge": name, "model": model, "rubric_hash": judge.rubric_hash, "spearman": spearman,
+        status.append({"judge": name, "model": model, "rubric_hash": wording, "spearman": spearman,
                        "agreement": record["agreement"] if record else None, "flagged": flagged,
                        "calibrated_at": str(record["created_at"]) if record else None, "reason": reason})
     return status

@@ -40,6 +40,22 @@ class JudgeError(OptimizerError):
     """The judge model gave no valid answer (after retries)."""
 
 
+SMALL_MODEL_PREFIXES = ("local/",)
+"""Judge models asked in a judge's small-model form (one criterion per call) under `form="auto"`."""
+CRITERION_TOKENS = 40
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One question of a judge's small-model form. It fills the judge's output `name`: the model
+    answers 0, 1 or 2 (read as 0, 0.5 or 1), shown only the `inputs` it needs, with the wording of
+    its own `rubric` file."""
+
+    name: str
+    rubric: Path
+    inputs: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Judge:
     name: str
@@ -56,6 +72,8 @@ class Judge:
     calibration: Path | None = None
     """JSON Lines of human-labelled examples: {"id", "inputs", "label", "note"}."""
     max_tokens: int = 400
+    criteria: tuple[Criterion, ...] = ()
+    """The small-model form: the same outputs asked one criterion per call (none: the rubric only)."""
 
     @property
     def rubric_text(self) -> str:
@@ -63,7 +81,30 @@ class Judge:
 
     @property
     def rubric_hash(self) -> str:
-        return hashlib.sha256(self.rubric.read_bytes()).hexdigest()[:12]
+        """All of the judge's wording (the rubric and each criterion), for fingerprints."""
+        return _hash_files([self.rubric, *(criterion.rubric for criterion in self.criteria)])
+
+    def form_for(self, model: str, requested: str = "auto") -> str:
+        """`rubric` (one call, the whole rubric) or `criteria` (one call per criterion): as
+        requested, or under `auto` the criteria for the small models of `SMALL_MODEL_PREFIXES`."""
+        if requested == "criteria" and not self.criteria:
+            raise JudgeError(f"judge {self.name} has no criteria to ask one at a time")
+        if requested != "auto":
+            return requested
+        return "criteria" if self.criteria and model.startswith(SMALL_MODEL_PREFIXES) else "rubric"
+
+    def wording_hash(self, form: str) -> str:
+        """The hash of the wording a form uses: what a calibration and a cached answer stand for."""
+        files = [self.rubric] if form == "rubric" else [criterion.rubric for criterion in self.criteria]
+        return _hash_files(files) if form == "rubric" else "c-" + _hash_files(files)[:10]
+
+
+def _hash_files(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -76,6 +117,8 @@ class JudgeSettings:
     in_process: bool = False
     """Answer a `mock/*` judge model with the judge's offline heuristic directly, without dspy and
     litellm (`suites validate`)."""
+    form: str = "auto"
+    """`auto`, `rubric` or `criteria` (see `Judge.form_for`)."""
 
 
 @dataclass
@@ -88,7 +131,8 @@ class Verdict:
     usage: Usage = field(default_factory=Usage)
 
     def details(self, judge: Judge) -> dict[str, Any]:
-        return {"judge_model": self.model, "rubric": judge.rubric.name, "rubric_hash": self.rubric_hash,
+        rubric = "criteria" if self.rubric_hash.startswith("c-") else judge.rubric.name
+        return {"judge_model": self.model, "rubric": rubric, "rubric_hash": self.rubric_hash,
                 "judge_outputs": self.outputs, "judge_cached": self.cached,
                 "judge_usage": self.usage.model_dump()}
 
@@ -117,54 +161,89 @@ def current_settings() -> JudgeSettings:
 
 def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = None) -> Verdict:
     settings = settings or current_settings()
+    form = judge.form_for(settings.model, settings.form)
+    wording = judge.wording_hash(form)
     key = "judge:" + hashlib.sha256(json.dumps(
-        {"judge": judge.name, "model": settings.model, "rubric": judge.rubric_hash, "inputs": inputs,
+        {"judge": judge.name, "model": settings.model, "rubric": wording, "inputs": inputs,
          **({} if settings.model.startswith("mock/") else {"packages": mock.reply_packages(("dspy", "litellm"))})},
         sort_keys=True, ensure_ascii=False).encode()).hexdigest()
     if settings.cache is not None:
         hit = settings.cache.get(key)
         if hit is not None:
-            return Verdict(hit["outputs"], hit["score"], settings.model, judge.rubric_hash, cached=True,
+            return Verdict(hit["outputs"], hit["score"], settings.model, wording, cached=True,
                            usage=Usage(cache_hits=1))
     if mock.served_in_process(settings.model, settings.in_process):
-        return _verdict(judge, judge.offline(inputs), settings, Usage())
-    from optimizer.models._dspy import dspy_lm, lm_usage
-
-    lm = dspy_lm(settings.model, metadata={JUDGE_KEY: judge.name, JUDGE_INPUTS_KEY: inputs},
-                 max_tokens=judge.max_tokens, retry_attempts=settings.retry_attempts)
-    import dspy
-
-    predictor = dspy.Predict(judge.signature(judge.rubric_text))
-    with charged("judge", settings.model, estimate_tokens(judge.rubric_text, inputs), judge.max_tokens,
-                 run_id=settings.run_id) as charge:
-        try:
-            with dspy.context(lm=lm), waiting():
-                prediction = predictor(**inputs)
-        except Exception as exc:  # a reply no adapter can parse, or a model fault after retries
-            raise JudgeError(f"judge {judge.name} on {settings.model} gave no usable answer: "
-                             f"{type(exc).__name__}: {str(exc)[:300]}") from None
-        finally:
-            charge.usage = lm_usage(lm)
-    verdict = _verdict(judge, {name: getattr(prediction, name, None) for name in judge.output_fields},
-                       settings, charge.usage)
+        return _verdict(judge, judge.offline(inputs), settings, Usage(), wording)
+    if form == "criteria":
+        answer, usage = {}, Usage()
+        for criterion in judge.criteria:
+            value, used = _ask_one(judge, f"{judge.name}#{criterion.name}", _criterion_signature(criterion),
+                                   {name: inputs.get(name, "") for name in criterion.inputs}, inputs, settings,
+                                   CRITERION_TOKENS, criterion.rubric.read_text(encoding="utf-8"))
+            usage.add(used)
+            answer[criterion.name] = value.score / 2
+        answer["rationale"] = "asked one criterion at a time: " + ", ".join(
+            f"{criterion.name} {answer[criterion.name]:g}" for criterion in judge.criteria)
+    else:
+        prediction, usage = _ask_one(judge, judge.name, judge.signature(judge.rubric_text), inputs, inputs, settings,
+                                     judge.max_tokens, judge.rubric_text)
+        answer = {name: getattr(prediction, name, None) for name in judge.output_fields}
+    verdict = _verdict(judge, answer, settings, usage, wording)
     if settings.cache is not None:
         settings.cache.put(key, settings.model, {"outputs": verdict.outputs, "score": verdict.score})
     return verdict
 
 
-def _verdict(judge: Judge, answer: dict[str, Any], settings: JudgeSettings, usage: Usage) -> Verdict:
+def _ask_one(judge: Judge, label: str, signature: type, shown: dict[str, str], inputs: dict[str, str],
+             settings: JudgeSettings, max_tokens: int, wording: str) -> tuple[Any, Usage]:
+    """One dspy call on the judge model; the mock models answer it by `label` (see `offline_reply`)."""
+    from optimizer.models._dspy import dspy_lm, lm_usage
+
+    lm = dspy_lm(settings.model, metadata={JUDGE_KEY: label, JUDGE_INPUTS_KEY: inputs},
+                 max_tokens=max_tokens, retry_attempts=settings.retry_attempts)
+    import dspy
+
+    with charged("judge", settings.model, estimate_tokens(wording, shown), max_tokens,
+                 run_id=settings.run_id) as charge:
+        try:
+            with dspy.context(lm=lm), waiting():
+                prediction = dspy.Predict(signature)(**shown)
+        except Exception as exc:  # a reply no adapter can parse, or a model fault after retries
+            raise JudgeError(f"judge {label} on {settings.model} gave no usable answer: "
+                             f"{type(exc).__name__}: {str(exc)[:300]}") from None
+        finally:
+            charge.usage = lm_usage(lm)
+    return prediction, charge.usage
+
+
+def _criterion_signature(criterion: Criterion) -> type:
+    """A dspy signature asking one criterion: its inputs as text, one answer of 0, 1 or 2."""
+    from typing import Literal
+
+    import dspy
+
+    fields: dict[str, Any] = {name: (str, dspy.InputField()) for name in criterion.inputs}
+    fields["score"] = (Literal[0, 1, 2], dspy.OutputField(desc="0, 1 or 2"))
+    return dspy.make_signature(fields, criterion.rubric.read_text(encoding="utf-8"))
+
+
+def _verdict(judge: Judge, answer: dict[str, Any], settings: JudgeSettings, usage: Usage, wording: str) -> Verdict:
     try:
         outputs = judge.check(answer)
         score = judge.score(outputs)
     except (ValueError, TypeError) as exc:
         raise JudgeError(f"judge {judge.name} on {settings.model} answered out of range: {exc}") from None
-    return Verdict(outputs, score, settings.model, judge.rubric_hash, usage=usage)
+    return Verdict(outputs, score, settings.model, wording, usage=usage)
 
 
 def offline_reply(name: str, inputs: dict[str, str]) -> str:
-    """The mock models' answer to a judge call, in dspy's field-marker format."""
-    judge = get_judge(name)
+    """The mock models' answer to a judge call, in dspy's field-marker format. `judge#criterion`
+    asks one criterion of the small-model form: the offline value of that output, as 0, 1 or 2."""
+    judge_name, _, criterion = name.partition("#")
+    judge = get_judge(judge_name)
     answer = judge.offline(inputs)
+    if criterion:
+        return f"[[ ## score ## ]]\n{round(2 * float(answer[criterion]))}\n\n[[ ## completed ## ]]"
     parts = []
     for field_name in judge.output_fields:
         if field_name in answer:

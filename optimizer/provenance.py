@@ -237,7 +237,7 @@ def grader_spec(entry: "GraderEntry") -> GraderSpec:
     return GraderSpec(version=entry.version, module=file_hash(module_file(module)),
                       package=files_hash(tree_files(package, "*.py"), package) if package
                       else file_hash(module_file(module)),
-                      rubric=file_hash(judge.rubric) if judge else None,
+                      rubric=judge.rubric_hash if judge else None,
                       calibration=file_hash(judge.calibration) if judge and judge.calibration else None)
 
 

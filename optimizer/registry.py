@@ -182,16 +182,17 @@ def grader(name: str | Callable | None = None, *, config: type[BaseModel] | None
 
 def judge(name: str, *, rubric: Path, signature: Callable[[str], type], output_fields: tuple[str, ...],
           check: Callable[[dict[str, Any]], dict[str, Any]], score: Callable[[dict[str, Any]], float],
-          calibration: Path | None = None, max_tokens: int = 400):
+          calibration: Path | None = None, max_tokens: int = 400, criteria: tuple = ()):
     """Register an LLM judge; decorates its offline answer, `(inputs) -> outputs`, and returns the
     `Judge` (pass it to `@grader(judge=...)` and `ask`). See `optimizer.judging.Judge` for the
-    arguments."""
+    arguments; `criteria` (`optimizer.judging.Criterion`) give it a small-model form."""
 
     def register(offline: Callable[[dict[str, str]], dict[str, Any]]) -> "Judge":
         from optimizer.judging import Judge
 
         made = Judge(name=name, rubric=rubric, signature=signature, output_fields=tuple(output_fields),
-                     check=check, score=score, offline=offline, calibration=calibration, max_tokens=max_tokens)
+                     check=check, score=score, offline=offline, calibration=calibration, max_tokens=max_tokens,
+                     criteria=tuple(criteria))
         with _judges_lock:
             _judges[name] = made
         return made

@@ -278,7 +278,8 @@ def test_uncalibrated_judges_do_not_vote_until_calibrated_and_the_request_says_s
     assert flagged and None not in judged  # every PKM judge grader, none of the checks
     for name in judged:
         judge = get_judge(name)
-        store.record_calibration(judge=name, model="mock/sim", rubric_hash=judge.rubric_hash,
+        wording = judge.wording_hash(judge.form_for("mock/sim"))
+        store.record_calibration(judge=name, model="mock/sim", rubric_hash=wording,
                                  spearman=CALIBRATION_BAR + 0.1, agreement=0.9, examples=10, errored=0, rows_json=[])
     assert non_voting_graders(store, [suite], "mock/sim") == []
     assert non_voting_graders(store, [suite], "local/other") == flagged  # calibration is per model

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from agents.pkm.sandbox import SandboxError, plain_files, read_file
 from agents.texts import texts as wording
+from outcomes.pkm import MARKER
 
-MARKER = re.compile(r"<!--\s*fact_id:\s*([^\s>]+?)\s*-->")
 DATE_NAME = re.compile(r"20\d{2}-?\d{2}-?\d{2}")
 MUST_SPLIT, CONSIDER_SPLIT = 2000, 1000
 FRAGMENT_FILES = 5

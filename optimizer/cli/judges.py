@@ -20,6 +20,9 @@ def calibrate_command(
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the report as JSON here."),
     fail_under: Optional[float] = typer.Option(None, min=-1.0, max=1.0,
                                                help="Exit 1 when a judge's Spearman is below this (-1 to 1)."),
+    judge_form: str = typer.Option("auto", help="auto (the form runs on this model use: one criterion per call "
+                                                "on the embedded model, the whole rubric otherwise), rubric or "
+                                                "criteria. A calibration counts for the form it measured."),
 ) -> None:
     """Run each judge over its labelled examples; report Spearman correlation and pass/fail agreement."""
     from rich.table import Table
@@ -45,11 +48,18 @@ def calibrate_command(
     for name in names:
         calibration.load_examples(known[name])  # bad example files fail before any model call
     store = open_store(settings, root)
+    if judge_form not in ("auto", "rubric", "criteria"):
+        raise InputError(f"unknown judge form {judge_form!r}", field="--judge-form",
+                         fix="use auto, rubric or criteria")
+    without = [name for name in names if judge_form == "criteria" and not known[name].criteria]
+    if without:
+        raise InputError(f"judge {', '.join(without)} has no criteria", field="--judge-form",
+                         fix="use --judge-form rubric or auto for it")
     judge_settings = JudgeSettings(model=settings.judge_model, cache=store if settings.cache else None,
-                                   retry_attempts=settings.retry_attempts)
+                                   retry_attempts=settings.retry_attempts, form=judge_form)
     table = Table(title=f"judge calibration on {settings.judge_model}", title_justify="left")
-    for column in ("judge", "examples", "errored", "Spearman", "agreement", "verdict"):
-        table.add_column(column, justify="left" if column in ("judge", "verdict") else "right")
+    for column in ("judge", "form", "examples", "errored", "Spearman", "agreement", "verdict"):
+        table.add_column(column, justify="left" if column in ("judge", "form", "verdict") else "right")
     reports = []
     for name in names:
         done = []
@@ -65,14 +75,16 @@ def calibrate_command(
         reports.append(report)
         verdict = ("[yellow]FLAGGED[/yellow] below " if report.flagged else "[green]ok[/green] meets ") + \
             f"{CALIBRATION_BAR}"
-        table.add_row(name, str(len(report.rows)), str(report.errored),
+        table.add_row(name, known[name].form_for(settings.judge_model, judge_form), str(len(report.rows)),
+                      str(report.errored),
                       "–" if report.spearman is None else f"{report.spearman:.2f}",
                       "–" if report.agreement is None else f"{report.agreement:.0%}", verdict)
     console.print(table)
     store.close()
     if json_path:
         write_json(json_path, {"model": settings.judge_model, "bar": CALIBRATION_BAR, "judges": [
-            {"judge": r.judge, "rubric_hash": r.rubric_hash, "examples": len(r.rows), "errored": r.errored,
+            {"judge": r.judge, "form": known[r.judge].form_for(settings.judge_model, judge_form),
+             "rubric_hash": r.rubric_hash, "examples": len(r.rows), "errored": r.errored,
              "spearman": r.spearman, "agreement": r.agreement, "flagged": r.flagged, "rows": r.rows,
              "usage": r.usage.model_dump()} for r in reports]})
     if fail_under is not None and any(r.spearman is None or r.spearman < fail_under for r in reports):
