@@ -1,7 +1,7 @@
 """LLM judges: a dspy signature run on the judge model at temperature 0, with typed outputs.
 
-A judge is declared once, with `@judge` (`optimizer.registry`, the registry of agents and
-graders), by the module that grades with it: its rubric file (the instructions the judge model
+A judge is declared once, with `@judge` (below; `optimizer.judge` in the public API), by the
+module that grades with it, which the registry's plugin loading imports: its rubric file (the instructions the judge model
 reads; versioned by content hash), the dspy signature, how to check and score an answer, a
 deterministic offline answer (what `mock/sim` and `mock/oracle` reply, so tests and `suites
 validate` need no model) and its human-labelled calibration examples.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from optimizer.ledger import charged, estimate_tokens
 from optimizer.models import mock
 from optimizer.models._context import JUDGE_INPUTS_KEY, JUDGE_KEY
 from optimizer.models.client import ResponseCache
-from optimizer.registry import _judges, get_judge, judges  # noqa: F401 (read from here by the harness)
+from optimizer.registry import load_plugins
 from optimizer.turns import waiting
 from optimizer.types import Usage
 
@@ -137,8 +138,39 @@ class Verdict:
                 "judge_usage": self.usage.model_dump()}
 
 
-_registry = _judges
-"""The judges registered with `@judge`: the registry's own table, under its name here."""
+_registry: dict[str, Judge] = {}
+"""The judges registered with `judge(...)`, by name."""
+_registry_lock = threading.Lock()
+
+
+def judge(name: str, *, rubric: Path, signature: Callable[[str], type], output_fields: tuple[str, ...],
+          check: Callable[[dict[str, Any]], dict[str, Any]], score: Callable[[dict[str, Any]], float],
+          calibration: Path | None = None, max_tokens: int = 400, criteria: tuple[Criterion, ...] = ()):
+    """Register an LLM judge; decorates its offline answer, `(inputs) -> outputs`, and returns the
+    `Judge` (pass it to `@grader(judge=...)` and `ask`). See `Judge` for the arguments; `criteria`
+    give it a small-model form."""
+
+    def register(offline: Callable[[dict[str, str]], dict[str, Any]]) -> Judge:
+        made = Judge(name=name, rubric=rubric, signature=signature, output_fields=tuple(output_fields),
+                     check=check, score=score, offline=offline, calibration=calibration, max_tokens=max_tokens,
+                     criteria=tuple(criteria))
+        with _registry_lock:
+            _registry[name] = made
+        return made
+
+    return register
+
+
+def get_judge(name: str) -> Judge:
+    load_plugins()
+    if name not in _registry:
+        raise JudgeError(f"unknown judge {name!r} (known: {', '.join(sorted(_registry)) or 'none'})")
+    return _registry[name]
+
+
+def judges() -> dict[str, Judge]:
+    load_plugins()
+    return dict(_registry)
 _current: ContextVar[JudgeSettings | None] = ContextVar("optimizer_judge_settings", default=None)
 
 

@@ -1,7 +1,7 @@
-"""Registration of agents, graders and LLM judges: the one registry of the plugin contract.
+"""Registration of agents and graders, the registry of the plugin contract (LLM judges register
+in `optimizer.judging`, with `@judge`, in the same modules).
 
-Agents, graders and judges register themselves with the `@agent`, `@grader` and `@judge`
-decorators; the harness finds the modules that hold them through entry points (groups
+Agents and graders register themselves with the `@agent` and `@grader` decorators; the harness finds the modules that hold them through entry points (groups
 `optimizer.agents` and `optimizer.graders` in a package's `pyproject.toml`) and never imports
 them by name. Each entry records its name, version and where it came from, so a run record can
 say exactly what ran. The built-in agents and graders are registered the same way.
@@ -24,7 +24,6 @@ from optimizer.errors import GraderConfigError, HarnessError, SuiteError
 
 if TYPE_CHECKING:
     from optimizer.agent_run import AgentContext, AgentRun
-    from optimizer.judging import Judge
     from optimizer.sim import SimProfile
     from optimizer.types import GraderResult, Task, Trial
 
@@ -110,10 +109,8 @@ class GraderEntry:
 
 _agents: dict[str, AgentEntry] = {}
 _graders: dict[str, GraderEntry] = {}
-_judges: dict[str, "Judge"] = {}
 _loaded = False
 _load_lock = threading.Lock()
-_judges_lock = threading.Lock()
 
 
 def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = None, tools: Iterable[str] = (),
@@ -180,26 +177,6 @@ def grader(name: str | Callable | None = None, *, config: type[BaseModel] | None
     return register
 
 
-def judge(name: str, *, rubric: Path, signature: Callable[[str], type], output_fields: tuple[str, ...],
-          check: Callable[[dict[str, Any]], dict[str, Any]], score: Callable[[dict[str, Any]], float],
-          calibration: Path | None = None, max_tokens: int = 400, criteria: tuple = ()):
-    """Register an LLM judge; decorates its offline answer, `(inputs) -> outputs`, and returns the
-    `Judge` (pass it to `@grader(judge=...)` and `ask`). See `optimizer.judging.Judge` for the
-    arguments; `criteria` (`optimizer.judging.Criterion`) give it a small-model form."""
-
-    def register(offline: Callable[[dict[str, str]], dict[str, Any]]) -> "Judge":
-        from optimizer.judging import Judge
-
-        made = Judge(name=name, rubric=rubric, signature=signature, output_fields=tuple(output_fields),
-                     check=check, score=score, offline=offline, calibration=calibration, max_tokens=max_tokens,
-                     criteria=tuple(criteria))
-        with _judges_lock:
-            _judges[name] = made
-        return made
-
-    return register
-
-
 def load_plugins() -> None:
     """Import every module declared under our entry-point groups (once per process)."""
     global _loaded
@@ -234,20 +211,6 @@ def get_grader(name: str, *, path: Path | None = None, where: str = "graders") -
         raise GraderConfigError(f"unknown grader {name!r} (known: {known})", path=path, field=f"{where}.name",
                                 fix="fix the name or register the grader with @grader")
     return _graders[name]
-
-
-def get_judge(name: str) -> "Judge":
-    load_plugins()
-    if name not in _judges:
-        from optimizer.judging import JudgeError
-
-        raise JudgeError(f"unknown judge {name!r} (known: {', '.join(sorted(_judges)) or 'none'})")
-    return _judges[name]
-
-
-def judges() -> dict[str, "Judge"]:
-    load_plugins()
-    return dict(_judges)
 
 
 def judges_of(tasks: Iterable["Task"]) -> list[str]:
