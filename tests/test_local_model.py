@@ -121,6 +121,7 @@ def test_three_card_tasks_on_the_real_model(cli, isolated, tmp_path, monkeypatch
     assert len(trials) == 3
     for trial in trials:
         state = trial.outcome.environment_state
+        assert state, f"{trial.task_id}: {trial.status}, {trial.error}"  # a trial cut short has no outcome
         assert state["saved"] and state["is_complete"], f"{trial.task_id}: no complete card ({state['save_errors']})"
         card = yaml.safe_load(state["raw_yaml"])
         arguments = {key: card[key] for key in ("fact_id", "title", "ui_configs", "tags") if key in card}
