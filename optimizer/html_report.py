@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from optimizer.decision_view import COLUMNS, decision_view
 from optimizer.errors import InputError
 from optimizer.history import costs_by, spec_lines
 from optimizer.store import Store
@@ -33,10 +34,6 @@ class Point:
     tick: str = ""
     """The label under a small chart's axis (`#2`, `end`, `11-23`)."""
 
-
-BUCKET_DEFAULTS = {"pairs": None, "verdict": None, "mde": None, "kind": "bucket", "ci_low": None, "ci_high": None,
-                   "p_improve_holm": None}
-"""Fields a decision stored by an older version lacks: shown as –."""
 
 def _bucket_means(store: Store, run_id: str | None) -> dict[str, float]:
     record = store.run_record(run_id) if run_id else None
@@ -63,9 +60,8 @@ def _iteration_rows(store: Store, iteration_ids: list[str], costs: dict[str, dic
             "proposals": [{
                 "branch": p["branch"], "status": p["status"], "reason": p["reason"], "rationale": p["rationale"],
                 "diff": p["diff"] or "", "candidate_run_id": p.get("candidate_run_id"),
-                "rules": (p.get("decision") or {}).get("rules") or [],
-                "buckets": [{**BUCKET_DEFAULTS, **row} for row in (p.get("decision") or {}).get("buckets") or []],
-                "non_voting": (p.get("decision") or {}).get("non_voting") or []} for p in proposals],
+                "buckets": (p.get("decision") or {}).get("buckets") or [],
+                "decision": decision_view(p["decision"]) if p.get("decision") else None} for p in proposals],
         })
     return rows
 
@@ -252,4 +248,4 @@ def render(data: dict[str, Any]) -> str:
     environment.filters["score"] = number("{:.2f}")
     environment.filters["signed"] = number("{:+.2f}")
     environment.filters["usd"] = number("${:,.4f}")
-    return environment.get_template("report.html.j2").render(**data)
+    return environment.get_template("report.html.j2").render(columns=COLUMNS, **data)

@@ -22,7 +22,7 @@ commit. `--resume` picks up the newest night that did not finish: it removes the
 proposal branches a killed process left, completes the bookkeeping of an iteration that had
 finished (e.g. fast-forwards the branch to a patch that was accepted just before the kill), or
 runs an interrupted iteration again, keeping every trial already recorded (see
-`optimizer.loop._run_trials`). Spent budget and elapsed time carry over.
+`optimizer.loop_staging.run_trials`). Spent budget and elapsed time carry over.
 """
 
 from __future__ import annotations

@@ -356,6 +356,11 @@ def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[Pla
                 del futures[future]
                 submit_next()
                 record(trial)
+    except BudgetExceeded:
+        # the trials still running stop at their next reservation; wait for them, so that every
+        # call they made is settled in the ledger before the stop is reported and its spend saved
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 

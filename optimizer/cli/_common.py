@@ -152,36 +152,14 @@ def print_judges(judges: list[dict[str, Any]]) -> None:
 
 def render_decision(decision) -> Table:
     """The per-bucket before/after table of a gate decision (a `Decision` or its dict)."""
-    data = decision if isinstance(decision, dict) else decision.as_dict()
-    table = Table(title=f"gate ({data['mode']}, {data['stage']}): "
-                        f"{'ACCEPTED' if data['accepted'] else 'rejected'}", title_justify="left")
-    for name in ("bucket", "pairs", "before", "after", "change", "95% interval", "verdict", "p improve", "p harm",
-                 "detectable drop"):
+    from optimizer.decision_view import COLUMNS, decision_view
+
+    view = decision_view(decision)
+    table = Table(title=view.title, title_justify="left")
+    for name in COLUMNS:
         table.add_column(name, justify="left" if name in ("bucket", "verdict") else "right")
-    rows = list(data["buckets"])
-    for label, key in (("overall (train)", "overall"), ("holdout", "holdout")):
-        summary = data.get(key) or {}
-        if summary.get("pairs") and not any(row.get("kind") == key for row in rows):
-            rows.append({"suite": "", "bucket": label, "pairs": summary["pairs"], "before": summary["before"],
-                         "after": summary["after"], "change": summary["change"], "verdict": summary.get("verdict"),
-                         "p_harm": summary.get("p_harm"), "mde": summary.get("mde")})
-    for row in rows:
-        name = f"{row['suite']}/{row['bucket']}" if row.get("suite") not in ("", "*", None) else row["bucket"]
-        if row.get("targeted"):
-            name = f"* {name}"
-        interval = (f"[{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"
-                    if row.get("ci_low") is not None else "–")
-        holm = row.get("p_improve_holm")
-        p_up = fmt(holm if holm is not None else row.get("p_improve"), "ratio3")
-        table.add_row(name, str(row.get("pairs", "")), fmt(row.get("before")), fmt(row.get("after")),
-                      f"{row['change']:+.2f}" if row.get("change") is not None else "–", interval,
-                      escape(row.get("verdict") or "–"), p_up, fmt(row.get("p_harm"), "ratio3"), fmt(row.get("mde")))
-    caption = [f"{'pass' if rule['passed'] else 'FAIL'} {rule['rule']}: {rule['reason']}" for rule in data["rules"]]
-    if data.get("non_voting"):
-        caption.append("not voting (LLM judges not calibrated on the judge model in use): "
-                       + ", ".join(data["non_voting"]))
-    if data.get("rollouts"):
-        caption.append(f"{data['rollouts']} trials{' (budget reached)' if data.get('capped') else ''}")
-    table.caption = escape("\n".join(caption))
+    for row in view.rows:
+        table.add_row(*(escape(cell) for cell in row.cells))
+    table.caption = escape("\n".join(view.notes))
     table.caption_justify = "left"
     return table

@@ -81,9 +81,9 @@ def run_command(
     if accepted:
         console.print(f"review it: optimizer review {accepted.branch}", highlight=False)
     if json_path:
-        from optimizer.loop import _summary
+        from optimizer.loop_records import iteration_summary
 
-        write_json(json_path, {"iteration_id": result.iteration_id, **_summary(result)})
+        write_json(json_path, {"iteration_id": result.iteration_id, **iteration_summary(result)})
     if fail_on_reject and not accepted and result.status in ("accepted", "rejected"):
         raise typer.Exit(EXIT_FAILED)
 

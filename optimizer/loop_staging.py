@@ -1,0 +1,180 @@
+"""Where the loop's trials run: prompts exported from a commit, runs that a resumed job takes up
+where it was killed, an iteration's baseline, fresh base and screening trials (`Stage`), and
+the comparison's two sides (`optimizer.compare`) in the loop."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from optimizer import gitops
+from optimizer.config import Settings
+from optimizer.evaluate import finish
+from optimizer.files import write_text
+from optimizer.loop_records import IterationResult, LoopContext
+from optimizer.registry import get_agent
+from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id
+from optimizer.search import text_sha
+from optimizer.types import RunResult, Suite, Trial
+
+
+def export_prompts(repo, commit: str, prompt_files: dict[str, str], folder: Path) -> Path:
+    """Write every prompt file as `commit` holds it under `folder`, at its path from the project
+    root, for the runner's `prompt_root`: trials read exactly what was committed, never a working
+    tree (the user's, or a proposer's clone with whatever it left there).
+
+    `prompt_files` maps each prompt's path from the project root to its path in the repository."""
+    for project_path, repo_path in prompt_files.items():
+        target = folder / project_path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(gitops.read_at(repo, commit, repo_path), encoding="utf-8")
+    return folder
+
+
+def called_model(trials: list[Trial]) -> int:
+    """Trials that made at least one model call (not served wholly from the response cache)."""
+    return sum(1 for trial in trials if trial.transcript.usage.calls > 0)
+
+
+def run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_root: Path, *, kind: str,
+               label: str, run_id: str | None = None) -> RunResult:
+    """Run `planned` as (part of) a run. Trials already recorded are kept, not redone: those of
+    `run_id` when it exists, or of an unfinished run of this kind with the same fingerprints (a
+    job killed mid-run and resumed), whose id is then adopted."""
+    store = ctx.store
+    exists = run_id is not None and store.has_run(run_id)
+    if not exists:
+        unfinished = store.find_unfinished_run(fingerprints(suites, settings, prompt_root, planned), kind)
+        if unfinished:
+            run_id, exists = unfinished, True
+    kept: list[Trial] = []
+    if exists:
+        done = store.recorded_trials(run_id)
+        if done:
+            wanted = {(item.suite.name, item.task.id, item.index) for item in planned}
+            kept = [t for t in store.load_trials(run_id) if (t.suite, t.task_id, t.index) in wanted]
+            planned = [item for item in planned if (item.suite.name, item.task.id, item.index) not in done]
+            if kept:
+                ctx.log(f"{label}: {len(kept)} trials already recorded in run {run_id} are kept")
+    runner = Runner(settings, store, project_root=ctx.project_root, prompt_root=prompt_root)
+    if not planned:
+        run = RunResult(run_id=run_id, started_at=datetime.now(timezone.utc), settings=settings.model_dump())
+    elif ctx.make_progress is None:
+        runner.on_trial = ctx.on_trial
+        run = runner.run(suites, planned, run_id=run_id, kind=kind)
+    else:
+        with ctx.make_progress(len(planned), label) as progress:
+            runner.on_trial = progress.update
+            run = runner.run(suites, planned, run_id=run_id, kind=kind)
+    run.trials[:0] = kept
+    return run
+
+
+class Stage:
+    """Where an iteration's trials run, counted in its `result`: the baseline (or a reused one),
+    the base prompt's fresh trials shared by every candidate, screening trials, and any run."""
+
+    def __init__(self, ctx: LoopContext, settings: Settings, suites: list[Suite], planned: list[PlannedTrial],
+                 result: IterationResult, base_root: Path):
+        self.ctx, self.settings, self.suites, self.planned = ctx, settings, suites, planned
+        self.result, self.base_root, self.store = result, base_root, ctx.store
+        self.fresh_base: dict[tuple[str, str, int], Trial] = {}
+        """Base-prompt trials at fresh indexes, shared by every candidate of the iteration."""
+        self.confirm_run_id: str | None = None
+        self.screen_runs: dict[str, str] = {}
+        """Per prompt (text sha), the run its screening trials are recorded in."""
+
+    def run(self, planned: list[PlannedTrial], prompt_root: Path, *, kind: str, label: str,
+            run_id: str | None = None) -> RunResult:
+        return run_trials(self.ctx, self.settings, self.suites, planned, prompt_root, kind=kind, label=label,
+                          run_id=run_id)
+
+    def baseline(self) -> list[Trial]:
+        result = self.result
+        wanted = fingerprints(self.suites, self.settings, self.base_root, self.planned)
+        reuse = self.store.find_reusable_run(wanted, len(self.planned))
+        if reuse:
+            self.ctx.log(f"baseline: reusing run {reuse} (the same run spec: commit, code, prompts, tasks, fixtures, "
+                         f"graders, models, packages)")
+            result.baseline_run_id, result.baseline_reused = reuse, True
+            return self.store.load_trials(reuse)
+        self.ctx.log(f"baseline: {len(self.planned)} trials at {result.base.commit[:12]}")
+        run = self.run(self.planned, self.base_root, kind="baseline", label="baseline")
+        finish(run, self.store)
+        result.baseline_run_id = run.run_id
+        result.rollouts += len(self.planned)
+        result.model_rollouts += called_model(run.trials)
+        return run.trials
+
+    def base_trials(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
+        """Base-prompt trials at fresh indexes: run once per iteration, recorded in one run, and
+        shared by every candidate."""
+        missing = [item for item in planned if (item.suite.name, item.task.id, item.index) not in self.fresh_base]
+        if missing:
+            self.confirm_run_id = self.confirm_run_id or new_run_id()
+            run = self.run(missing, self.base_root, kind="confirm", label=f"{label} (base prompt)",
+                           run_id=self.confirm_run_id)
+            self.confirm_run_id = run.run_id  # a resumed job adopts the unfinished run it left
+            self.result.rollouts += len(missing)
+            self.result.model_rollouts += called_model(run.trials)
+            for trial in run.trials:
+                self.fresh_base[(trial.suite, trial.task_id, trial.index)] = trial
+            # the run's summary covers every fresh base trial so far, not this batch alone
+            finish(run.model_copy(update={"trials": list(self.fresh_base.values())}), self.store)
+        return [self.fresh_base[(item.suite.name, item.task.id, item.index)] for item in planned]
+
+    def screen(self, planned: list[PlannedTrial], agent: str, prompt: str, label: str) -> list[Trial]:
+        """Screening trials of `agent` with `prompt`, through the runner, in one run per prompt."""
+        sha = text_sha(prompt)
+        with tempfile.TemporaryDirectory(prefix="optimizer-screen-") as folder:
+            root = Path(folder)
+            shutil.copytree(self.base_root, root, dirs_exist_ok=True)
+            write_text(root / get_agent(agent).prompt_file, prompt)
+            run = self.run(planned, root, kind="screen", label=label, run_id=self.screen_runs.get(sha))
+        self.screen_runs[sha] = run.run_id
+        if self.store.has_run(run.run_id):
+            finish(run, self.store)
+        count, calls = len(planned), called_model(run.trials)
+        self.result.rollouts += count
+        self.result.model_rollouts += calls
+        self.result.screen_rollouts += count
+        return run.trials
+
+
+class LoopSides:
+    """`compare`'s two prompts in the loop: base trials from the iteration's shared fresh runs,
+    candidate trials recorded in the proposal's run."""
+
+    def __init__(self, stage: Stage, prompt_root: Path, run_id: str):
+        self.stage, self.prompt_root, self.run_id = stage, prompt_root, run_id
+        self.trials: list[Trial] = []
+        self.candidate_count = self.candidate_model_calls = self.base_count = self.base_model_calls = 0
+
+    def base(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
+        result = self.stage.result
+        rollouts, calls = result.rollouts, result.model_rollouts
+        trials = self.stage.base_trials(planned, label)
+        self.base_count += result.rollouts - rollouts
+        self.base_model_calls += result.model_rollouts - calls
+        return trials
+
+    def candidate(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
+        run = self.stage.run(planned, self.prompt_root, kind="candidate", label=label, run_id=self.run_id)
+        self.run_id = run.run_id  # a resumed job adopts the unfinished run it left: one run, one id
+        self.trials += run.trials
+        self.candidate_count += len(planned)
+        self.candidate_model_calls += called_model(run.trials)
+        return run.trials
+
+    def ran(self) -> int:
+        return self.base_count + self.candidate_count
+
+    @property
+    def model_calls(self) -> int:
+        return self.base_model_calls + self.candidate_model_calls
+
+    def result(self, settings: Settings) -> RunResult:
+        return RunResult(run_id=self.run_id, started_at=datetime.now(timezone.utc), settings=settings.model_dump(),
+                         trials=list(self.trials))
