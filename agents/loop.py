@@ -146,17 +146,15 @@ class ToolLoop:
             turns += 1
             finished, repeats = False, 0
             for request in completion.tool_calls:
-                output, repeated = self._answer(request, by_name, answered, turns)
-                repeats += repeated
+                answer = self._answer(request, by_name, answered, turns)
+                repeats += answer.repeated
                 transcript.tool_calls.append(ToolCall(id=request.id, name=request.name, arguments=request.arguments,
-                                                      result=output.text, is_error=output.is_error))
+                                                      result=answer.output.text, is_error=answer.output.is_error))
                 messages.append({"role": "tool", "tool_call_id": request.id, "name": request.name,
-                                 "content": output.text})
-                tool = by_name.get(request.name)
-                ended = not output.is_error and not repeated and tool is not None and tool.ends_run()
-                finished = finished or ended
-                if tool is not None and (repeated or (tool.terminal and not output.is_error and not ended)):
-                    withheld[tool.name] = self._state()  # it cannot do more until something changes
+                                 "content": answer.output.text})
+                finished = finished or answer.ended
+                if answer.futile:
+                    withheld[request.name] = self._state()  # it cannot do more until something changes
             if finished:
                 return
             streak = streak + 1 if completion.tool_calls and repeats == len(completion.tool_calls) else 0
@@ -171,21 +169,24 @@ class ToolLoop:
             reminders += 1
             messages.append({"role": "user", "content": self.reminder(missing)})
 
-    def _answer(self, request: Any, by_name: dict[str, Tool], answered: dict[str, int],
-                turn: int) -> tuple[ToolOutput, bool]:
-        """Run one requested call, or answer it as a repeat; True when it was a repeat."""
+    def _answer(self, request: Any, by_name: dict[str, Tool], answered: dict[str, int], turn: int) -> "_Answer":
+        """Run one requested call, or answer it as a repeat."""
         tool = by_name.get(request.name)
         if tool is None:
-            return tool_error([f"there is no tool named {request.name!r}; the tools are: "
-                               + ", ".join(sorted(by_name))]), False
-        if self._signature(request) in answered and self.texts.get("repeated"):
-            first = answered[self._signature(request)]
-            return ToolOutput(self._with_next_step(self.texts["repeated"].format(turn=first))), True
+            return _Answer(tool_error([f"there is no tool named {request.name!r}; the tools are: "
+                                       + ", ".join(sorted(by_name))]))
+        signature = self._signature(request)
+        if signature in answered and self.texts.get("repeated"):
+            return _Answer(ToolOutput(self._with_next_step(self.texts["repeated"].format(turn=answered[signature]))),
+                           repeated=True, futile=True)
         output = tool.handler(request.arguments)
         answered.setdefault(self._signature(request), turn)  # the state as this call left it
-        if not output.is_error and tool.terminal and not tool.ends_run():
-            output = ToolOutput(self._with_next_step(output.text), output.is_error)
-        return output, False
+        if output.is_error or not tool.terminal:
+            return _Answer(output)
+        if tool.ends_run():
+            return _Answer(output, ended=True)
+        # a finishing tool that did not finish: say what is missing
+        return _Answer(ToolOutput(self._with_next_step(output.text)), futile=True)
 
     def _state(self) -> str:
         return json.dumps(self.state() if self.state else None, sort_keys=True, ensure_ascii=False, default=str)
@@ -227,6 +228,20 @@ class ToolLoop:
             return False
         messages.append({"role": "system", "content": text.format(**values).strip()})
         return True
+
+
+@dataclass
+class _Answer:
+    """What the loop answered to one call."""
+
+    output: ToolOutput
+    repeated: bool = False
+    """Not run: the same call was answered before, under the same state."""
+    ended: bool = False
+    """A finishing tool succeeded and the job is done."""
+    futile: bool = False
+    """The call could not help (a repeat, or a finishing tool that did not finish): the tool is
+    withheld until the state changes."""
 
 
 def tool_error(problems: list[str]) -> ToolOutput:

@@ -96,15 +96,15 @@ class Judge:
 
     def wording_hash(self, form: str) -> str:
         """The hash of the wording a form uses: what a calibration and a cached answer stand for."""
-        files = [self.rubric] if form == "rubric" else [criterion.rubric for criterion in self.criteria]
-        return _hash_files(files) if form == "rubric" else "c-" + _hash_files(files)[:10]
+        return _hash_files([self.rubric] if form == "rubric" else [criterion.rubric for criterion in self.criteria])
 
 
 def _hash_files(paths: list[Path]) -> str:
+    """The files' contents hashed in order (one file: the hash of its bytes, as it always was)."""
     digest = hashlib.sha256()
-    for path in paths:
+    for number, path in enumerate(paths):
+        digest.update(b"\0" if number else b"")
         digest.update(path.read_bytes())
-        digest.update(b"\0")
     return digest.hexdigest()[:12]
 
 
@@ -128,11 +128,13 @@ class Verdict:
     score: float
     model: str
     rubric_hash: str
+    """The hash of the wording asked (`Judge.wording_hash` of `form`)."""
+    form: str = "rubric"
     cached: bool = False
     usage: Usage = field(default_factory=Usage)
 
     def details(self, judge: Judge) -> dict[str, Any]:
-        rubric = "criteria" if self.rubric_hash.startswith("c-") else judge.rubric.name
+        rubric = "criteria" if self.form == "criteria" else judge.rubric.name
         return {"judge_model": self.model, "rubric": rubric, "rubric_hash": self.rubric_hash,
                 "judge_outputs": self.outputs, "judge_cached": self.cached,
                 "judge_usage": self.usage.model_dump()}
@@ -202,10 +204,10 @@ def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = N
     if settings.cache is not None:
         hit = settings.cache.get(key)
         if hit is not None:
-            return Verdict(hit["outputs"], hit["score"], settings.model, wording, cached=True,
+            return Verdict(hit["outputs"], hit["score"], settings.model, wording, form, cached=True,
                            usage=Usage(cache_hits=1))
     if mock.served_in_process(settings.model, settings.in_process):
-        return _verdict(judge, judge.offline(inputs), settings, Usage(), wording)
+        return _verdict(judge, judge.offline(inputs), settings, Usage(), wording, form)
     if form == "criteria":
         answer, usage = {}, Usage()
         for criterion in judge.criteria:
@@ -220,7 +222,7 @@ def ask(judge: Judge, inputs: dict[str, str], settings: JudgeSettings | None = N
         prediction, usage = _ask_one(judge, judge.name, judge.signature(judge.rubric_text), inputs, inputs, settings,
                                      judge.max_tokens, judge.rubric_text)
         answer = {name: getattr(prediction, name, None) for name in judge.output_fields}
-    verdict = _verdict(judge, answer, settings, usage, wording)
+    verdict = _verdict(judge, answer, settings, usage, wording, form)
     if settings.cache is not None:
         settings.cache.put(key, settings.model, {"outputs": verdict.outputs, "score": verdict.score})
     return verdict
@@ -259,13 +261,14 @@ def _criterion_signature(criterion: Criterion) -> type:
     return dspy.make_signature(fields, criterion.rubric.read_text(encoding="utf-8"))
 
 
-def _verdict(judge: Judge, answer: dict[str, Any], settings: JudgeSettings, usage: Usage, wording: str) -> Verdict:
+def _verdict(judge: Judge, answer: dict[str, Any], settings: JudgeSettings, usage: Usage, wording: str,
+             form: str) -> Verdict:
     try:
         outputs = judge.check(answer)
         score = judge.score(outputs)
     except (ValueError, TypeError) as exc:
         raise JudgeError(f"judge {judge.name} on {settings.model} answered out of range: {exc}") from None
-    return Verdict(outputs, score, settings.model, wording, usage=usage)
+    return Verdict(outputs, score, settings.model, wording, form, usage=usage)
 
 
 def offline_reply(name: str, inputs: dict[str, str]) -> str:

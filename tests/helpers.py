@@ -59,3 +59,25 @@ def project_repo(root: Path, extra_files: dict[str, str] | None = None) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-qm", "initial")
     return root
+
+
+def tool_call_reply(model: str, call_id: str, name: str, arguments: str) -> Any:
+    """A litellm response whose message is one call of `name` with `arguments` (JSON text, or
+    anything a scripted model wants to send), for test providers that play a model."""
+    from litellm.types.utils import ModelResponse
+
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                                                "finish_reason": "tool_calls"}],
+                         usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+
+
+def run_forked(context: Any, target: Any, arguments: list[tuple], timeout: float = 120) -> list[int | None]:
+    """Start one `context.Process(target, args)` per entry of `arguments` together, wait for them
+    all (each up to `timeout` seconds) and return their exit codes, in order."""
+    processes = [context.Process(target=target, args=args) for args in arguments]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout)
+    return [process.exitcode for process in processes]

@@ -12,7 +12,7 @@ from optimizer.evaluate import execute, prepare
 from optimizer.models import register_provider
 from optimizer.store import open_store
 from tests.conftest import PROJECT_ROOT
-from tests.helpers import write_suite
+from tests.helpers import tool_call_reply, write_suite
 
 FACT_ID = "2026/05/25.md#ts_1"
 SEEN: list[dict] = []
@@ -23,9 +23,7 @@ def _scripted_model():
     """`scripted/pkm` saves the insight first (too early), then looks around with a different
     Glob each turn until the loop offers only the finishing tools, then files the note, then
     saves the insight again."""
-    import litellm  # noqa: F401  (the handler is built once litellm is imported)
     from litellm import CustomLLM
-    from litellm.types.utils import ModelResponse
 
     class Scripted(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
@@ -42,14 +40,17 @@ def _scripted_model():
                                             "content": f"- Tempo 5k in 24:10 <!-- fact_id: {FACT_ID} -->\n"}
             else:
                 name, arguments = "Glob", {"pattern": f"**/*{len(SEEN)}*.md"}
-            call = {"id": f"call{len(SEEN)}", "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(arguments)}}
-            return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": None,
-                                                                    "tool_calls": [call]},
-                                                        "finish_reason": "tool_calls"}],
-                                 usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+            return tool_call_reply(model, f"call{len(SEEN)}", name, json.dumps(arguments))
 
     return Scripted()
+
+
+def run_task(tmp_path, task: dict, model: str):
+    """Run one PKM task, once, on `model`; its trial."""
+    suite = write_suite(tmp_path / "suite", [task], name="harness", agent_name="pkm_agent")
+    settings = load_settings(PROJECT_ROOT, {"agent_model": model, "cache": False})
+    run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    return run.trials[0]
 
 
 def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_tools(tmp_path):
@@ -58,10 +59,7 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
             "input": {"content": "Tempo 5k in 24:10 today.", "base_fixture": "fresh",
                       "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
             "graders": [{"name": "pkm_completion"}]}
-    suite = write_suite(tmp_path / "suite", [task], name="harness", agent_name="pkm_agent")
-    settings = load_settings(PROJECT_ROOT, {"agent_model": "scripted/pkm", "cache": False})
-    run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
-    trial = run.trials[0]
+    trial = run_task(tmp_path, task, "scripted/pkm")
     assert trial.status == "passed", trial.error
 
     every_tool = {"Read", "BatchRead", "Write", "Edit", "Move", "Remove", "LS", "Glob", "Grep",
@@ -87,7 +85,8 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
     # the insight saved before the note was filed says what is still missing
     first = trial.transcript.tool_calls[0]
     assert first.name == "update_timeline_card_insight" and not first.is_error
-    assert first.result.startswith("insight saved on the timeline card\nThis note is not finished yet:\n- no file under")
+    assert first.result.startswith("insight saved on the timeline card\n"
+                                   "This note is not finished yet:\n- no file under")
     assert f"<!-- fact_id: {FACT_ID} -->" in first.result
     assert trial.transcript.tool_calls[-1].result == "insight saved on the timeline card"
 
@@ -98,18 +97,12 @@ LOOKED: list[dict] = []
 def _looking_model():
     """`scripted/look` records the tools it is offered, then skips the note."""
     from litellm import CustomLLM
-    from litellm.types.utils import ModelResponse
 
     class Looking(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
             LOOKED.append({tool["function"]["name"]: tool["function"]["parameters"]
                            for tool in (kwargs.get("optional_params") or {}).get("tools") or []})
-            call = {"id": "skip", "type": "function", "function": {
-                "name": "skip_pkm_organization", "arguments": json.dumps({"evidence": "a test"})}}
-            return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": None,
-                                                                    "tool_calls": [call]},
-                                                        "finish_reason": "tool_calls"}],
-                                 usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+            return tool_call_reply(model, "skip", "skip_pkm_organization", json.dumps({"evidence": "a test"}))
 
     return Looking()
 
@@ -124,10 +117,8 @@ def test_paths_are_narrowed_to_the_ones_that_exist(tmp_path):
             "input": {"content": "hello", "base_fixture": "_starter_pkm",
                       "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
             "graders": [{"name": "pkm_completion"}]}
-    suite = write_suite(tmp_path / "suite", [task], name="harness", agent_name="pkm_agent")
-    settings = load_settings(PROJECT_ROOT, {"agent_model": "scripted_look/pkm", "cache": False})
-    run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
-    assert run.trials[0].status != "errored", run.trials[0].error
+    trial = run_task(tmp_path, task, "scripted_look/pkm")
+    assert trial.status != "errored", trial.error
 
     fixture = PROJECT_ROOT / "fixtures" / "_starter_pkm" / "PKM"
     files = sorted(path.relative_to(fixture).as_posix() for path in fixture.rglob("*.md"))

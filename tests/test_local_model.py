@@ -52,8 +52,9 @@ def test_an_allowed_tools_choice_narrows_the_grammar_and_keeps_the_prompt_listin
     metadata: dict = {}
     sent, offered, params = _narrowed(LOCAL, tools, {"tool_choice": choice}, metadata)
     assert sent == tools and params["tool_choice"] == "required"
-    assert metadata[ALLOWED_TOOLS_KEY] == {"read": path_only, "skip": None}
+    assert metadata[ALLOWED_TOOLS_KEY] == choice
     assert [tool["function"]["name"] for tool in offered] == ["read", "skip"]
+    assert offered[0]["function"]["parameters"] == path_only and offered[1] == TOOLS[1]
     sent, offered, params = _narrowed("mock/sim", tools, {"tool_choice": choice}, {})
     assert sent == offered and [tool["function"]["name"] for tool in sent] == ["read", "skip"]
     assert sent[0]["function"]["parameters"] == path_only and params["tool_choice"] == "required"

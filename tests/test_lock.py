@@ -3,6 +3,7 @@ on a PostgreSQL store, the server's advisory lock, which holds across state fold
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import multiprocessing
@@ -18,6 +19,7 @@ import pytest
 
 from optimizer.lock import LockHeld, job_lock, lock_key, repository_lock
 from optimizer.store import Store
+from tests.helpers import run_forked
 
 CONTENDERS = 20
 ROUNDS = 10
@@ -107,28 +109,31 @@ def test_jobs_taking_and_leaving_the_lock_never_hold_it_together(tmp_path):
     context = multiprocessing.get_context("fork")
     workers = 8
     start, inside, overlaps = context.Barrier(workers), context.Value("i", 0), context.Value("i", 0)
-    jobs = [context.Process(target=_churn, args=(path, start, inside, overlaps, 50)) for _ in range(workers)]
-    for process in jobs:
-        process.start()
-    for process in jobs:
-        process.join(120)
-    assert [process.exitcode for process in jobs] == [0] * workers
+    assert run_forked(context, _churn, [(path, start, inside, overlaps, 50)] * workers) == [0] * workers
     assert overlaps.value == 0, f"{overlaps.value} times a job took the lock while another held it"
     assert not path.exists()
 
 
-def test_a_lock_whose_holder_has_not_written_its_pid_yet_is_still_held(tmp_path):
-    path = tmp_path / "nightly.lock"
+@contextlib.contextmanager
+def held_by_another(path):
+    """The lock file at `path`, locked through a descriptor of its own (as another job holds it);
+    yields the descriptor."""
     holder = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield holder
+    finally:
+        os.close(holder)
+
+
+def test_a_lock_whose_holder_has_not_written_its_pid_yet_is_still_held(tmp_path):
+    path = tmp_path / "nightly.lock"
+    with held_by_another(path):
         with pytest.raises(LockHeld, match="has not yet written its pid") as refused:
             with job_lock(path, "optimizer nightly"):
                 pytest.fail("took a lock another process holds")
         assert refused.value.exit_code == 2
         assert path.exists() and path.read_text() == ""  # neither removed nor written over
-    finally:
-        os.close(holder)
 
 
 def test_a_lock_file_naming_a_live_process_that_holds_no_lock_is_not_held(tmp_path):
@@ -163,17 +168,13 @@ def test_a_killed_holder_lets_go_of_the_lock_and_its_pid_is_named_while_it_runs(
 
 def test_a_lock_held_on_another_host_names_the_host(tmp_path):
     path = tmp_path / "nightly.lock"
-    holder = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with held_by_another(path) as holder:
         os.write(holder, json.dumps({"pid": 4321, "host": "elsewhere", "job": "optimizer nightly",
                                      "started_at": "2026-11-23T01:00:00+00:00"}).encode())
         with pytest.raises(LockHeld, match="holds the lock on host elsewhere") as refused:
             with job_lock(path, "optimizer nightly"):
                 pytest.fail("took a lock another process holds")
         assert "pid 4321" in str(refused.value) and "elsewhere" in refused.value.fix
-    finally:
-        os.close(holder)
 
 
 REPOSITORY = "0123456789abcdef0123456789abcdef01234567"

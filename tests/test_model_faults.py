@@ -15,7 +15,7 @@ from optimizer.evaluate import execute, prepare
 from optimizer.store import open_store
 from optimizer.models import register_provider
 from tests.conftest import PROJECT_ROOT
-from tests.helpers import event_task, write_suite
+from tests.helpers import event_task, tool_call_reply, write_suite
 
 SCRIPTS: dict[str, list[str]] = {}
 CALLS: dict[str, list[float]] = {}
@@ -42,7 +42,6 @@ def _fault(kind: str, model: str):
 
 def _make_handler():
     from litellm import CustomLLM
-    from litellm.types.utils import ModelResponse
 
     class Scripted(CustomLLM):
         """Plays a per-model script of faults; 'ok' replays the reference call, 'malformed' breaks it."""
@@ -61,11 +60,7 @@ def _make_handler():
                 raise _fault(step, model)
             arguments = "{not json" if step == "malformed" else json.dumps(
                 event_task()["reference_solution"]["tool_calls"][0]["arguments"])
-            return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": None,
-                                 "tool_calls": [{"id": "c1", "type": "function", "function": {
-                                     "name": "save_timeline_card", "arguments": arguments}}]},
-                                 "finish_reason": "tool_calls"}],
-                                 usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+            return tool_call_reply(model, "c1", "save_timeline_card", arguments)
 
     return Scripted()
 

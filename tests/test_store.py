@@ -14,6 +14,7 @@ from optimizer.errors import ConfigError
 from optimizer.store import Store, schema
 from optimizer.store.migrations import MIGRATIONS, SCHEMA_VERSION, table_names
 from optimizer.types import GraderResult, RunResult, Trial
+from tests.helpers import run_forked
 
 
 def test_blank_database_gets_every_table_and_the_schema_version(store_url):
@@ -101,12 +102,8 @@ def test_processes_writing_trials_to_one_run_at_once_lose_nothing(store_url):
     store.close()  # nothing of the parent's connections goes into the forked writers
     context = multiprocessing.get_context("fork")
     start = context.Barrier(WRITERS)
-    writers = [context.Process(target=_write_trials, args=(store_url, writer, start)) for writer in range(WRITERS)]
-    for process in writers:
-        process.start()
-    for process in writers:
-        process.join(120)
-    assert [process.exitcode for process in writers] == [0] * WRITERS
+    exits = run_forked(context, _write_trials, [(store_url, writer, start) for writer in range(WRITERS)])
+    assert exits == [0] * WRITERS
 
     store = Store(store_url)
     trials = store.load_trials("r")
@@ -129,12 +126,7 @@ def test_processes_opening_a_blank_postgresql_store_at_once_migrate_it_once(post
     context = multiprocessing.get_context("fork")
     count = 4
     start, opened = context.Barrier(count), context.Queue()
-    processes = [context.Process(target=_open, args=(postgres_url, start, opened)) for _ in range(count)]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(120)
-    assert [process.exitcode for process in processes] == [0] * count
+    assert run_forked(context, _open, [(postgres_url, start, opened)] * count) == [0] * count
     store = Store(postgres_url)
     with store.engine.connect() as conn:
         assert list(conn.execute(select(schema.schema_migrations.c.name)).scalars()) == [name for name, _ in MIGRATIONS]

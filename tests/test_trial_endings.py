@@ -16,7 +16,7 @@ from optimizer.evaluate import execute, prepare
 from optimizer.models import ModelClient, register_provider
 from optimizer.store import open_store
 from tests.conftest import PROJECT_ROOT
-from tests.helpers import event_task, write_suite
+from tests.helpers import event_task, tool_call_reply, write_suite
 from tests.test_loop import after_data_line, repo, script  # noqa: F401 (repo is a fixture)
 
 FACT_ID = "2026/05/25.md#ts_1"
@@ -30,20 +30,13 @@ def _looping_model():
     a save the tool refuses, turn after turn: a patch that sends the agent into a loop."""
     import litellm
     from litellm import CustomLLM
-    from litellm.types.utils import ModelResponse
 
     class Looper(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
             if LOOP_RULE not in messages[0]["content"]:
                 metadata = (kwargs.get("litellm_params") or {}).get("metadata")
                 return litellm.completion(model="mock/sim", messages=messages, metadata=metadata, num_retries=0)
-            arguments = json.dumps(UNFINISHED_SAVE["arguments"])
-            call = {"id": "again", "type": "function", "function": {"name": UNFINISHED_SAVE["name"],
-                                                                     "arguments": arguments}}
-            return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": None,
-                                                                    "tool_calls": [call]},
-                                                        "finish_reason": "tool_calls"}],
-                                 usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+            return tool_call_reply(model, "again", UNFINISHED_SAVE["name"], json.dumps(UNFINISHED_SAVE["arguments"]))
 
     return Looper()
 
@@ -99,7 +92,8 @@ def test_an_agent_repeating_one_call_is_told_so_and_fails_after_three_repeats(tm
     trials, summary, _, _ = run_suite(tmp_path, [repeating_task("repeats")], "mock/oracle")
     trial = trials["repeats"]
     assert (trial.status, trial.score) == ("failed", 0.0)
-    assert trial.error == "ended: the agent kept repeating calls it had already made (3 times in a row) without finishing"
+    assert trial.error == ("ended: the agent kept repeating calls it had already made (3 times in a row) "
+                           "without finishing")
     calls = trial.transcript.tool_calls
     assert len(calls) == 4 and calls[0].is_error, "the first call is run and refused"
     for call in calls[1:]:  # the repeats are not run again: the answer says so and what is missing

@@ -266,30 +266,20 @@ def _narrowed(model: str, tools: list[dict] | None, params: dict[str, Any],
     providers: the tools to list, the tools a reply may call, and the parameters. An entry of
     the choice may carry `parameters`, a narrower schema of that tool's arguments for this call
     (paths that exist, say). The embedded model gets every tool as declared (its cached prompt
-    prefix holds) and the allowed entries in `metadata` for its grammar; any other model gets the
+    prefix holds) and the choice itself in `metadata` for its grammar; any other model gets the
     allowed tools alone, narrowed. The choice's mode becomes the `tool_choice`."""
     choice = params.get("tool_choice")
     if not (isinstance(choice, dict) and choice.get("type") == "allowed_tools") or not tools:
         return tools, tools, params
-    allowed = choice.get("allowed_tools") or {}
-    narrowing = {(entry.get("function") or {}).get("name"): (entry.get("function") or {}).get("parameters")
-                 for entry in allowed.get("tools") or []}
-    offered = [_with_parameters(tool, narrowing[tool["function"]["name"]])
-               for tool in tools if tool["function"]["name"] in narrowing] or tools
-    params = {**params, "tool_choice": allowed.get("mode", "auto")}
+    from optimizer.models import _local_tools
     from optimizer.models.local import ALLOWED_TOOLS_KEY, PREFIX
 
+    offered = _local_tools.offered(tools, choice)
+    params = {**params, "tool_choice": (choice.get("allowed_tools") or {}).get("mode", "auto")}
     if model.startswith(f"{PREFIX}/"):
-        metadata[ALLOWED_TOOLS_KEY] = {tool["function"]["name"]: narrowing.get(tool["function"]["name"])
-                                       for tool in offered}
+        metadata[ALLOWED_TOOLS_KEY] = choice
         return tools, offered, params
     return offered, offered, params
-
-
-def _with_parameters(tool: dict, parameters: dict | None) -> dict:
-    if not parameters:
-        return tool
-    return {**tool, "function": {**tool["function"], "parameters": parameters}}
 
 
 def _cut_by_deadline(exc: Exception, deadline: float | None) -> bool:

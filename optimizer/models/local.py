@@ -185,8 +185,8 @@ def _stop_at(deadline: float | None) -> Any:
 
 
 ALLOWED_TOOLS_KEY = "optimizer_allowed_tools"
-"""Request metadata naming the only tools a reply may call (each with a narrower schema of its
-arguments, or None), while the prompt lists them all as declared."""
+"""Request metadata holding an OpenAI `allowed_tools` choice: the only tools a reply may call
+(each perhaps with a narrower schema of its arguments), while the prompt lists them all as declared."""
 GENERATING_AT_DEADLINE = "the local model was still generating at the trial's deadline"
 """The time-out raised when the trial's deadline stops a generation under way: the model was
 answering (the agent used up the time), unlike a model that never got to answer."""
@@ -228,11 +228,8 @@ def _completion(model: str, messages: list[dict], optional_params: dict | None =
     params = optional_params or {}
     metadata = (litellm_params or {}).get("metadata") or {}
     key = metadata.get(METADATA_KEY)
-    tool_choice = params.get("tool_choice")
-    if metadata.get(ALLOWED_TOOLS_KEY):  # the client's narrowed choice (see client._narrowed)
-        tool_choice = {"type": "allowed_tools", "allowed_tools": {"mode": tool_choice or "auto", "tools": [
-            {"type": "function", "function": {"name": name, **({"parameters": narrowed} if narrowed else {})}}
-            for name, narrowed in metadata[ALLOWED_TOOLS_KEY].items()]}}
+    # the client's narrowed choice, which litellm does not pass to a custom provider (client._narrowed)
+    tool_choice = metadata.get(ALLOWED_TOOLS_KEY) or params.get("tool_choice")
     deadline = time.monotonic() + float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
     reply = _model.complete(messages, tools=params.get("tools"), max_tokens=params.get("max_tokens"),
                             temperature=params.get("temperature"), seed=_sample_seed(params.get("seed"), key),
