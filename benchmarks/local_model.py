@@ -1,133 +1,129 @@
-"""The embedded model through our litellm provider, against llama-cpp-python called directly.
+"""The embedded model on the card suite: llama-server with 1, 2 and 4 slots, against the engine
+it replaced (llama-cpp-python inside the optimizer's process, one sequence at a time).
 
-Needs `optimizer model install`. Prints, from one run on one loaded model:
+Needs `optimizer model install`. Each configuration runs the whole card suite once through the
+real command (`optimizer eval --suite card_agent --no-cache`, a fresh state folder, the server
+started by the run and stopped after it, as a user's run does), one after the other on the same
+machine, and prints per configuration:
 
-* prompt tokens/s: a ~1,000-token card prompt evaluated from an empty KV cache, max_tokens 1;
-* generation tokens/s: 128 tokens greedily generated after a cached prompt;
-  each measured through `litellm.completion(model="local/qwen2.5-coder-1.5b")` and through
-  `Llama.create_completion` on the same instance, alternating which goes first, median of
-  `--repeats`;
-* over a 25-task card suite run (one trial per task, the real runner): the share of prompt
-  tokens served from the reused prefix, seconds per card trial, pass rate;
-* the process's peak resident memory.
+* card trials per minute (wall clock, model load and server start included) and the ratio to
+  the in-process engine;
+* pass rate with its 95% Wilson interval, and trials errored;
+* the share of prompt tokens served from a reused KV-cache prefix;
+* peak resident memory of the optimizer process plus the server (sampled every 0.2 s).
 
-    python benchmarks/local_model.py [--repeats 3] [--skip-suite]
+The in-process engine is run from a git worktree of `--baseline-ref` (the last commit that had
+it) and needs llama-cpp-python 0.3.36 in this virtualenv: `pip install llama-cpp-python==0.3.36`
+with `CMAKE_ARGS` set to the flags in optimizer/models/install.py (or `--skip-baseline`).
+
+    python benchmarks/local_model.py [--trials 1] [--slots 1,2,4] [--skip-baseline]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
-import resource
-import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GENERATE = 128
+BASELINE_REF = "c9b21e6"
+"""The last commit whose `local/` provider ran llama-cpp-python in process."""
+MODEL = "local/qwen2.5-coder-1.5b"
 
 
-def card_messages() -> list[dict]:
-    system = (ROOT / "agents/prompts/card_agent.md").read_text(encoding="utf-8")
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": "Standup with the eval team Thursday 10:30am, Zoom\n\n"
-                                        "Raw Input ID (fact_id): 2026/05/25.md#ts_1\n"
-                                        "Published time: 2026-05-25T08:55:00+00:00\n"}]
+def wilson(passed: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    if total == 0:
+        return 0.0, 1.0
+    rate = passed / total
+    centre = (rate + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(rate * (1 - rate) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def story_messages() -> list[dict]:
-    return [{"role": "system", "content": "You are a storyteller."},
-            {"role": "user", "content": "Tell a long, detailed story about a lighthouse keeper. At least 400 words."}]
+class PeakMemory:
+    """Sum of the resident memory of a process tree's members and the servers, sampled."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid, self.peak_kb, self._stop = root_pid, 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_kb
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            pids = {self.root_pid, *_servers()}
+            self.peak_kb = max(self.peak_kb, sum(_rss_kb(pid) for pid in pids))
+            time.sleep(0.2)
 
 
-def timed(function) -> tuple[float, object]:
-    started = time.perf_counter()
-    value = function()
-    return time.perf_counter() - started, value
+def _servers() -> list[int]:
+    from optimizer.models import server
+
+    return [state["server_pid"] for state in server.running() if state.get("server_pid")]
 
 
-def throughput(repeats: int) -> None:
-    from optimizer.models import litellm_module, local
-
-    litellm = litellm_module()
-    model = local._model
-    llama = model._load()
-
-    def prompt_tokens(messages: list[dict]) -> list[int]:
-        text = model._formatter(messages=messages).prompt
-        return llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
-
-    card = prompt_tokens(card_messages())
-    story = prompt_tokens(story_messages())
-
-    def provider_prompt() -> float:
-        llama.reset()
-        seconds, response = timed(lambda: litellm.completion(model=local.MODEL, messages=card_messages(),
-                                                             max_tokens=1, temperature=0.0))
-        return response.usage.prompt_tokens / seconds
-
-    def direct_prompt() -> float:
-        llama.reset()
-        seconds, _ = timed(lambda: llama.create_completion(card, max_tokens=1, temperature=0.0))
-        return len(card) / seconds
-
-    def provider_generate() -> float:
-        litellm.completion(model=local.MODEL, messages=story_messages(), max_tokens=1, temperature=0.0)  # cache the prompt
-        seconds, response = timed(lambda: litellm.completion(model=local.MODEL, messages=story_messages(),
-                                                             max_tokens=GENERATE, temperature=0.0))
-        return response.usage.completion_tokens / seconds
-
-    def direct_generate() -> float:
-        llama.create_completion(story, max_tokens=1, temperature=0.0)
-        seconds, output = timed(lambda: llama.create_completion(story, max_tokens=GENERATE, temperature=0.0,
-                                                                repeat_penalty=1.0))
-        return output["usage"]["completion_tokens"] / seconds
-
-    rows = []
-    for label, ours, theirs in (("prompt tokens/s", provider_prompt, direct_prompt),
-                                ("generation tokens/s", provider_generate, direct_generate)):
-        mine, direct = [], []
-        for repeat in range(repeats):  # alternate which side goes first
-            if repeat % 2:
-                direct.append(theirs())
-                mine.append(ours())
-            else:
-                mine.append(ours())
-                direct.append(theirs())
-        rows.append((label, statistics.median(mine), statistics.median(direct)))
-    print(f"card prompt (system + user, no tool schema): {len(card)} tokens; generation: {GENERATE} tokens; median of {repeats}; "
-          f"{len(os.sched_getaffinity(0))} threads")
-    print(f"{'figure':<22} {'provider':>9} {'direct':>9} {'ratio':>7}")
-    for label, mine, direct in rows:
-        print(f"{label:<22} {mine:>9.1f} {direct:>9.1f} {mine / direct:>6.2f}x")
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
-def suite_run() -> None:
-    from optimizer import evaluate
-    from optimizer.store import open_store
-    from optimizer.config import load_settings
+def run_suite(label: str, code_root: Path, trials: int, environment: dict[str, str], tasks: list[str]) -> dict:
+    from optimizer.store import Store, default_url
 
-    with tempfile.TemporaryDirectory() as state:
-        os.environ["OPTIMIZER_STATE_DIR"] = state
-        settings = load_settings(ROOT, {"agent_model": "local/qwen2.5-coder-1.5b", "trials": 1, "cache": False})
-        plan = evaluate.prepare(settings, ROOT, ["card_agent"])
-        store = open_store(settings, ROOT)
-        seconds, (run, summary) = timed(lambda: evaluate.execute(plan, store))
-        prompt = sum(trial.transcript.usage.prompt_tokens for trial in run.trials)
-        cached = sum(trial.transcript.usage.cached_prompt_tokens for trial in run.trials)
-        totals = summary["totals"]
-        print(f"card suite, {totals['trials']} trials, 1 per task: {seconds:.0f} s = "
-              f"{seconds / totals['trials']:.1f} s per trial; {totals['model_calls']} model calls; "
-              f"passed {totals['passed']}, errored {totals['errored']}")
-        print(f"prompt tokens {prompt:,}, served from the reused prefix {cached:,} = {cached / max(prompt, 1):.0%}")
+    with tempfile.TemporaryDirectory() as folder:
+        state, out = Path(folder) / "state", Path(folder) / "out.json"
+        env = {**os.environ, **environment, "OPTIMIZER_STATE_DIR": str(state), "OPTIMIZER_ROOT": str(ROOT),
+               "PYTHONPATH": str(code_root)}
+        command = [sys.executable, "-c", "from optimizer.cli import main; main()", "eval", "--suite", "card_agent", "--agent-model", MODEL,
+                   "--trials", str(trials), "--no-cache", "--json", str(out),
+                   *(part for task in tasks for part in ("--task", task))]
+        started = time.monotonic()
+        process = subprocess.Popen(command, cwd=code_root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True)
+        memory = PeakMemory(process.pid)
+        _, err = process.communicate()
+        seconds = time.monotonic() - started
+        peak_kb = memory.stop()
+        if process.returncode != 0:
+            raise SystemExit(f"{label}: `{' '.join(command)}` failed ({process.returncode}):\n{err[-2000:]}")
+        summary = json.loads(out.read_text())
+        trials_run = Store(default_url(state)).load_trials(summary["run_id"])
+        prompt = sum(trial.transcript.usage.prompt_tokens for trial in trials_run)
+        cached = sum(trial.transcript.usage.cached_prompt_tokens for trial in trials_run)
+    totals = summary["totals"]
+    return {"label": label, "seconds": seconds, "trials": totals["trials"], "passed": totals["passed"],
+            "errored": totals["errored"], "prompt": prompt, "cached": cached, "peak_mb": peak_kb / 1024}
+
+
+def baseline_worktree(ref: str, folder: Path) -> Path:
+    tree = folder / "baseline"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(tree), ref], check=True)
+    return tree
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip-suite", action="store_true")
+    parser.add_argument("--trials", type=int, default=1, help="trials per task (the suite has 25 tasks)")
+    parser.add_argument("--slots", default="1,2,4")
+    parser.add_argument("--baseline-ref", default=BASELINE_REF)
+    parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--task", action="append", default=[], help="only these tasks (patterns, for a quick look)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from optimizer.models import install
@@ -135,11 +131,32 @@ def main() -> None:
     status = install.status()
     if not status.ready:
         sys.exit("the local model is not ready:\n" + "\n".join(status.lines()))
-    throughput(args.repeats)
-    if not args.skip_suite:
-        suite_run()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS: {peak:,.0f} MB")
+    results = []
+    with tempfile.TemporaryDirectory() as folder:
+        if not args.skip_baseline:
+            try:
+                import llama_cpp  # noqa: F401
+            except ImportError:
+                sys.exit("the in-process baseline needs llama-cpp-python 0.3.36 here (or --skip-baseline)")
+            tree = baseline_worktree(args.baseline_ref, Path(folder))
+            try:
+                results.append(run_suite("in process (before)", tree, args.trials, {}, args.task))
+            finally:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+        for slots in (int(value) for value in args.slots.split(",")):
+            results.append(run_suite(f"server, {slots} slot{'s' * (slots > 1)}", ROOT, args.trials,
+                                     {"OPTIMIZER_LOCAL_SLOTS": str(slots)}, args.task))
+    reference = results[0]["trials"] / results[0]["seconds"]
+    print(f"card suite, {args.trials} trial(s) per task, {len(os.sched_getaffinity(0))} cores, one configuration "
+          f"after the other")
+    print(f"{'engine':<22} {'trials/min':>10} {'ratio':>6} {'passed':>8} {'95% interval':>13} {'errored':>8} "
+          f"{'prefix reused':>14} {'peak MB':>8}")
+    for row in results:
+        low, high = wilson(row["passed"], row["trials"])
+        rate = row["trials"] / row["seconds"]
+        print(f"{row['label']:<22} {rate * 60:>10.2f} {rate / reference:>5.2f}x {row['passed']:>3}/{row['trials']:<4} "
+              f"{low:>6.0%}-{high:<6.0%} {row['errored']:>8} {row['cached'] / max(row['prompt'], 1):>14.0%} "
+              f"{row['peak_mb']:>8,.0f}")
 
 
 if __name__ == "__main__":

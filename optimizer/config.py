@@ -16,6 +16,7 @@ from optimizer.files import parse_json, read_input
 
 DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
 """The embedded model (`optimizer model install`): every role works with no key and no network."""
+DEFAULT_MODELS_FILE = "models.yaml"
 ENVIRONMENT = "environment (OPTIMIZER_*)"
 ENV_PREFIX = "OPTIMIZER_"
 NOT_SETTINGS = {
@@ -64,6 +65,9 @@ class Settings(BaseModel):
     workspace_dir: str | None = None
     """Parent folder of trial workspaces; default /dev/shm when writable (in memory), else the
     system temp folder."""
+    local_slots: int = Field(default=4, ge=1, le=64)
+    """Sequences the embedded model's server decodes at once, and so the trials that run at once
+    on it (see docs/scale-out.md). Each slot holds a context of its own (~340 MB of memory)."""
     retry_attempts: int = Field(default=4, ge=1, le=20)
     retry_base_delay: float = Field(default=1.0, ge=0.0)
     cache: bool = True
@@ -89,6 +93,11 @@ class Settings(BaseModel):
     excepted). About twice a full staged rerun of the card suite."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
+    models_file: str = DEFAULT_MODELS_FILE
+    """litellm `model_list` file (relative to the project root) whose `model_name`s are served by
+    several deployments through a litellm Router: llama-server, vLLM, any OpenAI-compatible
+    endpoint, hosted APIs (see docs/models.md). A missing default file routes nothing; any other
+    missing file is an error."""
     model_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
     """USD per million input and output tokens, by model string (overrides litellm's price map;
     how a self-hosted model gets a price). Environment: JSON, e.g. '{"mock/sim": [1, 2]}'."""
@@ -250,7 +259,20 @@ def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settin
     settings = Settings.model_validate(merged)
     _check_workspace_dir(settings)
     check_search_budget(settings)
+    from optimizer.models import local  # the embedded model's server is shared by the whole process
+
+    local.configure(settings.local_slots)
+    _use_models_file(settings, root)
     return settings
+
+
+def _use_models_file(settings: Settings, root: Path) -> None:
+    """Check the models file now (a bad one is refused before anything runs) and route its names."""
+    from optimizer.models import routing
+
+    path = Path(settings.models_file)
+    routing.use_models_file(path if path.is_absolute() else root / path,
+                            required=settings.models_file != DEFAULT_MODELS_FILE)
 
 
 def _check_workspace_dir(settings: Settings) -> None:

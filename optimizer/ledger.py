@@ -11,8 +11,9 @@ calls in flight exceed their own worst-case estimates.
 
 Prices: `model_prices` in the settings (USD per million input and output tokens; also how a
 self-hosted model is given a price), else litellm's offline cost map (installed by the model layer,
-see `price_catalog`), else 0. A cost that the
-provider reports is used as is.
+see `price_catalog`), else 0; a name of the models file without a `model_prices` entry is reserved
+at the price of its dearest deployment (`deployment_catalog`). A cost that the provider reports
+is used as is.
 """
 
 from __future__ import annotations
@@ -67,11 +68,17 @@ class Ledger:
         if model in self.prices:
             per_million = self.prices[model]
             return per_million[0] / 1e6, per_million[1] / 1e6
+        deployments = _deployments(model)
+        if deployments:  # a name served by several deployments costs at most its dearest one
+            return max((self.price(name) for name in deployments), key=sum)
         return _catalog(model) or (0.0, 0.0)
 
     def has_price(self, model: str) -> bool:
         """Whether `model` has a price: in `model_prices` or in litellm's cost map (which enters
-        the in-process and embedded models at zero)."""
+        the in-process and embedded models at zero); a routed name when all its deployments have."""
+        deployments = _deployments(model)
+        if deployments and model not in self.prices:
+            return all(self.has_price(name) for name in deployments)
         return model in self.prices or _catalog(model) is not None
 
     def reserve(self, role: str, model: str, prompt_tokens: int, max_tokens: int | None) -> Reservation:
@@ -134,6 +141,21 @@ def price_catalog(lookup: Callable[[str], tuple[float, float] | None]) -> None:
     the ledger sits below it and imports nothing of it."""
     global _catalog
     _catalog = lookup
+
+
+def _no_deployments(model: str) -> list[str]:
+    return []
+
+
+_deployments: Callable[[str], list[str]] = _no_deployments
+
+
+def deployment_catalog(lookup: Callable[[str], list[str]]) -> None:
+    """Install where a model name finds the model strings of the deployments behind it (a name of
+    the models file, `optimizer.models.routing`; [] for any other): its call is reserved at the
+    price of the dearest of them, before anyone knows which one will answer."""
+    global _deployments
+    _deployments = lookup
 
 
 _active: Ledger | None = None

