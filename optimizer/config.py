@@ -65,9 +65,10 @@ class Settings(BaseModel):
     workspace_dir: str | None = None
     """Parent folder of trial workspaces; default /dev/shm when writable (in memory), else the
     system temp folder."""
-    local_slots: int = Field(default=4, ge=1, le=64)
+    local_slots: int = Field(default=1, ge=1, le=64)
     """Sequences the embedded model's server decodes at once, and so the trials that run at once
-    on it (see docs/scale-out.md). Each slot holds a context of its own (~340 MB of memory)."""
+    on it. Each slot holds a context of its own (~340 MB of memory). On 2 cores one slot runs the
+    card suite fastest; more pay on more cores (see docs/scale-out.md)."""
     retry_attempts: int = Field(default=4, ge=1, le=20)
     retry_base_delay: float = Field(default=1.0, ge=0.0)
     cache: bool = True

@@ -65,12 +65,17 @@ class Ledger:
 
     def price(self, model: str) -> tuple[float, float]:
         """USD per input token and per output token; (0, 0) for a model without a price."""
+        deployments = [] if model in self.prices else _deployments(model)
+        if deployments:  # a name served by several deployments costs at most its dearest one
+            return max(map(self._own_price, deployments), key=sum)
+        return self._own_price(model)
+
+    def _own_price(self, model: str) -> tuple[float, float]:
+        """A model string's price, never looked up in the models file: a pool may be named like
+        its deployments' model (`model_name: openai/x`, `model: openai/x`), and would recurse."""
         if model in self.prices:
             per_million = self.prices[model]
             return per_million[0] / 1e6, per_million[1] / 1e6
-        deployments = _deployments(model)
-        if deployments:  # a name served by several deployments costs at most its dearest one
-            return max((self.price(name) for name in deployments), key=sum)
         return _catalog(model) or (0.0, 0.0)
 
     def has_price(self, model: str) -> bool:
@@ -78,7 +83,7 @@ class Ledger:
         the in-process and embedded models at zero); a routed name when all its deployments have."""
         deployments = _deployments(model)
         if deployments and model not in self.prices:
-            return all(self.has_price(name) for name in deployments)
+            return all(name in self.prices or _catalog(name) is not None for name in deployments)
         return model in self.prices or _catalog(model) is not None
 
     def reserve(self, role: str, model: str, prompt_tokens: int, max_tokens: int | None) -> Reservation:

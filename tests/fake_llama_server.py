@@ -3,6 +3,8 @@ streamed `/completion`, no model. Replies are scripted by the environment:
 
 * `FAKE_LLAMA_REPLY`: the text every completion streams (default `{"final": "ok"}`), in pieces;
 * `FAKE_LLAMA_DELAY`: seconds between two pieces (default 0), to make a generation slow;
+* `FAKE_LLAMA_ERROR`: a message the stream ends with after its first piece, as llama-server
+  reports a failure once the reply has begun (`data: {"error": {...}}`, status 500);
 * `FAKE_LLAMA_LOG`: a file that gets one line per completion (the port and the prompt's length),
   so a test can count the calls and see which server answered.
 """
@@ -53,6 +55,11 @@ class Handler(BaseHTTPRequestHandler):
         try:
             for piece in pieces:
                 self._chunk({"content": piece, "stop": False})
+                if os.environ.get("FAKE_LLAMA_ERROR"):
+                    self._chunk({"error": {"code": 500, "message": os.environ["FAKE_LLAMA_ERROR"],
+                                           "type": "server_error"}})
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
                 time.sleep(delay)
             self._chunk({"content": "", "stop": True, "stop_type": "eos", "tokens_evaluated": len(body["prompt"]) // 4,
                          "tokens_predicted": len(pieces), "timings": {"cache_n": 3}})

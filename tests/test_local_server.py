@@ -128,6 +128,16 @@ def test_a_deadline_while_generating_stops_the_reply(fake, monkeypatch):
     assert time.monotonic() - started < 2.0, "the stream is closed at the deadline, not read to its end"
 
 
+def test_an_error_the_server_streams_is_its_own_not_a_lost_server(fake, monkeypatch):
+    from litellm.exceptions import APIError
+
+    monkeypatch.setenv("FAKE_LLAMA_ERROR", "failed to sample a token")
+    with pytest.raises(APIError, match="failed to sample a token") as caught:
+        local._model.complete([{"role": "user", "content": "hello"}])
+    assert caught.value.status_code == 500
+    assert len(fake.read_text().splitlines()) == 1, "a server that answered is not sent the call again"
+
+
 def test_a_server_that_does_not_come_up_is_reported_with_its_log(fake, monkeypatch):
     _binary('echo "error: unknown argument --no-such-flag" >&2; exit 1')
     monkeypatch.setattr(server, "READY_TIMEOUT_S", 10.0)
@@ -135,3 +145,12 @@ def test_a_server_that_does_not_come_up_is_reported_with_its_log(fake, monkeypat
         server.endpoint(SPEC)
     assert "did not come up" in str(caught.value) and "unknown argument" in str(caught.value)
     assert Path(caught.value.path) == server.log_path(SPEC)
+
+
+def test_a_state_file_whose_pid_now_names_another_process_is_stale():
+    """After a reboot (or a kill -9 of the supervisor and pid reuse) the pid in a state file may
+    run something else: the recorded start time tells it from the supervisor that wrote it."""
+    started = server._stat(os.getpid())[19]
+    assert server._supervisor_alive({"pid": os.getpid(), "started": started})
+    assert not server._supervisor_alive({"pid": os.getpid(), "started": str(int(started) + 1)})
+    assert server._supervisor_alive({"pid": os.getpid()}), "a state file of before this field is taken at its word"

@@ -129,7 +129,8 @@ def test_a_routed_name_is_priced_as_its_dearest_deployment(tmp_path):
     data = {"model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/cheap"}},
                            {"model_name": "pool", "litellm_params": {"model": "openai/dear"}},
                            {"model_name": "half", "litellm_params": {"model": "openai/cheap"}},
-                           {"model_name": "half", "litellm_params": {"model": "openai/unpriced"}}]}
+                           {"model_name": "half", "litellm_params": {"model": "openai/unpriced"}},
+                           {"model_name": "openai/same", "litellm_params": {"model": "openai/same"}}]}
     (tmp_path / "models.yaml").write_text(yaml.safe_dump(data))
     routing.use_models_file(tmp_path / "models.yaml", required=True)
     ledger = Ledger(None, prices={"openai/cheap": (1.0, 2.0), "openai/dear": (3.0, 4.0)})
@@ -138,6 +139,8 @@ def test_a_routed_name_is_priced_as_its_dearest_deployment(tmp_path):
     assert ledger.price("half") == (1.0 / 1e6, 2.0 / 1e6), "an unpriced deployment costs 0, as any unpriced model"
     assert not ledger.has_price("half"), "a USD budget cannot bind a deployment without a price"
     assert Ledger(None, prices={"half": (5.0, 5.0)}).price("half") == (5.0 / 1e6, 5.0 / 1e6)
+    assert ledger.price("openai/same") == (0.0, 0.0) and not ledger.has_price("openai/same"), \
+        "a pool named like its deployments' model is priced by that model, not looked up again"
 
 
 DEPLOYMENT = ("  - model_name: pool\n    litellm_params:\n      model: openai/stub\n"

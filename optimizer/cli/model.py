@@ -51,7 +51,8 @@ def status_command() -> None:
 def serve_command(
     port: int = typer.Option(8080, "--port", help="Port to listen on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
-    slots: int = typer.Option(4, "--slots", min=1, max=64, help="Sequences decoded at once."),
+    slots: int = typer.Option(1, "--slots", min=1, max=64, help="Sequences decoded at once (one per client "
+                             "call in flight; more pay on more cores)."),
 ) -> None:
     """Run llama-server with the embedded model in the foreground, for other machines (see
     docs/scale-out.md): an OpenAI-compatible endpoint at http://HOST:PORT/v1."""

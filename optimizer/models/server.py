@@ -64,11 +64,13 @@ class ServerSpec:
 
     def command(self, binary: Path, gguf: Path, port: int) -> list[str]:
         """`llama-server`'s command line: one loopback port, `slots` sequences decoded together,
-        the context shared by them (`slots` x `slot_context` tokens), prompt caching per slot."""
+        the context shared by them (`slots` x `slot_context` tokens), prompt caching per slot.
+        Errors and warnings only are logged (`--verbosity 2`): not a line per request, but why a
+        server did not start (a model it cannot load, a port it cannot bind) is in the log."""
         return [str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
                 "--parallel", str(self.slots), "--ctx-size", str(self.slots * self.slot_context),
                 "--threads", str(self.threads), "--threads-batch", str(self.threads),
-                "--no-webui", "--cache-prompt", "--log-disable"]
+                "--no-webui", "--cache-prompt", "--verbosity", "2"]
 
 
 def serve_dir() -> Path:
@@ -89,25 +91,45 @@ def log_path(spec: ServerSpec) -> Path:
 _lock = threading.Lock()
 _users: dict[str, int] = {}
 _known: dict[str, str] = {}
+_starting: int | None = None
+"""The start lock's descriptor while this process looks for a server or starts one."""
+
+
+def _after_fork() -> None:
+    """A forked child has none of the parent's other threads: a `_lock` one of them held would
+    stay held, and its copy of the start lock's descriptor would keep the lock taken (and every
+    other process waiting) for as long as the child lives. Its copy of the users lock stays: a
+    child may call the server its parent found."""
+    global _lock, _starting
+    _lock = threading.Lock()
+    if _starting is not None:
+        os.close(_starting)
+        _starting = None
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def endpoint(spec: ServerSpec, *, fresh: bool = False) -> str:
     """The base URL of a running server for `spec`, starting one if none runs. This process
     counts as a user of it until it exits (or calls `release`). `fresh` checks again that it
     answers (after a failed call), waiting while its supervisor restarts it."""
+    global _starting
     with _lock:
         if not fresh and spec.key in _known:
             return _known[spec.key]
         if spec.key not in _users:
             serve_dir().mkdir(parents=True, exist_ok=True)
             _users[spec.key] = _hold(serve_dir() / f"{spec.key}.users", fcntl.LOCK_SH)
-        handle = _hold(serve_dir() / f"{spec.key}.start", fcntl.LOCK_EX)
+        _starting = _hold(serve_dir() / f"{spec.key}.start", fcntl.LOCK_EX)
         try:
             state = read_state(spec)
-            if state is None or not _alive(state["pid"]):
-                _start_supervisor(spec)
-            url = _wait_ready(spec)
+            supervisor = None
+            if state is None or not _supervisor_alive(state):
+                supervisor = _start_supervisor(spec)
+            url = _wait_ready(spec, supervisor)
         finally:
+            handle, _starting = _starting, None
             os.close(handle)
         _known[spec.key] = url
         return url
@@ -137,12 +159,12 @@ def running() -> list[dict[str, Any]]:
             state = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if _alive(state.get("pid", 0)):
+        if _supervisor_alive(state):
             found.append(state)
     return found
 
 
-def _start_supervisor(spec: ServerSpec) -> None:
+def _start_supervisor(spec: ServerSpec) -> subprocess.Popen:
     binary = install.require_server()
     gguf = install.require_ready()
     state_path(spec).unlink(missing_ok=True)
@@ -150,24 +172,26 @@ def _start_supervisor(spec: ServerSpec) -> None:
                "--slot-context", str(spec.slot_context), "--threads", str(spec.threads),
                "--binary", str(binary), "--gguf", str(gguf)]
     with log_path(spec).open("ab") as log:
-        subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True, close_fds=True)
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
 
 
-def _wait_ready(spec: ServerSpec) -> str:
+def _wait_ready(spec: ServerSpec, supervisor: subprocess.Popen | None) -> str:
     """Wait for the state file and a healthy server; fail with the log's end if the supervisor
-    gives up or the server never answers."""
+    gives up, exits before it writes the state file (`supervisor`, when this process started it),
+    or the server never answers."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         state = read_state(spec)
-        if state is not None:
-            if state.get("failed"):
+        if state is None:
+            if supervisor is not None and supervisor.poll() is not None:
+                break
+        else:
+            if state.get("failed") or not _supervisor_alive(state):
                 break
             url = f"http://127.0.0.1:{state['port']}"
-            if _alive(state["pid"]) and healthy(url):
+            if healthy(url):
                 return url
-            if not _alive(state["pid"]):
-                break
         time.sleep(POLL_S / 2)
     raise ModelConfigError(f"the embedded model's server ({spec.slots} slots) did not come up:\n"
                            f"{_log_tail(spec)}", path=log_path(spec), field="local model",
@@ -192,7 +216,16 @@ def _hold(path: Path, mode: int) -> int:
     return handle
 
 
-def _alive(pid: int) -> bool:
+def _supervisor_alive(state: dict[str, Any]) -> bool:
+    """Whether the supervisor a state file names still runs. A state file outlives a reboot (and a
+    kill -9 of its supervisor), and its pid may belong to another process by then: the process's
+    start time, recorded beside it, tells them apart."""
+    return _alive(int(state.get("pid") or 0), state.get("started"))
+
+
+def _alive(pid: int, started: str | None = None) -> bool:
+    """Whether `pid` runs (a zombie, our own exited child, does not) and, given `started`, is the
+    process that started then."""
     if pid <= 0:
         return False
     try:
@@ -200,12 +233,21 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    fields = _stat(pid)
+    if fields is None:  # no /proc here, or it has just exited
         return True
-    try:  # a zombie (our own exited child) is not alive
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    return fields[0] != "Z" and (started is None or fields[19] == started)
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of `/proc/<pid>/stat` after the command name: the state first, the start time
+    (in clock ticks since boot) 20th."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()
     except OSError:
-        return True
+        return None
 
 
 def _log_tail(spec: ServerSpec) -> str:
@@ -271,12 +313,14 @@ class _Supervisor:
     def _start(self) -> bool:
         """Start llama-server and wait until it answers; False when it exits first."""
         for attempt in range(2):
+            if self.stopping:
+                break
             if attempt:
                 self.port = _free_port()  # the old port was taken meanwhile
             command = self.spec.command(self.binary, self.gguf, self.port)
             _say("starting: " + " ".join(command))
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sys.stdout,
-                                            stderr=subprocess.STDOUT)
+                                            stderr=subprocess.STDOUT, preexec_fn=_dies_with_parent())
             url = f"http://127.0.0.1:{self.port}"
             deadline = time.monotonic() + READY_TIMEOUT_S
             while time.monotonic() < deadline and not self.stopping:
@@ -301,13 +345,28 @@ class _Supervisor:
             process.wait()
 
     def _write(self, failed: bool = False) -> None:
-        state = {"pid": os.getpid(), "server_pid": self.process.pid if self.process else None,
+        own = _stat(os.getpid())
+        state = {"pid": os.getpid(), "started": own[19] if own else None,
+                 "server_pid": self.process.pid if self.process else None,
                  "port": self.port, "slots": self.spec.slots, "slot_context": self.spec.slot_context,
                  "restarts": self.restarts, "failed": failed}
         path = state_path(self.spec)
         temporary = path.with_name(f".{path.name}.{os.getpid()}")
         temporary.write_text(json.dumps(state), encoding="utf-8")
         os.replace(temporary, path)
+
+
+def _dies_with_parent() -> Any:
+    """What the server runs before `exec` on Linux: the kernel sends it SIGTERM when the supervisor
+    dies, kill -9 included, so no server is left holding the model's memory with nobody to stop
+    it. (libc is loaded here, before the fork.)"""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+    return lambda: prctl(pr_set_pdeathsig, ctypes.c_ulong(int(signal.SIGTERM)))
 
 
 def _free_port() -> int:
