@@ -63,7 +63,7 @@ def failing_scores(suite_names: list[str], trials: int) -> dict[tuple[str, str],
     """Scores of failing trials per task, from a real run of mock/sim through the runner."""
     with tempfile.TemporaryDirectory() as folder:
         settings = Settings(agent_model="mock/sim", judge_model="mock/sim", sim_noise="independent", cache=False,
-                            concurrency=8, processes=2)
+                            concurrency=8)
         store = Store(f"sqlite:///{folder}/bench.db")
         suites = load_suites(suite_names, ROOT)
         run = Runner(settings, store, project_root=ROOT).run(suites, plan(suites, trials=trials), kind="bench")

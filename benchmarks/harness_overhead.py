@@ -6,15 +6,15 @@ litellm and loading its tokenizer. Prints the wall time against the ideal (model
 thread pool, per-trial workspaces, the Card Agent's tool loop, litellm, graders, the store and
 the response cache.
 
-The timed run spreads the trials over `--processes` forked workers (default: one per CPU; see
-`optimizer.processes`); `one_process_*` repeats it in one process, and `without_litellm_*` on the
-same processes with the mock answered without litellm, as `suites validate` does (same latency,
-same everything else), which separates litellm's share of the overhead from the harness's own. What
-bounds the figures: the CPU cost of one trial measured sequentially (`cpu_ms_per_trial`; trials x
-that, divided by the cores used, is a floor on the wall time) and the part of it that is
-litellm's own per-call work (`litellm_ms_per_call`).
+The trials run on the runner's threads in one process; `without_litellm_*` repeats the run with
+the mock answered without litellm, as `suites validate` does (same latency, same everything
+else), which separates litellm's share of the overhead from the harness's own. What bounds the
+figures: the CPU cost of one trial measured sequentially (`cpu_ms_per_trial`; trials x that is a
+floor on the wall time, one interpreter running the trials' Python one thread at a time) and the
+part of it that is litellm's own per-call work (`litellm_ms_per_call`). `cpu_s` is the process's
+CPU time (user + system) during the timed run.
 
-    python benchmarks/harness_overhead.py [--trials 1000] [--concurrency 32] [--latency-ms 50] [--processes N]
+    python benchmarks/harness_overhead.py [--trials 1000] [--concurrency 32] [--latency-ms 50]
 """
 
 from __future__ import annotations
@@ -66,8 +66,6 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency-ms", type=int, default=50)
-    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1,
-                        help="worker processes of the timed run (default: one per CPU)")
     parser.add_argument("--no-cache", action="store_true", help="switch the response cache off")
     args = parser.parse_args()
 
@@ -75,19 +73,14 @@ def main() -> None:
         scratch = Path(scratch)
         suite = write_suite(scratch / "suite", [event_task("bench_event")], name="bench")
         settings = Settings(agent_model=f"mock/oracle@{args.latency_ms}ms", trials=args.trials,
-                            concurrency=args.concurrency, processes=args.processes, cache=not args.no_cache)
+                            concurrency=args.concurrency, cache=not args.no_cache)
         warm = Settings(agent_model=settings.agent_model, trials=args.concurrency, concurrency=args.concurrency)
         execute(prepare(warm, ROOT, [str(suite)]), Store(default_url(scratch / "warm")))
         plan = prepare(settings, ROOT, [str(suite)])
         store = Store(default_url(scratch / "state"))
-        processes = Runner(settings, store, project_root=ROOT).processes(plan.trials, args.concurrency)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         run, summary = execute(plan, store)
-        wall = time.perf_counter() - started
-        single = settings.model_copy(update={"processes": 1})
-        started = time.perf_counter()
-        Runner(single, Store(default_url(scratch / "single")), project_root=ROOT).run(plan.suites, plan.trials)
-        wall_single = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         direct = Runner(settings, Store(default_url(scratch / "direct")), project_root=ROOT, in_process=True)
         started = time.perf_counter()
         direct.run(plan.suites, plan.trials)
@@ -101,13 +94,12 @@ def main() -> None:
         return round(seconds / ideal, 3) if ideal else None
 
     result = {"trials": len(run.trials), "passed": summary["totals"]["passed"], "model_calls": calls,
-              "concurrency": args.concurrency, "latency_ms": args.latency_ms, "processes": processes,
-              "cpus": os.cpu_count(), "wall_s": round(wall, 3), "ideal_s": round(ideal, 3), "ratio": ratio(wall),
-              "target_ratio": 1.15,
-              "one_process_wall_s": round(wall_single, 3), "one_process_ratio": ratio(wall_single),
+              "concurrency": args.concurrency, "latency_ms": args.latency_ms, "cpus": os.cpu_count(),
+              "wall_s": round(wall, 3), "ideal_s": round(ideal, 3), "ratio": ratio(wall), "target_ratio": 1.15,
+              "cpu_s": round(cpu, 3),
               "without_litellm_wall_s": round(wall_direct, 3), "without_litellm_ratio": ratio(wall_direct),
               "cpu_ms_per_trial": round(cpu_ms_per_trial, 2),
-              "cpu_floor_s": round(cpu_ms_per_trial * len(run.trials) / 1000 / processes, 3),
+              "cpu_floor_s": round(cpu_ms_per_trial * len(run.trials) / 1000, 3),
               "litellm_ms_per_call": round(litellm_ms, 2)}
     print(json.dumps(result, indent=2))
 

@@ -4,9 +4,9 @@ The public API, the whole plugin contract: what an agent, a grader or an LLM jud
 against, the built-in ones included (docs/plugins.md). The data types; the model client; the
 `@agent`, `@grader` and `@judge` decorators, the grader config base and the `AnswerKey` mark; the
 typed outcome's base `OutcomeModel`; the tool-calling loop (`ToolLoop`, `Tool`, `ToolOutput`,
-`LoopLimits`); asking a judge (`ask`); the simulated-agent rules; and `waiting()` (wrap a
-blocking wait other than a model call in it, so other trials run meanwhile). Everything else in
-the package is the harness.
+`LoopLimits`); asking a judge (`ask`); and the simulated-agent rules. Everything else in the
+package is the harness, scheduling included: trials run on plain threads, and an agent or grader
+blocks as it likes.
 
 The names are imported on first use (PEP 562), so `optimizer --help` and the commands that call
 no model do not pay for building every data model at start-up.
@@ -27,7 +27,6 @@ _EXPORTS = {
     "optimizer.models": ("Completion", "ModelClient", "ToolCallRequest"),
     "optimizer.registry": ("AnswerKey", "GraderConfig", "agent", "grader"),
     "optimizer.sim": ("Rule", "RuleTexts", "SimProfile", "load_rule_texts"),
-    "optimizer.turns": ("waiting",),
     "optimizer.types": ("GraderResult", "GraderSpec", "Outcome", "OutcomeModel", "RunResult", "Suite", "SuiteSpec",
                         "Task", "TaskInput", "ToolCall", "ToolCallSpec", "Transcript", "Trial", "Usage"),
 }

@@ -27,6 +27,16 @@ NOT_SETTINGS = {
 """The `OPTIMIZER_*` environment variables the project reads that are not settings. Every other
 `OPTIMIZER_<NAME>` must name a setting: an unknown one is a typo, refused rather than ignored."""
 
+REMOVED_SETTINGS = {
+    "processes": "trials run on threads in one process (forked worker processes made no run measurably "
+                 "faster, docs/benchmarks.md#harness-overhead); delete the setting",
+}
+"""Settings that existed once, with what to do instead: setting one is an error that says so."""
+
+
+def _removed(name: str, source: str, field: str) -> ConfigError:
+    return ConfigError(f"the setting {name!r} was removed", path=source, field=field, fix=REMOVED_SETTINGS[name])
+
 
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -41,11 +51,6 @@ class Settings(BaseModel):
     """Suites evaluated when no --suite is given (names under suites/ or paths)."""
     concurrency: int = Field(default=8, ge=1, le=256)
     """Trials run at once."""
-    processes: int = Field(default=1, ge=1, le=64)
-    """Worker processes the trials are spread over (forked), each running its share of the
-    `concurrency`. For runs bound by the Python their trials execute, which is the case when the
-    model answers in this process (`mock/*`, a plugin provider): 2 on two cores about halves such
-    a run. Runs on other models keep one process (see `optimizer.processes`)."""
     trials: int | None = Field(default=None, ge=1)
     """Trials per task, overriding the task and suite defaults."""
     seed: int = 0
@@ -208,6 +213,8 @@ def check_environment() -> None:
     known = sorted({ENV_PREFIX + name.upper() for name in Settings.model_fields} | set(NOT_SETTINGS))
     for variable in sorted(os.environ):
         if variable.startswith(ENV_PREFIX) and os.environ[variable] and variable not in known:
+            if variable.removeprefix(ENV_PREFIX).lower() in REMOVED_SETTINGS:
+                raise _removed(variable.removeprefix(ENV_PREFIX).lower(), ENVIRONMENT, variable)
             names = {name.removeprefix(ENV_PREFIX): name for name in known}  # the shared prefix is no likeness
             close = [names[name] for name in difflib.get_close_matches(variable.removeprefix(ENV_PREFIX), names, n=3)]
             hint = f"did you mean {' or '.join(close)}? Else unset it" if close else "unset it"
@@ -241,6 +248,8 @@ def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settin
     merged: dict[str, Any] = {}
     for values, source in layers:
         for key, value in values.items():
+            if key in REMOVED_SETTINGS:
+                raise _removed(key, source, key)
             if key not in Settings.model_fields:
                 raise ConfigError(f"unknown setting {key!r}", path=source, field=key,
                                   fix=f"known settings: {', '.join(Settings.model_fields)}")

@@ -29,7 +29,6 @@ from optimizer.models import mock
 from optimizer.models._context import JUDGE_INPUTS_KEY, JUDGE_KEY
 from optimizer.models.client import ResponseCache
 from optimizer.registry import load_plugins
-from optimizer.turns import waiting
 from optimizer.types import Usage
 
 PASS_THRESHOLD = 0.6
@@ -240,7 +239,7 @@ def _ask_one(judge: Judge, label: str, signature: type, shown: dict[str, str], i
     with charged("judge", settings.model, estimate_tokens(wording, shown), max_tokens,
                  run_id=settings.run_id) as charge:
         try:
-            with dspy.context(lm=lm), waiting():
+            with dspy.context(lm=lm):
                 prediction = dspy.Predict(signature)(**shown)
         except Exception as exc:  # a reply no adapter can parse, or a model fault after retries
             raise JudgeError(f"judge {label} on {settings.model} gave no usable answer: "

@@ -18,7 +18,6 @@ is used as is.
 
 from __future__ import annotations
 
-import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -165,14 +164,6 @@ def deployment_catalog(lookup: Callable[[str], list[str]]) -> None:
 
 _active: Ledger | None = None
 _active_lock = threading.Lock()
-
-
-def _after_fork() -> None:
-    global _active_lock
-    _active_lock = threading.Lock()  # a forked worker must not inherit it held by a thread it lacks
-
-
-os.register_at_fork(after_in_child=_after_fork)
 
 
 def current() -> Ledger | None:

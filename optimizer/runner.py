@@ -7,7 +7,6 @@ the registry.
 from __future__ import annotations
 
 import fnmatch
-import gc
 import os
 import secrets
 import shutil
@@ -16,12 +15,11 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from queue import Empty, SimpleQueue
-from typing import Callable, Iterator
+from typing import Callable
 
 from optimizer.agent_run import AgentContext
 from optimizer.config import Settings, find_project_root
@@ -29,16 +27,14 @@ from optimizer.errors import (InputError, ModelCallError, OptimizerError, StoreE
                               first_line)
 from optimizer.judging import JudgeSettings, judging
 from optimizer.ledger import BudgetExceeded
-from optimizer import processes as forked
-from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answer_variant, answered_in_process,
-                              concurrency_limit, litellm_module, register_trial, unregister_trial)
+from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answer_variant, concurrency_limit,
+                              litellm_module, register_trial, unregister_trial)
 from optimizer.provenance import (ModelSpec, RunSpec, TaskSpec, agent_spec, git_state, grader_spec,
                                  optimizer_source, package_versions, tree_hash)
 from optimizer.registry import AgentEntry, get_agent, get_grader, judges_of
 from optimizer.scoring import trial_verdict
 from optimizer.store import Store
 from optimizer.suites import fixture_paths, task_fingerprint
-from optimizer.turns import trial_turn
 from optimizer.types import GraderResult, Outcome, RunResult, Suite, Task, Transcript, Trial, TrialStatus
 
 GRACE_S = 5.0
@@ -151,14 +147,6 @@ class Runner:
         limits = [limit for limit in map(concurrency_limit, self.models_called(planned)) if limit]
         return min([self.settings.concurrency, *limits])
 
-    def processes(self, planned: list[PlannedTrial], workers: int) -> int:
-        """Worker processes: the setting, when every model these trials call is answered in this
-        process and fork exists; never more than the trials in flight or planned."""
-        wanted = min(self.settings.processes, workers, len(planned))
-        if wanted < 2 or not forked.can_fork() or not all(map(answered_in_process, self.models_called(planned))):
-            return 1
-        return wanted
-
     def run(self, suites: list[Suite], planned: list[PlannedTrial], *, run_id: str | None = None,
             kind: str = "eval") -> RunResult:
         """Run `planned`; with the `run_id` of a stored run, add these trials to that run."""
@@ -178,21 +166,12 @@ class Runner:
         def execute(item: PlannedTrial) -> Trial:
             return self._execute(run.run_id, item, prompts[item.suite.name])
 
-        workers = self.workers(planned)
-        processes = self.processes(planned, workers)
-        if not self.agent_model.in_process and (processes > 1 or self.agent_model.cache is None):
-            # Imported here, before the workers fork and the heap settles, when calls will need it;
-            # with a cache that may answer every call, the first call it does not answer imports it.
+        if not self.agent_model.in_process and self.agent_model.cache is None:
+            # Imported here, before the trials start, when every call will need it; with a cache
+            # that may answer every call, the first call it does not answer imports it.
             litellm_module()
         try:
-            with settled_heap():
-                if processes > 1:
-                    forked.run_forked(planned, workers, processes, store=self.store, record=record,
-                                      run_share=lambda share, threads, send: run_pooled(share, threads, execute, send),
-                                      become_worker=self._use_cache,
-                                      lost=lambda item, why: _errored(item, why, 0.0))
-                else:
-                    run_pooled(planned, workers, execute, record)
+            run_pooled(planned, self.workers(planned), execute, record)
             self.store.flush()
         except BaseException as exc:
             record_ending(exc, lambda status, reason: self.store.finish_run(run.run_id, status,
@@ -200,13 +179,6 @@ class Runner:
             raise
         run.finished_at = datetime.now(timezone.utc)
         return run
-
-    def _use_cache(self, cache) -> None:
-        """Serve model and judge calls from `cache` instead (a worker process's view of the store)."""
-        if self.agent_model.cache is not None:
-            self.agent_model = replace(self.agent_model, cache=cache)
-        if self.judge.cache is not None:
-            self.judge = replace(self.judge, cache=cache)
 
     def _execute(self, run_id: str, item: PlannedTrial, system_prompt: str) -> Trial:
         task, suite = item.task, item.suite
@@ -295,25 +267,11 @@ def record_ending(exc: BaseException, write: Callable[[str, str], None]) -> None
             raise
 
 
-@contextmanager
-def settled_heap() -> Iterator[None]:
-    """Keep the objects alive before a run (litellm's tables, the suites, the store) out of the
-    cycle collector's way while it runs. A run makes enough objects to set off full collections,
-    each a walk over every object in the process, and in a forked worker that walk would write to
-    (so copy) every page of the heap it inherited. The objects are collected again as usual after
-    the run (`gc.freeze`, `gc.unfreeze`)."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[PlannedTrial], Trial],
                record: Callable[[Trial], None]) -> None:
-    """Run every planned trial on `workers` threads, taking turns (`optimizer.turns`), and pass
-    each finished trial to `record` in the calling thread as it finishes. A trial still running
-    `GRACE_S` past its timeout is recorded as errored and no longer waited for."""
+    """Run every planned trial on `workers` threads, and pass each finished trial to `record` in
+    the calling thread as it finishes. A trial still running `GRACE_S` past its timeout is recorded
+    as errored and no longer waited for."""
     started: dict[int, float] = {}
     lock = threading.Lock()
     queue = iter(enumerate(planned))
@@ -324,8 +282,7 @@ def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[Pla
     def run_one(number: int, item: PlannedTrial) -> Trial:
         with lock:
             started[number] = time.monotonic()
-        with trial_turn():
-            return execute(item)
+        return execute(item)
 
     def submit_next() -> None:
         for number, item in queue:

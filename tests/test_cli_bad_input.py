@@ -297,3 +297,14 @@ def test_the_optimizer_variables_that_are_not_settings_are_accepted(cli, isolate
     code, out, err = cli("suites", "validate", "--suite", "card_agent")
     assert code == 0, err
     assert "25 score 1.0 under mock/oracle" in out
+
+
+def test_the_removed_processes_setting_is_refused_with_what_replaced_it(cli, isolated, monkeypatch, tmp_path):
+    monkeypatch.setenv("OPTIMIZER_PROCESSES", "2")
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "OPTIMIZER_PROCESSES",
+                    "the setting 'processes' was removed", "trials run on threads in one process")
+    monkeypatch.delenv("OPTIMIZER_PROCESSES")
+    (tmp_path / "optimizer.toml").write_text("processes = 2\n")
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(tmp_path))
+    assert_rejected(cli, isolated, ["history"], "optimizer.toml", "the setting 'processes' was removed",
+                    "delete the setting")

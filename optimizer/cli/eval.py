@@ -9,10 +9,6 @@ import typer
 
 from optimizer.cli._paths import output_file
 
-PROCESSES_HELP = ("Worker processes sharing the trials, for runs on models answered in process such as mock/* "
-                  "(default 1) (env OPTIMIZER_PROCESSES).")
-
-
 def eval_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents (env OPTIMIZER_AGENT_MODEL)."),
@@ -20,7 +16,6 @@ def eval_command(
     trials: Optional[int] = typer.Option(None, help="Trials per task (overrides task and suite defaults)."),
     task: Optional[list[str]] = typer.Option(None, "--task", help="Only tasks whose id matches this glob (repeatable)."),
     concurrency: Optional[int] = typer.Option(None, help="Trials run at once (default 8)."),
-    processes: Optional[int] = typer.Option(None, help=PROCESSES_HELP),
     seed: Optional[int] = typer.Option(None, help="Seed passed to the models."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Call the model even for identical requests."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the summary as JSON here."),
@@ -37,7 +32,7 @@ def eval_command(
 
     root = find_project_root()
     settings = load_settings(root, {"agent_model": agent_model, "judge_model": judge_model, "trials": trials,
-                                    "concurrency": concurrency, "processes": processes, "seed": seed,
+                                    "concurrency": concurrency, "seed": seed,
                                     "cache": False if no_cache else None})
     eval_plan = evaluate.prepare(settings, root, suite or None, task)
     store = open_store(settings, root)

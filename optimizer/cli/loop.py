@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from optimizer.cli._paths import output_file
-from optimizer.cli.eval import PROCESSES_HELP
 
 
 def _settings(**flags):
@@ -51,7 +50,6 @@ def run_command(
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
     concurrency: Optional[int] = typer.Option(None, help="Trials run at once."),
-    processes: Optional[int] = typer.Option(None, help=PROCESSES_HELP),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the iteration summary as JSON here."),
     fail_on_reject: bool = typer.Option(False, help="Exit 1 when no proposal is accepted."),
 ) -> None:
@@ -63,7 +61,7 @@ def run_command(
 
     root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
                                judge_model=judge_model, patcher_model=patcher_model, trials=trials, concurrency=concurrency,
-                               processes=processes, max_rollouts=max_rollouts, batch_pairs=batch_pairs,
+                               max_rollouts=max_rollouts, batch_pairs=batch_pairs,
                                min_bucket_pairs=min_bucket_pairs, search_rollouts=search_rollouts)
     ctx = _context(settings, root)
     with recording(settings, ctx.store):
@@ -105,7 +103,6 @@ def noise_command(
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
-    processes: Optional[int] = typer.Option(None, help=PROCESSES_HELP),
     sim_noise: str = typer.Option("independent", help="mock/sim's randomness between prompts: independent "
                                                       "(as a real model at temperature > 0) or paired."),
 ) -> None:
@@ -114,8 +111,7 @@ def noise_command(
     from optimizer.cli._common import console, recording
     from optimizer.noise import measure_noise
 
-    root, settings = _settings(agent_model=agent_model, judge_model=judge_model, trials=trials, processes=processes,
-                               sim_noise=sim_noise)
+    root, settings = _settings(agent_model=agent_model, judge_model=judge_model, trials=trials, sim_noise=sim_noise)
     ctx = _context(settings, root)
     with recording(settings, ctx.store):
         result = measure_noise(ctx, repeats=repeats, suite_names=suite or None)

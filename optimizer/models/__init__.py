@@ -29,8 +29,7 @@ def is_embedded(model: str) -> bool:
 
 def answered_in_process(model: str) -> bool:
     """A model answered by a provider registered in this process (`mock/*`, a plugin's), other
-    than the embedded model: a forked worker process can call it without sharing a connection
-    or a loaded model with its parent."""
+    than the embedded model and the models file's names."""
     return model.split("/", 1)[0] in registered_prefixes() and not is_embedded(model) and not routing.routes(model)
 
 

@@ -6,7 +6,6 @@ call (litellm `metadata`); `mock/oracle` and `mock/sim` use it to find the task 
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,14 +38,6 @@ class TrialContext:
 
 _lock = threading.Lock()
 _trials: dict[str, TrialContext] = {}
-
-
-def _after_fork() -> None:
-    global _lock
-    _lock = threading.Lock()  # a forked worker must not inherit it held by a thread it lacks
-
-
-os.register_at_fork(after_in_child=_after_fork)
 
 
 def register_trial(key: str, context: TrialContext) -> None:

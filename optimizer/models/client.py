@@ -16,7 +16,6 @@ from optimizer.ledger import charged, estimate_tokens
 from optimizer.models import mock, routing
 from optimizer.models._context import METADATA_KEY
 from optimizer.models._litellm import litellm_loaded, litellm_module
-from optimizer.turns import waiting
 from optimizer.types import Usage
 
 RETRYABLE_STATUS = {408, 409, 425, 429}
@@ -167,8 +166,7 @@ class ModelClient:
             self._load_litellm()
         with charged(self.role, self.model, estimate_tokens(messages, tools), max_tokens,
                      run_id=self.run_id) as charge:
-            with waiting():
-                completion = self._call_with_retries(messages, tools, params, direct)
+            completion = self._call_with_retries(messages, tools, params, direct)
             charge.usage = completion.usage
         cost = charge.cost_usd
         if cost is not None and cost != completion.usage.cost_usd:  # priced by `model_prices`: the trial carries it too
@@ -185,8 +183,7 @@ class ModelClient:
         if litellm_loaded():
             return
         started = time.monotonic()
-        with waiting():
-            litellm_module()
+        litellm_module()
         if self.deadline is not None:
             self.deadline += time.monotonic() - started
 
