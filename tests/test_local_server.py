@@ -138,6 +138,15 @@ def test_an_error_the_server_streams_is_its_own_not_a_lost_server(fake, monkeypa
     assert len(fake.read_text().splitlines()) == 1, "a server that answered is not sent the call again"
 
 
+def test_a_long_log_is_set_aside_when_the_next_server_starts(fake, monkeypatch):
+    monkeypatch.setattr(server, "LOG_KEEP_BYTES", 100)
+    server.serve_dir().mkdir(parents=True, exist_ok=True)
+    server.log_path(SPEC).write_text("old line\n" * 50)
+    server.endpoint(SPEC)
+    assert server.log_path(SPEC).with_name(server.log_path(SPEC).name + ".1").read_text().count("old line") == 50
+    assert "old line" not in server.log_path(SPEC).read_text()
+
+
 def test_a_server_that_does_not_come_up_is_reported_with_its_log(fake, monkeypatch):
     _binary('echo "error: unknown argument --no-such-flag" >&2; exit 1')
     monkeypatch.setattr(server, "READY_TIMEOUT_S", 10.0)

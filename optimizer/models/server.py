@@ -47,6 +47,9 @@ POLL_S = 0.5
 READY_TIMEOUT_S = 300.0
 """How long a caller waits for a server to load the model (minutes on a loaded 2-core machine)."""
 LOG_TAIL_LINES = 12
+LOG_KEEP_BYTES = 1_000_000
+"""A server's log past this size is moved to `<key>.log.1` (replacing the one before) when the
+next supervisor starts, so the folder holds at most two logs per server however long it is used."""
 STOP_GRACE_S = 10.0
 
 
@@ -171,7 +174,10 @@ def _start_supervisor(spec: ServerSpec) -> subprocess.Popen:
     command = [sys.executable, "-m", "optimizer.models.server", "supervise", "--slots", str(spec.slots),
                "--slot-context", str(spec.slot_context), "--threads", str(spec.threads),
                "--binary", str(binary), "--gguf", str(gguf)]
-    with log_path(spec).open("ab") as log:
+    log_file = log_path(spec)
+    if log_file.exists() and log_file.stat().st_size > LOG_KEEP_BYTES:
+        os.replace(log_file, log_file.with_name(log_file.name + ".1"))
+    with log_file.open("ab") as log:
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
 
