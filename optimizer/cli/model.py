@@ -56,13 +56,13 @@ def serve_command(
 ) -> None:
     """Run llama-server with the embedded model in the foreground, for other machines (see
     docs/scale-out.md): an OpenAI-compatible endpoint at http://HOST:PORT/v1."""
+    import dataclasses
     import os
 
-    from optimizer.models import install, local, server
+    from optimizer.models import install, local
 
     install.require_ready("local model")
-    spec = server.ServerSpec(slots=slots, slot_context=local.N_CTX, threads=len(os.sched_getaffinity(0)))
-    command = spec.command(install.server_binary(), install.gguf_path(), port)
-    command[command.index("--host") + 1] = host
+    spec = dataclasses.replace(local.spec(), slots=slots)
+    command = spec.command(install.server_binary(), install.gguf_path(), port, host)
     typer.echo(" ".join(command), err=True)
     os.execv(command[0], command)

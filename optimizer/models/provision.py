@@ -64,9 +64,8 @@ def _server(say: Say, rebuild: bool) -> None:
         f"{install.BUILD_FLAGS} (about 5 minutes on 2 cores)")
     with tempfile.TemporaryDirectory(prefix="llama-server-build-") as folder:
         work = Path(folder)
-        _run(say, "pip download", [sys.executable, "-m", "pip", "--disable-pip-version-check", "download",
-                                   "--no-deps", "--no-binary", "llama-cpp-python", "--dest", str(work),
-                                   f"llama-cpp-python=={install.LLAMA_CPP_VERSION}"])
+        _pip(say, ["download", "--no-deps", "--no-binary", "llama-cpp-python", "--dest", str(work),
+                   f"llama-cpp-python=={install.LLAMA_CPP_VERSION}"])
         sources = _unpack(work)
         build = work / "build"
         _run(say, "cmake configure", ["cmake", "-S", str(sources), "-B", str(build), *CMAKE_OPTIONS,

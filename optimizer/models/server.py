@@ -65,12 +65,13 @@ class ServerSpec:
     def key(self) -> str:
         return f"{Path(install.MODEL_FILE).stem}-{self.slots}x{self.slot_context}"
 
-    def command(self, binary: Path, gguf: Path, port: int) -> list[str]:
-        """`llama-server`'s command line: one loopback port, `slots` sequences decoded together,
-        the context shared by them (`slots` x `slot_context` tokens), prompt caching per slot.
+    def command(self, binary: Path, gguf: Path, port: int, host: str = "127.0.0.1") -> list[str]:
+        """`llama-server`'s command line: one port (on the loopback interface unless `host` names
+        another), `slots` sequences decoded together, the context shared by them (`slots` x
+        `slot_context` tokens), prompt caching per slot.
         Errors and warnings only are logged (`--verbosity 2`): not a line per request, but why a
         server did not start (a model it cannot load, a port it cannot bind) is in the log."""
-        return [str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+        return [str(binary), "--model", str(gguf), "--host", host, "--port", str(port),
                 "--parallel", str(self.slots), "--ctx-size", str(self.slots * self.slot_context),
                 "--threads", str(self.threads), "--threads-batch", str(self.threads),
                 "--no-webui", "--cache-prompt", "--verbosity", "2"]
@@ -88,43 +89,30 @@ def log_path(spec: ServerSpec) -> Path:
     return serve_dir() / f"{spec.key}.log"
 
 
+def users_path(spec: ServerSpec) -> Path:
+    """The file every user of `spec`'s server holds a shared lock on."""
+    return serve_dir() / f"{spec.key}.users"
+
+
 # ---- the caller's side
 
 
 _lock = threading.Lock()
 _users: dict[str, int] = {}
 _known: dict[str, str] = {}
-_starting: int | None = None
-"""The start lock's descriptor while this process looks for a server or starts one."""
-
-
-def _after_fork() -> None:
-    """A forked child has none of the parent's other threads: a `_lock` one of them held would
-    stay held, and its copy of the start lock's descriptor would keep the lock taken (and every
-    other process waiting) for as long as the child lives. Its copy of the users lock stays: a
-    child may call the server its parent found."""
-    global _lock, _starting
-    _lock = threading.Lock()
-    if _starting is not None:
-        os.close(_starting)
-        _starting = None
-
-
-os.register_at_fork(after_in_child=_after_fork)
 
 
 def endpoint(spec: ServerSpec, *, fresh: bool = False) -> str:
     """The base URL of a running server for `spec`, starting one if none runs. This process
     counts as a user of it until it exits (or calls `release`). `fresh` checks again that it
     answers (after a failed call), waiting while its supervisor restarts it."""
-    global _starting
     with _lock:
         if not fresh and spec.key in _known:
             return _known[spec.key]
         if spec.key not in _users:
             serve_dir().mkdir(parents=True, exist_ok=True)
-            _users[spec.key] = _hold(serve_dir() / f"{spec.key}.users", fcntl.LOCK_SH)
-        _starting = _hold(serve_dir() / f"{spec.key}.start", fcntl.LOCK_EX)
+            _users[spec.key] = _hold(users_path(spec), fcntl.LOCK_SH)
+        starting = _hold(serve_dir() / f"{spec.key}.start", fcntl.LOCK_EX)
         try:
             state = read_state(spec)
             supervisor = None
@@ -132,8 +120,7 @@ def endpoint(spec: ServerSpec, *, fresh: bool = False) -> str:
                 supervisor = _start_supervisor(spec)
             url = _wait_ready(spec, supervisor)
         finally:
-            handle, _starting = _starting, None
-            os.close(handle)
+            os.close(starting)
         _known[spec.key] = url
         return url
 
@@ -148,23 +135,20 @@ def release(spec: ServerSpec) -> None:
 
 
 def read_state(spec: ServerSpec) -> dict[str, Any] | None:
-    try:
-        return json.loads(state_path(spec).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    return _read_state(state_path(spec))
 
 
 def running() -> list[dict[str, Any]]:
     """The servers whose supervisor is alive, as their state files describe them."""
-    found = []
-    for path in sorted(serve_dir().glob("*.json")) if serve_dir().is_dir() else []:
-        try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if _supervisor_alive(state):
-            found.append(state)
-    return found
+    states = [_read_state(path) for path in sorted(serve_dir().glob("*.json"))] if serve_dir().is_dir() else []
+    return [state for state in states if state is not None and _supervisor_alive(state)]
+
+
+def _read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _start_supervisor(spec: ServerSpec) -> subprocess.Popen:
@@ -278,7 +262,7 @@ class _Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: self._stop_flag())
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        users = serve_dir() / f"{self.spec.key}.users"
+        users = users_path(self.spec)
         try:
             if not self._start():
                 self._write(failed=True)
@@ -307,13 +291,10 @@ class _Supervisor:
     def _unused(self, users: Path) -> bool:
         """Whether no process holds the users lock; if so it stays taken until this process exits,
         so a caller arriving now waits and then starts a new server."""
-        handle = os.open(users, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._users_handle = _hold(users, fcntl.LOCK_EX | fcntl.LOCK_NB)  # kept open (and locked) until exit
         except BlockingIOError:
-            os.close(handle)
             return False
-        self._users_handle = handle  # kept open (and locked) until exit
         return True
 
     def _start(self) -> bool:
