@@ -4,7 +4,8 @@ acceptance, side by side on the same planted cases. Prints a table; asserts noth
     .venv/bin/python benchmarks/gate_power.py [--aa 300] [--good 40] [--harm 40] [--suites card_agent pkm_agent]
         [--buckets B ...] [--arms new previous gepa] [--policy FIELD=VALUE ...]
 
-Cases, per suite (each repeat draws a fresh baseline of 4 trials per task):
+Cases, per suite (each repeat draws a fresh baseline as the loop plans it: 4 trials per task,
+`lone_task_trials` for a train task alone in its bucket):
 * **A/A**: the candidate is the base prompt, sampled again. Targets are chosen from the baseline
   as `optimizer run` chooses them. Every acceptance is a false accept.
 * **good**: the candidate adds the simulator's rule for bucket B, and B is the target. Power.
@@ -20,7 +21,10 @@ start-up through the runner. That keeps tens of thousands of decisions to minute
 decisions are made by the same `optimizer.compare.compare` that `optimizer run` calls.
 `optimizer noise` measures the same things through the real runner.
 
-Arms: `new` is `optimizer.compare` with default settings; `previous` is the gate this project
+Arms: `new` is `optimizer.compare` with default settings, on a base prompt's first proposal (every
+trial counted); `pooled` is the same gate on a later proposal, whose base-prompt trials at fresh
+indexes earlier proposals already ran (the loop's base pool: only the candidate's trials count);
+`previous` is the gate this project
 used before (fixed 12 fresh pairs, a Bonferroni second look, a permutation test per bucket at
 0.20 uncorrected, a -0.10 point limit; kept in benchmarks/legacy_gate.py); `gepa` is the default
 acceptance of the `gepa` package's reflective mutation (the child's score summed over a minibatch
@@ -103,12 +107,15 @@ class FastSim:
 
 @dataclass
 class FastSides:
-    """The `compare` interface over the fast simulator: base trials cached by index."""
+    """The `compare` interface over the fast simulator: base trials cached by index. `pooled`:
+    every base-prompt trial at a fresh index was already run by an earlier proposal on the same
+    base prompt (the loop's base pool), so only the candidate's trials count."""
 
     sim: FastSim
     base_prompt: str
     candidate_prompt: str
     rng: random.Random
+    pooled: bool = False
     cache: dict = field(default_factory=dict)
     count: int = 0
 
@@ -118,7 +125,7 @@ class FastSides:
             key = (item.suite.name, item.task.id, item.index)
             if key not in self.cache:
                 self.cache[key] = self.sim.trial(item, self.base_prompt, self.rng)
-                self.count += 1
+                self.count += not self.pooled
             out.append(self.cache[key])
         return out
 
@@ -131,8 +138,8 @@ class FastSides:
 
 
 # ---------------------------------------------------------------- the three arms
-def new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy):
-    sides = FastSides(sim, base, candidate, rng)
+def new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy, pooled=False):
+    sides = FastSides(sim, base, candidate, rng, pooled)
     result = compare(sides, planned=planned, baseline=baseline, targets=targets, agent=agent, policy=policy)
     return result.decision.accepted, result.rollouts, result.decision.capped
 
@@ -209,7 +216,10 @@ def main() -> None:
     parser.add_argument("--suites", nargs="*", default=["card_agent", "pkm_agent"])
     parser.add_argument("--buckets", nargs="*", default=None, help="targets tried for power (default: all)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--arms", nargs="*", default=["new", "previous", "gepa"], help="arms to run (default: all)")
+    parser.add_argument("--lone-task-trials", type=int, default=Settings.model_fields["lone_task_trials"].default,
+                        help="baseline trials of a task alone in its train bucket (the loop's setting)")
+    parser.add_argument("--arms", nargs="*", default=["new", "pooled", "previous", "gepa"],
+                        help="arms to run (default: all)")
     parser.add_argument("--policy", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="override GatePolicy fields, e.g. max_rollouts=400")
     args = parser.parse_args()
@@ -229,7 +239,7 @@ def main() -> None:
         entry = get_agent(agent)
         base = (ROOT / entry.prompt_file).read_text(encoding="utf-8")
         texts = entry.sim_profile.rule_texts
-        planned = plan(suites, trials=4)
+        planned = plan(suites, trials=4, lone_task_trials=args.lone_task_trials)
         sim = FastSim(suites, fails)
         rng = random.Random(args.seed)
         by_bucket: dict[str, list[PlannedTrial]] = {}
@@ -247,8 +257,10 @@ def main() -> None:
                 targets = targets_for(baseline)
                 if targets is None:
                     continue
-                if "new" in tallies:
-                    tallies["new"].add(*new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy))
+                for arm in ("new", "pooled"):
+                    if arm in tallies:
+                        tallies[arm].add(*new_gate(sim, planned, baseline, base, candidate, targets, agent, rng,
+                                                   policy, pooled=arm == "pooled"))
                 if "previous" in tallies:
                     tallies["previous"].add(*previous_gate(sim, planned, baseline, base, candidate, targets, agent,
                                                            rng))

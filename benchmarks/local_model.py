@@ -103,7 +103,7 @@ def run_suite(label: str, code_root: Path, trials: int, environment: dict[str, s
         if process.returncode != 0:
             raise SystemExit(f"{label}: `{' '.join(command)}` failed ({process.returncode}):\n{err[-2000:]}")
         summary = json.loads(out.read_text())
-        trials_run = Store(default_url(state)).load_trials(summary["run_id"])
+        trials_run = Store(default_url(state)).trials.load(summary["run_id"])
         prompt = sum(trial.transcript.usage.prompt_tokens for trial in trials_run)
         cached = sum(trial.transcript.usage.cached_prompt_tokens for trial in trials_run)
     totals = summary["totals"]

@@ -78,8 +78,8 @@ def main() -> None:
               f"{'model':>5}  {'vs naive':>8}  batches")
         for number in range(1, args.iterations + 1):
             result = run_iteration(ctx)
-            baseline = store.run_record(result.baseline_run_id)
-            full = full or len(store.load_trials(result.baseline_run_id))
+            baseline = store.runs.get(result.baseline_run_id)
+            full = full or len(store.trials.load(result.baseline_run_id))
             score = baseline["summary"]["splits"]
             train = next(row["mean_score"] for row in score if row["split"] == "train")
             first_score = train if first_score is None else first_score

@@ -99,9 +99,9 @@ def calibrate(judge: Judge, settings: JudgeSettings,
 
 
 def save(store, report: CalibrationReport) -> None:
-    store.record_calibration(judge=report.judge, model=report.model, rubric_hash=report.rubric_hash,
-                             examples=len(report.rows), errored=report.errored, spearman=report.spearman,
-                             agreement=report.agreement, rows_json=report.rows)
+    store.calibrations.record(judge=report.judge, model=report.model, rubric_hash=report.rubric_hash,
+                              examples=len(report.rows), errored=report.errored, spearman=report.spearman,
+                              agreement=report.agreement, rows=report.rows)
 
 
 def judge_status(store, judge_names: list[str], model: str) -> list[dict[str, Any]]:
@@ -113,7 +113,7 @@ def judge_status(store, judge_names: list[str], model: str) -> list[dict[str, An
     for name in sorted(set(judge_names)):
         judge = get_judge(name)
         wording = judge.wording_hash(judge.form_for(model))  # the form a run on `model` asks in
-        record = store.latest_calibration(name, model, wording)
+        record = store.calibrations.latest(name, model, wording)
         spearman = record["spearman"] if record else None
         flagged = spearman is None or spearman < CALIBRATION_BAR
         if record is None:

@@ -6,19 +6,22 @@ spend on them.
    prompt) of the targeted buckets' train tasks, `batch_pairs` per bucket at a time, spread
    evenly over its tasks. After each batch the improvement test looks again (the betting test is
    valid at every look). A bucket stops when it is shown improved, when it reaches
-   `max_target_pairs`, or for futility (not above zero after 16 pairs). If a targeted bucket
+   `max_target_pairs`, or for futility (not above zero after 16 pairs); the last batch is cut to
+   the whole rounds that fit beside what the rest and the harm floor need. If a targeted bucket
    ends without being shown improved, the candidate is rejected here and nothing else runs.
 2. **The rest.** The candidate runs every other task of the changed agent's suites (train,
    holdout, regression) at the baseline's trial indexes; each trial pairs with the baseline's.
-3. **Harm, by power.** Every harm group gets at least `min_bucket_pairs` pairs (a one-task bucket
-   has only the baseline's few trials, so it gets fresh pairs for both prompts). Then, one batch
-   at a time, of the groups whose drop test is winning its bets (wealth above 1), the one whose
-   drop is largest against its standard error gets `batch_pairs` more fresh pairs, until no group's test leans to harm, the leaning ones
-   are settled or at `max_bucket_pairs`, or the proposal's budget (`max_rollouts` trials) is
-   spent. The budget goes first where harm is likeliest.
+3. **Harm, by power.** Every harm group gets at least `min_bucket_pairs` pairs (fresh pairs for
+   both prompts where the baseline has fewer trials). Then, half a batch at a time, the open
+   group with the most evidence of a drop (the largest current wealth of its drop bets; open:
+   some pair changed, the bets have not lost half their stake, and it has fewer than
+   `max_bucket_pairs` pairs) gets more fresh pairs, until no group is open, one is shown harmed,
+   or the proposal's budget (`max_rollouts` trials) is spent. The budget goes first where harm
+   is likeliest.
 
 Base-prompt trials at fresh indexes are shared by every candidate of an iteration (the `Sides`
-object caches them), so a second candidate pays only for its own side.
+object caches them) and, through the loop's base pool, by later iterations on the same base
+prompt, so a later candidate pays only for its own side.
 """
 
 from __future__ import annotations
@@ -143,11 +146,14 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
             break
         if policy.mode == "lenient" and table.pairs:
             break
-        batch = [item for bucket in open_buckets for item in plan.fresh(target_keys[bucket], policy.batch_pairs)]
-        if not batch:
+        room = (budget_left() - reserve) // (2 * len(open_buckets)) if table.pairs else policy.batch_pairs
+        sizes = {bucket: min(policy.batch_pairs, room) // len(target_keys[bucket]) * len(target_keys[bucket])
+                 for bucket in open_buckets}
+        if not all(sizes.values()):
+            capped = True  # not one more round of pairs fits beside what the rest and the floor need
             break
-        if 2 * len(batch) > budget_left() - reserve and table.pairs:
-            capped = True
+        batch = [item for bucket in open_buckets for item in plan.fresh(target_keys[bucket], sizes[bucket])]
+        if not batch:
             break
         log(f"targets: {len(batch)} fresh pairs of {', '.join('/'.join(b) for b in open_buckets)}")
         run_pairs(batch, "targeted")
@@ -183,7 +189,7 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
                      for item in plan.fresh(keys, policy.min_bucket_pairs - sum(table.count(k) for k in keys))]
             label = "harm check: pairs up to the floor"
         else:
-            leaning = [(stats.drop_z, name, keys) for name, keys, stats in states
+            leaning = [(stats.harm_wealth, name, keys) for name, keys, stats in states
                        if suspicious(stats) and sum(table.count(k) for k in keys) < policy.max_bucket_pairs]
             if not leaning:
                 break

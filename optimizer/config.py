@@ -83,15 +83,19 @@ class Settings(BaseModel):
     loop_trials: int = Field(default=4, ge=1)
     """Trials per task in `optimizer run` and `optimizer noise` unless `trials` is set: the gate
     pairs trials, and one trial per task is too few pairs to show a bucket improved."""
+    lone_task_trials: int = Field(default=12, ge=0)
+    """Trials per run in `optimizer run` and `optimizer noise` of a train task that is alone in its
+    bucket: that bucket's score is one task's, so a drop shows only in its pairs, and the harm test
+    needs about 12 of them before it leans reliably (docs/gate.md)."""
     batch_pairs: int = Field(default=8, ge=1)
     """Fresh pairs per targeted bucket between two looks of the gate's sequential test (spread
     evenly over the bucket's train tasks); a harm group that needs more pairs gets half as many
     at a time. See docs/gate.md."""
-    max_target_pairs: int = Field(default=48, ge=1)
+    max_target_pairs: int = Field(default=64, ge=1)
     """Fresh pairs per targeted bucket after which the improvement test stops, shown or not."""
     min_bucket_pairs: int = Field(default=8, ge=0)
     """Pairs every other bucket, the holdout split and each regression suite get before the harm
-    test looks (a one-task bucket has only `loop_trials` baseline trials: it gets fresh pairs)."""
+    test looks (a group with fewer baseline trials gets fresh pairs for both prompts)."""
     max_bucket_pairs: int = Field(default=48, ge=1)
     """Pairs after which a group whose harm test leans to harm gets no more."""
     max_rollouts: int = Field(default=250, ge=2)

@@ -71,5 +71,5 @@ def finish(run: RunResult, store: Store) -> dict[str, Any]:
     model = run.settings.get("judge_model") or ""
     summary["judges"] = judge_status(store, [name for name in judges if name], model) if model else []
     status = "errored" if run.trials and summary["totals"]["errored"] == len(run.trials) else "completed"
-    store.finish_run(run.run_id, status, summary)
+    store.runs.finish(run.run_id, status, summary)
     return summary

@@ -18,9 +18,10 @@ Strict mode (the default):
 2. **No harm.** For every other train bucket of the changed agent, the holdout split, the whole
    split and each regression suite, a one-sided betting test of a drop. A group is *harmed* when
    its wealth reaches m / `alpha_harm` (m = groups tested: Bonferroni over e-values, so the chance
-   that noise vetoes a patch that harms nothing is at most `alpha_harm` in all). A group whose
-   test still leans to harm (wealth above 1) when the comparison ends, and whose detectable drop
-   is larger than `max_bucket_drop`, is reported as *not shown safe*; it does not reject.
+   that noise vetoes a patch that harms nothing is at most `alpha_harm` in all). A group still
+   open when the comparison ends (some pair changed and its drop bets have not lost half their
+   stake, see `suspicious`), whose detectable drop is larger than `max_bucket_drop`, is reported
+   as *not shown safe*; it does not reject.
 3. **Errored trials.** Pairs with an errored side are left out; the candidate is rejected when it
    errors significantly more often than the base prompt on the same pairs (exact sign test at
    `alpha_harm`).
@@ -43,13 +44,17 @@ from typing import Any, Iterable, Literal
 import numpy as np
 
 from optimizer.scoring import mean_interval, trial_value
-from optimizer.stats import anytime_p, detectable_share, holm, sign_test_p, signs, wealth_path
+from optimizer.stats import HARM_GRID, anytime_p, detectable_share, holm, sign_test_p, signs, wealth_path
 from optimizer.types import Trial
 
 GateMode = Literal["strict", "lenient"]
 EPSILON = 1e-9
 FUTILE_AFTER = 16
 """Pairs after which a targeted bucket whose mean change is not above zero stops (futility)."""
+CLEARED_BELOW = 0.5
+"""A harm group whose bets on a drop fall to this wealth is cleared: the evidence favours no drop
+two to one (the lower boundary of Wald's sequential probability ratio test; the upper one is
+m / alpha_harm)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class GatePolicy:
     alpha_harm: float = 0.10
     max_bucket_drop: float = 0.10
     batch_pairs: int = 8
-    max_target_pairs: int = 48
+    max_target_pairs: int = 64
     min_bucket_pairs: int = 8
     max_bucket_pairs: int = 48
     max_rollouts: int = 250
@@ -250,25 +255,20 @@ class GroupStats:
     @functools.cached_property
     def _harm_path(self) -> np.ndarray:
         """The wealth of the bets on a drop after each non-zero change (computed once)."""
-        return wealth_path(signs(self.diffs, down=True))
+        return wealth_path(signs(self.diffs, down=True), HARM_GRID)
 
     @property
     def harm_evalue(self) -> float:
         return float(max(1.0, self._harm_path.max())) if self._harm_path.size else 1.0
 
     @property
-    def harm_wealth(self) -> float:
-        return float(self._harm_path[-1]) if self._harm_path.size else 1.0
+    def moved(self) -> int:
+        """Pairs whose change is not zero (the ones the sign bets bet on)."""
+        return int(self._harm_path.size)
 
     @property
-    def drop_z(self) -> float:
-        """The mean drop over its standard error (pairs as independent; 0 under two pairs)."""
-        n = len(self.diffs)
-        if n < 2:
-            return 0.0
-        mean = sum(self.diffs) / n
-        sd = math.sqrt(sum((d - mean) ** 2 for d in self.diffs) / (n - 1))
-        return -mean / max(sd / math.sqrt(n), 1e-3)
+    def harm_wealth(self) -> float:
+        return float(self._harm_path[-1]) if self._harm_path.size else 1.0
 
     def detectable_drop(self, threshold: float) -> float:
         """The mean drop the harm test detects with 80% probability at these pairs, if changes
@@ -396,8 +396,9 @@ def harm_threshold(groups: Groups, policy: GatePolicy) -> float:
 
 
 def suspicious(stats: GroupStats) -> bool:
-    """A harm group worth more pairs: its bets on a drop are not losing."""
-    return not stats.unjudged and stats.harm_wealth > 1.0 + EPSILON
+    """A harm group worth more pairs: some pair changed, and its bets on a drop have not lost half
+    their stake."""
+    return not stats.unjudged and stats.moved > 0 and stats.harm_wealth > CLEARED_BELOW
 
 
 # ---------------------------------------------------------------- the decision

@@ -59,10 +59,10 @@ def _graduated(project_root: Path, agent: str) -> set[str]:
 
 def candidates(store: Store, suites: list[Suite], project_root: Path, *, runs: int = 5,
                threshold: float = 0.95) -> list[Candidate]:
-    frame = store.runs_frame()
+    frame = store.runs.frame()
     frame = frame[(frame["status"] == "completed") & frame["kind"].isin(RUN_KINDS)]
     run_ids = list(frame.sort_values("started_at", ascending=False)["run_id"])
-    trial_frames = {run_id: store.trials_frame(run_id) for run_id in run_ids}
+    trial_frames = {run_id: store.trials.frame(run_id) for run_id in run_ids}
     found = []
     for suite in suites:
         if suite.spec.kind != "capability":

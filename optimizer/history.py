@@ -38,7 +38,7 @@ def costs_by(store: Store, key: str | None = None) -> dict[Any, Row]:
     """The ledger summed per `key` (e.g. `iteration_id`; everything under None without one): the
     cost of each role in `ROLES`, the total cost (every role), tokens and calls."""
     costs: dict[Any, Row] = {}
-    for row in store.ledger_sums(key):
+    for row in store.ledger.sums(key):
         cost = costs.setdefault(row["key"], no_cost())
         if row["role"] in ROLES:
             cost[f"{row['role']}_usd"] += row["cost_usd"]
@@ -53,16 +53,16 @@ def no_cost() -> Row:
 
 def load_history(store: Store, limit: int = 20) -> History:
     nightly_rows = []
-    for row in store.nightlies()[-limit:]:
+    for row in store.nightlies.rows()[-limit:]:
         state = row.get("state") or {}
         nightly_rows.append({"nightly_id": row["nightly_id"], "branch": row["branch"], "status": row["status"],
                              "iterations": len(state.get("iterations") or []), "accepted": state.get("accepted", 0),
                              "stop_reason": state.get("stop_reason", ""), "cost_usd": state.get("spent_usd", 0.0),
                              "tokens": state.get("spent_tokens", 0)})
     costs = costs_by(store, "iteration_id")
-    proposals = store.proposals()
+    proposals = store.proposals.rows()
     iteration_rows = []
-    for row in store.iterations()[-limit:]:
+    for row in store.iterations.rows()[-limit:]:
         mine = [p for p in proposals if p["iteration_id"] == row["iteration_id"]]
         iteration_rows.append({"iteration_id": row["iteration_id"], "agent": row.get("agent"),
                                "targets": ", ".join(row.get("targets") or []), "status": row["status"],
@@ -70,8 +70,8 @@ def load_history(store: Store, limit: int = 20) -> History:
                                "decision": "; ".join(p["reason"] for p in mine)[:160],
                                "rollouts": (row.get("summary") or {}).get("rollouts"),
                                **costs.get(row["iteration_id"], no_cost())})
-    specs = spec_lines(store.run_rows("run_id", "kind", "fingerprints_json"))
-    runs = store.run_rows("run_id", "kind", "status", "summary_json", last=limit)
+    specs = spec_lines(store.runs.rows("run_id", "kind", "fingerprints_json"))
+    runs = store.runs.rows("run_id", "kind", "status", "summary_json", last=limit)
     run_rows = []
     for row in runs:
         summary = row.get("summary") or {}

@@ -36,7 +36,7 @@ class Point:
 
 
 def _bucket_means(store: Store, run_id: str | None) -> dict[str, float]:
-    record = store.run_record(run_id) if run_id else None
+    record = store.runs.get(run_id) if run_id else None
     summary = (record or {}).get("summary") or {}
     return {f"{row['suite']}/{row['bucket']}": row["mean_score"] for row in summary.get("buckets") or []
             if row.get("mean_score") is not None}
@@ -46,10 +46,10 @@ def _iteration_rows(store: Store, iteration_ids: list[str], costs: dict[str, dic
     """`costs`: `history.costs_by(store, "iteration_id")`."""
     rows = []
     for number, iteration_id in enumerate(iteration_ids, start=1):
-        record = store.iteration(iteration_id)
+        record = store.iterations.get(iteration_id)
         if record is None:
             continue
-        proposals = store.proposals(iteration_id=iteration_id)
+        proposals = store.proposals.rows(iteration_id=iteration_id)
         cost = costs.get(iteration_id)
         rows.append({
             "number": number, "iteration_id": iteration_id, "status": record["status"],
@@ -156,7 +156,7 @@ def _bucket_table(first: dict[str, float], last: dict[str, float], targeted: set
 def _worst_failures(store: Store, run_id: str | None) -> list[dict[str, Any]]:
     if not run_id:
         return []
-    trials = [t for t in store.load_trials(run_id) if t.status == "failed"]
+    trials = [t for t in store.trials.load(run_id) if t.status == "failed"]
     trials.sort(key=lambda t: (t.score if t.score is not None else 0.0, t.task_id, t.index))
     rows, seen = [], set()
     for trial in trials:
@@ -175,7 +175,7 @@ def _worst_failures(store: Store, run_id: str | None) -> list[dict[str, Any]]:
 def build(store: Store, target: str | None = None) -> dict[str, Any]:
     """The page's data for a nightly id or an iteration id (default: the latest night, else the
     latest iteration)."""
-    nightlies = store.nightlies()
+    nightlies = store.nightlies.rows()
     night = next((n for n in nightlies if n["nightly_id"] == target), None) if target else \
         (nightlies[-1] if nightlies else None)
     if night is not None:
@@ -187,7 +187,7 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
                   "stop_reason": state.get("stop_reason", ""), "spent_usd": state.get("spent_usd", 0.0),
                   "spent_tokens": state.get("spent_tokens", 0), "accepted": state.get("accepted", 0)}
     else:
-        iterations = store.iterations()
+        iterations = store.iterations.rows()
         chosen = next((i for i in iterations if i["iteration_id"] == target), None) if target else \
             (iterations[-1] if iterations else None)
         if chosen is None:
@@ -202,7 +202,7 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
                   "accepted": int(chosen["status"] == "accepted")}
     costs = costs_by(store, "iteration_id")
     iterations = _iteration_rows(store, iteration_ids, costs)
-    specs = spec_lines(store.run_rows("run_id", "kind", "fingerprints_json"))
+    specs = spec_lines(store.runs.rows("run_id", "kind", "fingerprints_json"))
     for row in iterations:
         row.update(specs.get(row["baseline_run_id"]) or {"spec": None, "spec_changes": None})
     points = []
@@ -229,7 +229,7 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
     accepted = sum(1 for row in iterations for p in row["proposals"] if p["status"] == "accepted")
     total_cost = sum(row["cost_usd"] for row in iterations)
     last_baseline = next((row["baseline_run_id"] for row in reversed(iterations) if row["baseline_run_id"]), None)
-    last_run = store.run_record(points[-1].run_id) if points else None
+    last_run = store.runs.get(points[-1].run_id) if points else None
     judges = ((last_run or {}).get("summary") or {}).get("judges") or []
     return {"title": title, "header": header, "iterations": iterations, "table": table, "judges": judges,
             "chart_iterations": _multiples(points, targeted), "chart_nights": _multiples(night_points, targeted),

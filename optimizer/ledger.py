@@ -49,6 +49,23 @@ class Reservation:
     tokens: int
 
 
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One row of the ledger: a settled model call, filed under the run, iteration and nightly
+    job it was made for."""
+
+    at: datetime
+    role: str
+    model: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    run_id: str | None = None
+    iteration_id: str | None = None
+    nightly_id: str | None = None
+
+
 @dataclass
 class Ledger:
     store: Any
@@ -118,11 +135,11 @@ class Ledger:
                 self._reserved_tokens -= reservation.tokens
             self.spent_usd += cost
             self.spent_tokens += usage.total_tokens
-        self.store.record_ledger({
-            "at": datetime.now(timezone.utc), "role": role, "model": model, "run_id": run_id,
-            "iteration_id": self.scope.get("iteration_id"), "nightly_id": self.scope.get("nightly_id"),
-            "calls": max(usage.calls, 1), "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens, "cost_usd": cost})
+        self.store.ledger.record(LedgerEntry(
+            at=datetime.now(timezone.utc), role=role, model=model, run_id=run_id,
+            iteration_id=self.scope.get("iteration_id"), nightly_id=self.scope.get("nightly_id"),
+            calls=max(usage.calls, 1), prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens, cost_usd=cost))
         return cost
 
     def release(self, reservation: Reservation) -> None:

@@ -78,7 +78,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
         validate_model(settings.judge_model, field="judge_model")
     if not dry_run:
         _check_proposer(settings)
-    planned = plan(suites, trials=settings.trials)
+    planned = plan(suites, trials=settings.trials, lone_task_trials=settings.lone_task_trials)
 
     state_dir = root / settings.state_dir
     gitops.ignore_state_dir(state_dir)
@@ -89,8 +89,8 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     run_dir = state_dir / "runs" / iteration_id
     run_dir.mkdir(parents=True, exist_ok=True)
     result = IterationResult(iteration_id=iteration_id, status="running", base=base, run_dir=run_dir)
-    ctx.store.start_iteration(iteration_id=iteration_id, kind="run", base_ref=base.ref, base_commit=base.commit,
-                              targets_json=[], settings_json=settings.model_dump())
+    ctx.store.iterations.start(iteration_id, kind="run", base_ref=base.ref, base_commit=base.commit,
+                               settings=settings.model_dump())
     try:
         with tempfile.TemporaryDirectory(prefix="optimizer-base-") as folder:
             base_root = export_prompts(repo, base.commit, prompt_files, Path(folder))
@@ -100,8 +100,8 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     except CheckoutChanged:  # already recorded as stopped, with the proposal that did it
         raise
     except BaseException as exc:
-        record_ending(exc, lambda status, reason: ctx.store.update_iteration(
-            iteration_id, status=status, summary_json={"stop_reason": reason}))
+        record_ending(exc, lambda status, reason: ctx.store.iterations.finish(
+            iteration_id, status, {"stop_reason": reason}))
         raise
     return result
 
@@ -147,7 +147,11 @@ class _Iteration:
                 self.log(f"note: {path} has uncommitted changes; the loop uses the committed version "
                          f"at {base.commit[:12]}")
         self.baseline = self.stage.baseline()
-        rejected = store.rejected_proposals()
+        pooled = self.stage.base_pool()
+        if pooled:
+            self.log(f"base prompt: {pooled} trials at fresh indexes that earlier iterations ran on this base are "
+                     f"reused")
+        rejected = store.proposals.rejected()
         exhausted = exhausted_buckets(rejected, base.commit, self.settings.bucket_patience)
         if exhausted:
             self.log(f"not targeted ({self.settings.bucket_patience}+ rejected proposals at this base): "
@@ -158,8 +162,8 @@ class _Iteration:
             self.log("no train trial failed: nothing to fix" if not exhausted and not result.skipped else
                      "every failing bucket already had its rejected proposals at this base, or passed its fresh "
                      "confirmation: nothing new to try")
-            store.update_iteration(result.iteration_id, status="nothing_to_fix",
-                                   baseline_run_id=result.baseline_run_id, summary_json=iteration_summary(result))
+            store.iterations.finish(result.iteration_id, "nothing_to_fix", iteration_summary(result),
+                                    baseline_run_id=result.baseline_run_id)
             return
         result.selection = selection
         prompt_path = self.prompt_paths[selection.agent]
@@ -186,12 +190,12 @@ class _Iteration:
                                  rejected_ideas=rejected_ideas(rejected, set(targets)))
         self.log(f"targets: {', '.join(targets)} ({len(failures)} failing task(s), {omitted} left out of the request)")
         self.log(f"request: {result.request_path}")
-        store.update_iteration(result.iteration_id, agent=selection.agent, baseline_run_id=result.baseline_run_id,
-                               targets_json=targets, request_path=str(result.request_path),
-                               manual_sha256=manual.sha256)
+        store.iterations.set_targets(result.iteration_id, agent=selection.agent, targets=targets,
+                                     baseline_run_id=result.baseline_run_id, request_path=str(result.request_path),
+                                     manual_sha256=manual.sha256)
         if dry_run:
             result.status = "dry_run"
-            store.update_iteration(result.iteration_id, status="dry_run", summary_json=iteration_summary(result))
+            store.iterations.finish(result.iteration_id, "dry_run", iteration_summary(result))
             return
 
         proposer = make_proposer(self.settings)
@@ -213,17 +217,17 @@ class _Iteration:
                 if other is not best:
                     other.status, other.reason = "superseded", f"accepted, but {best.branch} gained more"
                     gitops.delete_branch(self.repo, other.branch)
-                    store.update_proposal(other.proposal_id, status=other.status, reason=other.reason)
+                    store.proposals.set_status(other.proposal_id, other.status, other.reason)
         result.status = "accepted" if result.accepted else "rejected"
         result.report_path = write_report(result)
-        store.update_iteration(result.iteration_id, status=result.status, summary_json=iteration_summary(result))
+        store.iterations.finish(result.iteration_id, result.status, iteration_summary(result))
 
     def _gate_one(self, proposer, selection: Selection, prompt: str, prompt_path: str, lint_index: LintIndex,
                   manual_sha: str, *, name: str, note: str) -> ProposalRecord:
         """One proposal from `proposer` through the checks and the gate, recorded."""
         result, store = self.result, self.store
         branch = f"optimizer/{result.iteration_id}/{name}"
-        record = ProposalRecord(ordinal=len(store.proposals()) + 1, branch=branch, status="running", reason="")
+        record = ProposalRecord(ordinal=len(store.proposals.rows()) + 1, branch=branch, status="running", reason="")
         result.proposals.append(record)
         self.log(f"proposal {record.ordinal} ({note}) on {branch} ({proposer.name} proposer)")
         try:
@@ -351,7 +355,7 @@ class _Iteration:
             write_text(request_path.with_name(f"proposal-{number}.log"), proposal.log)
         changed = changes(before, checkout_state(self.repo))
         if changed:
-            record = ProposalRecord(ordinal=len(self.store.proposals()) + 1, branch=branch, status="stopped",
+            record = ProposalRecord(ordinal=len(self.store.proposals.rows()) + 1, branch=branch, status="stopped",
                                     reason=stop_message(changed), rationale=proposal.rationale, usage=proposal.usage)
             result.proposals.append(record)
             store_proposal(self.store, result, record, selection.agent, proposer.name, self.settings, manual_sha)
@@ -364,7 +368,7 @@ class _Iteration:
         result = self.result
         result.status = "stopped"
         result.report_path = write_report(result)
-        self.store.update_iteration(result.iteration_id, status="stopped", summary_json=iteration_summary(result))
+        self.store.iterations.finish(result.iteration_id, "stopped", iteration_summary(result))
         fix = ("the proposer could not write there, so if you changed the checkout yourself meanwhile, run again"
                if confined else
                "confine the proposer with bubblewrap (the note at the start of the run says why it was not)")
@@ -438,13 +442,13 @@ class _Iteration:
         record.candidate_run_id = run_id = sides.run_id
         run = sides.result(self.settings)
         if decision.stage != "targeted":  # other agents' suites: their prompts did not change
-            recorded = self.store.recorded_trials(run_id)
+            recorded = self.store.trials.recorded(run_id)
             for trial in self.baseline:
                 if self._agent_of(trial.suite) != selection.agent:
                     if (trial.suite, trial.task_id, trial.index) not in recorded:
-                        self.store.record_trial(run_id, trial)
+                        self.store.trials.record(run_id, trial)
                     run.trials.append(trial)
-        if self.store.has_run(run_id):
+        if self.store.runs.exists(run_id):
             finish(run, self.store)
         return decision
 

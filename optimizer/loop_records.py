@@ -13,7 +13,7 @@ from optimizer.files import write_json
 from optimizer.gate import Decision
 from optimizer.request import Selection
 from optimizer.search import SearchOutcome, save_records
-from optimizer.store import Store
+from optimizer.store import ProposalRow, Store
 from optimizer.types import Trial, Usage
 
 Log = Callable[[str], None]
@@ -87,14 +87,13 @@ def loop_settings(settings: Settings) -> Settings:
 
 def store_proposal(store: Store, result: IterationResult, record: ProposalRecord, agent: str, proposer: str,
                    settings: Settings, manual_sha: str) -> None:
-    record.proposal_id = store.record_proposal(
+    record.proposal_id = store.proposals.add(ProposalRow(
         iteration_id=result.iteration_id, ordinal=record.ordinal, agent=agent, branch=record.branch,
         proposer=proposer, patcher_model=settings.patcher_model if proposer == "llm" else None,
         manual_sha256=manual_sha, status=record.status, reason=record.reason, rationale=record.rationale,
         diff=record.diff, commit_sha=record.commit_sha if record.status == "accepted" else None,
-        candidate_run_id=record.candidate_run_id,
-        decision_json=record.decision.as_dict() if record.decision else None,
-        usage_json=record.usage.model_dump(), rollouts=record.rollouts)
+        candidate_run_id=record.candidate_run_id, decision=record.decision.as_dict() if record.decision else None,
+        usage=record.usage.model_dump(), rollouts=record.rollouts))
 
 
 def save_search(result: IterationResult, outcome: SearchOutcome) -> None:

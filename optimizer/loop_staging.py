@@ -4,6 +4,7 @@ the comparison's two sides (`optimizer.compare`) in the loop."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from datetime import datetime, timezone
@@ -44,17 +45,17 @@ def run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_roo
     `run_id` when it exists, or of an unfinished run of this kind with the same fingerprints (a
     job killed mid-run and resumed), whose id is then adopted."""
     store = ctx.store
-    exists = run_id is not None and store.has_run(run_id)
+    exists = run_id is not None and store.runs.exists(run_id)
     if not exists:
-        unfinished = store.find_unfinished_run(fingerprints(suites, settings, prompt_root, planned), kind)
+        unfinished = store.runs.find_unfinished(fingerprints(suites, settings, prompt_root, planned), kind)
         if unfinished:
             run_id, exists = unfinished, True
     kept: list[Trial] = []
     if exists:
-        done = store.recorded_trials(run_id)
+        done = store.trials.recorded(run_id)
         if done:
             wanted = {(item.suite.name, item.task.id, item.index) for item in planned}
-            kept = [t for t in store.load_trials(run_id) if (t.suite, t.task_id, t.index) in wanted]
+            kept = [t for t in store.trials.load(run_id) if (t.suite, t.task_id, t.index) in wanted]
             planned = [item for item in planned if (item.suite.name, item.task.id, item.index) not in done]
             if kept:
                 ctx.log(f"{label}: {len(kept)} trials already recorded in run {run_id} are kept")
@@ -94,12 +95,12 @@ class Stage:
     def baseline(self) -> list[Trial]:
         result = self.result
         wanted = fingerprints(self.suites, self.settings, self.base_root, self.planned)
-        reuse = self.store.find_reusable_run(wanted, len(self.planned))
+        reuse = self.store.runs.find_reusable(wanted, len(self.planned))
         if reuse:
             self.ctx.log(f"baseline: reusing run {reuse} (the same run spec: commit, code, prompts, tasks, fixtures, "
                          f"graders, models, packages)")
             result.baseline_run_id, result.baseline_reused = reuse, True
-            return self.store.load_trials(reuse)
+            return self.store.trials.load(reuse)
         self.ctx.log(f"baseline: {len(self.planned)} trials at {result.base.commit[:12]}")
         run = self.run(self.planned, self.base_root, kind="baseline", label="baseline")
         finish(run, self.store)
@@ -108,9 +109,36 @@ class Stage:
         result.model_rollouts += called_model(run.trials)
         return run.trials
 
+    def base_pool(self) -> int:
+        """Take in the base prompt's trials at fresh indexes that earlier iterations on the same
+        base and run spec ran (a nightly's proposals on one base prompt), so each is run once per
+        base prompt, not once per iteration. Only iterations that reached a verdict count: the
+        runs of one that was interrupted are taken up again, and counted, by the iteration that
+        runs in its place. Indexes the baseline holds and errored trials are left out. Returns
+        how many were taken."""
+        decided = [row["finished_at"] for row in self.store.iterations.rows()
+                   if row["base_commit"] == self.result.base.commit and row["finished_at"] is not None
+                   and row["status"] in ("accepted", "rejected", "nothing_to_fix")]
+        if not decided:
+            return 0
+        counts: dict[tuple[str, str], int] = {}
+        for item in self.planned:
+            key = (item.suite.name, item.task.id)
+            counts[key] = max(counts.get(key, 0), item.index + 1)
+        spec = fingerprints(self.suites, self.settings, self.base_root, self.planned)
+        taken = 0
+        for run_id in self.store.runs.of_spec(spec, "confirm", started_before=max(decided)):
+            for trial in self.store.trials.load(run_id):
+                key = (trial.suite, trial.task_id, trial.index)
+                if (trial.status != "errored" and trial.index >= counts.get(key[:2], math.inf)
+                        and key not in self.fresh_base):
+                    self.fresh_base[key] = trial
+                    taken += 1
+        return taken
+
     def base_trials(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
-        """Base-prompt trials at fresh indexes: run once per iteration, recorded in one run, and
-        shared by every candidate."""
+        """Base-prompt trials at fresh indexes: run once per base prompt (see `base_pool`),
+        recorded in one run per iteration, and shared by every candidate."""
         missing = [item for item in planned if (item.suite.name, item.task.id, item.index) not in self.fresh_base]
         if missing:
             self.confirm_run_id = self.confirm_run_id or new_run_id()
@@ -134,7 +162,7 @@ class Stage:
             write_text(root / get_agent(agent).prompt_file, prompt)
             run = self.run(planned, root, kind="screen", label=label, run_id=self.screen_runs.get(sha))
         self.screen_runs[sha] = run.run_id
-        if self.store.has_run(run.run_id):
+        if self.store.runs.exists(run.run_id):
             finish(run, self.store)
         count, calls = len(planned), called_model(run.trials)
         self.result.rollouts += count

@@ -151,11 +151,10 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
             branch = branch_name(day or Date.today(), repo)
             result = NightlyResult(nightly_id=new_run_id(), branch=branch, base_ref=base.ref,
                                    base_commit=base.commit, tip_commit=base.commit, suites=list(names), merge=merge)
-            ctx.store.start_nightly(nightly_id=result.nightly_id, branch=branch, base_ref=base.ref,
-                                    base_commit=base.commit, tip_commit=base.commit, status="running",
-                                    settings_json={**settings.model_dump(), "limits": _limits_dict(limits),
-                                                   "host": socket.gethostname()},
-                                    state_json=result.as_dict())
+            ctx.store.nightlies.start(result.nightly_id, branch=branch, base_ref=base.ref, base_commit=base.commit,
+                                      settings={**settings.model_dump(), "limits": _limits_dict(limits),
+                                                "host": socket.gethostname()},
+                                      state=result.as_dict())
             repo.create_head(branch, base.commit)
             ctx.log(f"nightly {result.nightly_id}: branch {branch} at {base.commit[:12]} ({base.ref})")
         else:
@@ -167,7 +166,7 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
                     f"iteration(s) done")
         ledger = Ledger(ctx.store, budget=limits.budget, prices=dict(settings.model_prices),
                         scope={"nightly_id": result.nightly_id})
-        ledger.spent_usd, ledger.spent_tokens = ctx.store.ledger_total(nightly_id=result.nightly_id)
+        ledger.spent_usd, ledger.spent_tokens = ctx.store.ledger.total(nightly_id=result.nightly_id)
         try:
             if result.current:
                 _reconcile(ctx, repo, result)
@@ -205,7 +204,7 @@ def _check_budget_can_bind(settings, limits: NightlyLimits) -> None:
 
 
 def _resumable(ctx: LoopContext) -> tuple[NightlyResult, NightlyLimits]:
-    unfinished = [row for row in ctx.store.nightlies() if row["status"] in ("running", "crashed")]
+    unfinished = [row for row in ctx.store.nightlies.rows() if row["status"] in ("running", "crashed")]
     if not unfinished:
         raise InputError("there is no unfinished nightly job to resume", field="--resume",
                          fix="start a new night without --resume")
@@ -222,17 +221,17 @@ def _reconcile(ctx: LoopContext, repo, result: NightlyResult) -> None:
     otherwise clear what it left so that it runs again."""
     current = result.current
     iteration_id = current["iteration_id"]
-    record = ctx.store.iteration(iteration_id)
-    proposals = ctx.store.proposals(iteration_id=iteration_id)
+    record = ctx.store.iterations.get(iteration_id)
+    proposals = ctx.store.proposals.rows(iteration_id=iteration_id)
     expected = ((record or {}).get("settings") or {}).get("candidates", 1)
     status = (record or {}).get("status")
     if status in ("running", "interrupted", "stopped", "crashed") and proposals and len(proposals) >= expected:
         status = "accepted" if any(p["status"] == "accepted" for p in proposals) else "rejected"
-        ctx.store.update_iteration(iteration_id, status=status)
+        ctx.store.iterations.finish(iteration_id, status)
     if status not in ("accepted", "rejected", "nothing_to_fix"):
         deleted = gitops.delete_branches(repo, f"optimizer/{iteration_id}/")
         if record is not None:
-            ctx.store.update_iteration(iteration_id, status="interrupted")
+            ctx.store.iterations.finish(iteration_id, "interrupted")
         ctx.log(f"iteration {current['number']} was interrupted; it runs again"
                 + (f" (removed {', '.join(deleted)})" if deleted else ""))
         result.current = None
@@ -317,8 +316,8 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
 def _row(store, number: int, iteration_id: str, status: str, agent: str | None) -> tuple[dict[str, Any], dict | None]:
     """The night's record of a finished iteration, read from the store (so an iteration settled
     after a resume reads exactly like one that ran through), and its accepted proposal if any."""
-    record = store.iteration(iteration_id) or {}
-    proposals = store.proposals(iteration_id=iteration_id)
+    record = store.iterations.get(iteration_id) or {}
+    proposals = store.proposals.rows(iteration_id=iteration_id)
     accepted = next((p for p in proposals if p["status"] == "accepted"), None)
     row = {"number": number, "iteration_id": iteration_id, "status": status,
            "agent": record.get("agent") or agent, "targets": record.get("targets") or [],
@@ -345,8 +344,7 @@ def _merge(repo, result: NightlyResult, ctx: LoopContext) -> None:
 
 def _save(ctx: LoopContext, result: NightlyResult, ledger: Ledger) -> None:
     result.spent_usd, result.spent_tokens = ledger.spent_usd, ledger.spent_tokens
-    ctx.store.update_nightly(result.nightly_id, status=result.status, tip_commit=result.tip_commit,
-                             state_json=result.as_dict())
+    ctx.store.nightlies.save(result.nightly_id, result.status, result.tip_commit, result.as_dict())
 
 
 def _limits_dict(limits: NightlyLimits) -> dict[str, Any]:

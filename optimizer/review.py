@@ -10,8 +10,8 @@ from optimizer.errors import InputError
 
 
 def find_proposal(store, branch: str | None) -> dict:
-    proposals = store.proposals(branch=branch) if branch else \
-        [p for p in store.proposals() if p["status"] == "accepted"]
+    proposals = store.proposals.rows(branch=branch) if branch else \
+        [p for p in store.proposals.rows() if p["status"] == "accepted"]
     if not proposals:
         if branch:
             raise InputError(f"no proposal recorded for branch {branch!r}", field="BRANCH",
@@ -27,7 +27,7 @@ def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = 
 
     store = open_store(settings, root)
     proposal = find_proposal(store, branch)
-    iteration = next(i for i in store.iterations() if i["iteration_id"] == proposal["iteration_id"])
+    iteration = next(i for i in store.iterations.rows() if i["iteration_id"] == proposal["iteration_id"])
     repo = gitops.open_repo(root)
     console.rule(f"{proposal['branch']}: {proposal['status']}")
     console.print(f"iteration {proposal['iteration_id']}, base {iteration['base_ref']} at "
@@ -46,7 +46,7 @@ def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = 
     else:
         console.print(f"not evaluated: {proposal['reason']}", markup=False, highlight=False)
     usage = proposal["usage"]
-    candidate = store.run_record(proposal["candidate_run_id"]) if proposal.get("candidate_run_id") else None
+    candidate = store.runs.get(proposal["candidate_run_id"]) if proposal.get("candidate_run_id") else None
     agent_cost = (candidate or {}).get("summary", {}).get("totals", {}).get("cost_usd", 0.0) if candidate else 0.0
     console.print(f"cost: patcher ${usage.get('cost_usd', 0.0):.4f} ({usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0):,} tokens), "
                   f"rerun ${agent_cost:.4f} over {proposal['rollouts']} rollouts", highlight=False)

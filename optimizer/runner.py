@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -61,16 +62,22 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
-def plan(suites: list[Suite], *, trials: int | None = None,
-         task_glob: str | list[str] | None = None) -> list[PlannedTrial]:
-    """Trials to run: every task (or those whose id matches any of the globs) times its trials."""
+def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | list[str] | None = None,
+         lone_task_trials: int = 0) -> list[PlannedTrial]:
+    """Trials to run: every task (or those whose id matches any of the globs) times its trials. A
+    train task alone in its bucket runs at least `lone_task_trials` (the loop's baseline: such a
+    bucket's score is one task's, so the gate needs more of its pairs to see a drop)."""
     globs = [task_glob] if isinstance(task_glob, str) else list(task_glob or [])
     planned = []
     for suite in suites:
+        sizes = Counter(task.bucket for task in suite.tasks if task.split == "train")
         for task in suite.tasks:
             if globs and not any(fnmatch.fnmatch(task.id, glob) for glob in globs):
                 continue
-            for index in range(trials or suite.trials_for(task)):
+            count = trials or suite.trials_for(task)
+            if task.split == "train" and sizes[task.bucket] == 1:
+                count = max(count, lone_task_trials)
+            for index in range(count):
                 planned.append(PlannedTrial(suite, task, index))
     if not planned:
         raise InputError(f"no task matches --task {' '.join(globs)!r}", field="--task",
@@ -128,9 +135,10 @@ class Runner:
         self.on_trial = on_trial
         self.workspace_parent = settings.workspace_dir or default_workspace_parent()
         retry = RetryPolicy(max_attempts=settings.retry_attempts, base_delay_s=settings.retry_base_delay)
-        self.judge = JudgeSettings(model=settings.judge_model, cache=store if settings.cache else None,
-                                   retry_attempts=settings.retry_attempts, in_process=in_process)
-        self.agent_model = ModelClient(settings.agent_model, role="agent", cache=store if settings.cache else None,
+        cache = store.cache if settings.cache else None
+        self.judge = JudgeSettings(model=settings.judge_model, cache=cache, retry_attempts=settings.retry_attempts,
+                                   in_process=in_process)
+        self.agent_model = ModelClient(settings.agent_model, role="agent", cache=cache,
                                        retry=retry, seed=settings.seed, temperature=settings.temperature,
                                        in_process=in_process,
                                        variant=answer_variant(settings.agent_model, settings.sim_noise))
@@ -155,10 +163,10 @@ class Runner:
                         settings=self.settings.model_dump(),
                         fingerprints=fingerprints(suites, self.settings, self.prompt_root, planned))
         self.judge = replace(self.judge, run_id=run.run_id)
-        if not (run_id and self.store.has_run(run_id)):
-            self.store.start_run(run, kind)
+        if not (run_id and self.store.runs.exists(run_id)):
+            self.store.runs.start(run, kind)
         def record(trial: Trial) -> None:
-            self.store.record_trial(run.run_id, trial)
+            self.store.trials.record(run.run_id, trial)
             run.trials.append(trial)
             if self.on_trial:
                 self.on_trial(trial)
@@ -174,7 +182,7 @@ class Runner:
             run_pooled(planned, self.workers(planned), execute, record)
             self.store.flush()
         except BaseException as exc:
-            record_ending(exc, lambda status, reason: self.store.finish_run(run.run_id, status,
+            record_ending(exc, lambda status, reason: self.store.runs.finish(run.run_id, status,
                                                                            {"stop_reason": reason}))
             raise
         run.finished_at = datetime.now(timezone.utc)

@@ -7,10 +7,12 @@ observation, stakes a fraction lambda in [0, 1) on X being positive: wealth *= 1
 Under H0 the wealth is a non-negative supermartingale, so by Ville's inequality the chance that
 it *ever* reaches 1/alpha is at most alpha, however many observations are taken and whenever one
 stops. That is what lets the gate add pairs in batches and look after each batch without
-spending alpha on the looks. We average the wealth of a few constant bets (`BET_GRID`): an average
+spending alpha on the looks. We average the wealth of a few constant bets (a grid): an average
 of test supermartingales is one too, and it grows nearly as fast as the best bet in the grid
-(it gives up at most log(len(BET_GRID)) of log-wealth) whatever the effect size, where one fixed
-bet is either timid on large effects or ruined by a few bad draws on small ones.
+(it gives up at most log(len(grid)) of log-wealth), where one fixed bet is either timid on large
+effects or ruined by a few bad draws on small ones. The improvement test spreads its grid over
+small and large effects (`IMPROVE_GRID`); the harm test bets on drops large enough to matter
+within the budget (`HARM_GRID`, see `benchmarks/bet_grid.py`).
 
 The anytime-valid p-value is 1 / (the largest wealth so far), capped at 1 (Ramdas et al. 2023).
 
@@ -30,10 +32,11 @@ from typing import Sequence
 
 import numpy as np
 
-BET_GRID = (0.2, 0.4, 0.6, 0.8)
+IMPROVE_GRID = (0.2, 0.4, 0.6, 0.8)
+HARM_GRID = (0.5, 0.75)
 
 
-def wealth_path(observations: Sequence[float], grid: Sequence[float] = BET_GRID) -> np.ndarray:
+def wealth_path(observations: Sequence[float], grid: Sequence[float] = IMPROVE_GRID) -> np.ndarray:
     """Wealth after each observation of the averaged constant bets on E[X] > 0 (X in [-1, 1])."""
     values = np.clip(np.asarray(observations, dtype=float), -1.0, 1.0)
     if values.size == 0:
@@ -59,20 +62,21 @@ def signs(changes: Sequence[float], *, down: bool = False) -> list[float]:
     return [flip * (1.0 if value > 0 else -1.0) for value in changes if abs(value) > 1e-12]
 
 
-def detectable_share(nonzero: int, threshold: float, power: float = 0.8) -> float:
-    """The smallest excess of signs one way, E[sign] in (0, 1], that the sign bets detect with
-    probability about `power` within `nonzero` non-zero changes (normal approximation of each
-    grid bet's log-wealth; the grid's log(len) is paid). 1.0 when even all-one-way cannot."""
+def detectable_share(nonzero: int, threshold: float, power: float = 0.8,
+                     grid: Sequence[float] = HARM_GRID) -> float:
+    """The smallest excess of signs one way, E[sign] in (0, 1], that the sign bets of `grid`
+    detect with probability about `power` within `nonzero` non-zero changes (normal approximation
+    of each bet's log-wealth; the grid's log(len) is paid). 1.0 when even all-one-way cannot."""
     if nonzero < 1:
         return 1.0
     from scipy.stats import norm
 
     z = float(norm.ppf(power))
-    goal = math.log(threshold * len(BET_GRID))
+    goal = math.log(threshold * len(grid))
 
     def detects(mu: float) -> bool:
         q = (1 + mu) / 2
-        for lam in BET_GRID:
+        for lam in grid:
             up, down = math.log1p(lam), math.log1p(-lam)
             mean = q * up + (1 - q) * down
             spread = math.sqrt(q * (1 - q)) * (up - down)

@@ -81,9 +81,9 @@ def test_eval_writes_json_store_and_a_rerun_is_served_from_the_cache(cli, isolat
         {k: v for k, v in row.items() if k not in ("tokens", "cost_usd")} for row in first["buckets"]]
 
     store = Store(default_url(isolated))
-    runs = store.runs_frame()
+    runs = store.runs.frame()
     assert list(runs["status"]) == ["completed", "completed"]
-    assert len(store.trials_frame(second["run_id"])) == 50
+    assert len(store.trials.frame(second["run_id"])) == 50
 
 
 def test_trials_of_one_task_are_separate_samples(cli, tmp_path):

@@ -99,7 +99,7 @@ def test_an_installed_plugin_runs_its_suite_with_its_grader(installed, project, 
 
     store = Store(default_url(isolated))
     try:
-        trials = {trial.task_id: trial for trial in store.load_trials(summary["run_id"])}
+        trials = {trial.task_id: trial for trial in store.trials.load(summary["run_id"])}
     finally:
         store.close()
     half = trials["echo_half_right"]

@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 
 from optimizer.compare import compare
-from optimizer.gate import GatePolicy, PairTable, decide
-from optimizer.runner import PlannedTrial
-from optimizer.stats import (BET_GRID, anytime_p, clopper_pearson, detectable_share, evalue, holm, sign_test_p,
-                             signs, wealth_path)
+from optimizer.gate import CLEARED_BELOW, GatePolicy, GroupStats, PairTable, decide, suspicious
+from optimizer.runner import PlannedTrial, plan
+from optimizer.stats import (HARM_GRID, IMPROVE_GRID, anytime_p, clopper_pearson, detectable_share, evalue, holm,
+                             sign_test_p, signs, wealth_path)
 from optimizer.types import GraderResult, Suite, SuiteSpec, Task, Trial
 
 
 # ---------------------------------------------------------------- statistics
 def test_sign_bets_grow_by_the_grid_average_of_each_bet():
     path = wealth_path(signs([0.3, -0.0, 0.5, -0.2]))  # the zero change places no bet
-    expected = np.mean([(1 + lam) * (1 + lam) * (1 - lam) for lam in BET_GRID])
+    expected = np.mean([(1 + lam) * (1 + lam) * (1 - lam) for lam in IMPROVE_GRID])
     assert len(path) == 3 and path[-1] == pytest.approx(expected)
-    assert anytime_p(signs([0.3, 0.5])) == pytest.approx(1 / np.mean([(1 + lam) ** 2 for lam in BET_GRID]))
+    assert anytime_p(signs([0.3, 0.5])) == pytest.approx(1 / np.mean([(1 + lam) ** 2 for lam in IMPROVE_GRID]))
     assert evalue([]) == 1.0 and anytime_p([]) == 1.0
     assert signs([0.2, -0.4], down=True) == [-1.0, 1.0]
 
@@ -250,15 +250,50 @@ def test_compare_a_harmful_patch_is_caught_on_a_one_task_bucket():
     assert caught >= 36
 
 
+def test_a_task_alone_in_its_train_bucket_gets_its_own_trial_count():
+    tasks = [Task.model_construct(id=f"{bucket}{number}", metadata={"failure_bucket": bucket, "split": split})
+             for bucket, number, split in (("a", 0, "train"), ("b", 0, "train"), ("b", 1, "train"),
+                                           ("c", 0, "holdout"))]
+    suite = Suite.model_construct(spec=SuiteSpec(name="s", agent_name="card_agent"), root=".", tasks=tasks)
+    counts = {}
+    for item in plan([suite], trials=4, lone_task_trials=12):
+        counts[item.task.id] = counts.get(item.task.id, 0) + 1
+    assert counts == {"a0": 12, "b0": 4, "b1": 4, "c0": 4}  # a holdout task is tested with its split
+    assert {item.task.id for item in plan([suite], trials=4) if item.index >= 4} == set()
+
+
+def test_compare_fits_a_smaller_last_batch_of_target_pairs_into_the_budget():
+    planned = planned_items({"a": 2, "b": 2})
+    sides = ScriptedSides({"a": 0.5, "b": 0.6}, {"a": 0.62, "b": 0.6}, seed=3)
+    baseline = sides._draw("base", planned)
+    sides.count = 0
+    policy = GatePolicy(max_rollouts=64, min_bucket_pairs=0)  # 8 for the rest: 28 target pairs fit, not 32
+    result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent",
+                     policy=policy)
+    target = next(b for b in result.decision.buckets if b.bucket == "a")
+    assert target.pairs == 28 and result.decision.capped
+    assert result.rollouts <= 64
+
+
+@pytest.mark.parametrize("signs_seen, leaning", [([1.0], True), ([1.0, -1.0], True), ([], False),
+                                                 ([-1.0, -1.0], False)])
+def test_a_harm_group_gets_more_pairs_until_its_drop_bets_lose_half(signs_seen, leaning):
+    diffs = [-s for s in signs_seen]  # a drop test bets on negative changes
+    stats = GroupStats(1, len(diffs), 0.5, 0.5, 0.0, [], diffs, unjudged=False)
+    assert suspicious(stats) == leaning
+    assert leaning == (stats.harm_wealth > CLEARED_BELOW and bool(diffs))
+
+
 def test_the_sign_bets_keep_their_level_exactly_over_every_sign_sequence():
     # every one of the 2^14 equally likely sign sequences under the null: the chance that the
     # wealth ever reaches 1/alpha, counted exactly, is at most alpha (Ville)
     import itertools
 
-    for alpha in (0.05, 0.10):
-        reached = sum(wealth_path(list(signs)).max() >= 1 / alpha
-                      for signs in itertools.product((-1.0, 1.0), repeat=14))
-        assert reached / 2 ** 14 <= alpha
+    for grid in (IMPROVE_GRID, HARM_GRID):
+        for alpha in (0.05, 0.10):
+            reached = sum(wealth_path(list(signs), grid).max() >= 1 / alpha
+                          for signs in itertools.product((-1.0, 1.0), repeat=14))
+            assert reached / 2 ** 14 <= alpha
 
 
 def test_uncalibrated_judges_do_not_vote_until_calibrated_and_the_request_says_so(tmp_path):
@@ -279,8 +314,8 @@ def test_uncalibrated_judges_do_not_vote_until_calibrated_and_the_request_says_s
     for name in judged:
         judge = get_judge(name)
         wording = judge.wording_hash(judge.form_for("mock/sim"))
-        store.record_calibration(judge=name, model="mock/sim", rubric_hash=wording,
-                                 spearman=CALIBRATION_BAR + 0.1, agreement=0.9, examples=10, errored=0, rows_json=[])
+        store.calibrations.record(judge=name, model="mock/sim", rubric_hash=wording,
+                                  spearman=CALIBRATION_BAR + 0.1, agreement=0.9, examples=10, errored=0, rows=[])
     assert non_voting_graders(store, [suite], "mock/sim") == []
     assert non_voting_graders(store, [suite], "local/other") == flagged  # calibration is per model
 

@@ -8,7 +8,8 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from optimizer.history import load_history
-from optimizer.store import Store, default_url
+from optimizer.ledger import LedgerEntry
+from optimizer.store import ProposalRow, Store, default_url
 from optimizer.types import RunResult
 
 START = datetime(2026, 11, 23, 1, 0, tzinfo=timezone.utc)
@@ -17,10 +18,10 @@ START = datetime(2026, 11, 23, 1, 0, tzinfo=timezone.utc)
 def add_run(store: Store, run_id: str, kind: str, buckets: dict[str, float | None], minute: int,
             status: str = "completed") -> str:
     """A finished run of the card suite whose summary holds these bucket means."""
-    store.start_run(RunResult(run_id=run_id, started_at=START + timedelta(minutes=minute)), kind=kind)
+    store.runs.start(RunResult(run_id=run_id, started_at=START + timedelta(minutes=minute)), kind=kind)
     rows = [{"suite": "card_agent", "bucket": bucket, "mean_score": score} for bucket, score in buckets.items()]
     errored = sum(score is None for score in buckets.values())
-    store.finish_run(run_id, status, {"totals": {"trials": len(rows), "passed": 0, "errored": errored},
+    store.runs.finish(run_id, status, {"totals": {"trials": len(rows), "passed": 0, "errored": errored},
                                       "suites": [], "buckets": rows})
     return run_id
 
@@ -29,30 +30,29 @@ def add_iteration(store: Store, iteration_id: str, baseline_run_id: str, targets
                   proposals: list[dict] = ()) -> str:
     """An iteration of card_agent with its proposals: dicts of `status`, `candidate_run_id` and
     the decision's `buckets` (suite, bucket, before, after, change, targeted)."""
-    store.start_iteration(iteration_id=iteration_id, kind="run", agent="card_agent", base_commit="c0ffee" * 7,
-                          base_ref="main", baseline_run_id=baseline_run_id, targets_json=targets,
-                          settings_json={})
-    store.update_iteration(iteration_id, status=status, summary_json={"rollouts": 10})
+    store.iterations.start(iteration_id, kind="run", base_ref="main", base_commit="c0ffee" * 7, settings={})
+    store.iterations.set_targets(iteration_id, agent="card_agent", targets=targets, baseline_run_id=baseline_run_id)
+    store.iterations.finish(iteration_id, status, {"rollouts": 10})
     for ordinal, proposal in enumerate(proposals, start=1):
-        store.record_proposal(iteration_id=iteration_id, ordinal=ordinal, agent="card_agent",
-                              branch=f"optimizer/{iteration_id}-{ordinal}", proposer="llm",
-                              status=proposal["status"], reason=proposal["status"], rationale="", diff="",
-                              candidate_run_id=proposal.get("candidate_run_id"),
-                              decision_json={"rules": [], "buckets": proposal.get("buckets", [])},
-                              usage_json={}, rollouts=10)
+        store.proposals.add(ProposalRow(
+            iteration_id=iteration_id, ordinal=ordinal, agent="card_agent",
+            branch=f"optimizer/{iteration_id}-{ordinal}", proposer="llm", status=proposal["status"],
+            reason=proposal["status"], candidate_run_id=proposal.get("candidate_run_id"),
+            decision={"rules": [], "buckets": proposal.get("buckets", [])}, rollouts=10))
     return iteration_id
 
 
 def add_nightly(store: Store, nightly_id: str, iteration_ids: list[str], accepted: int) -> None:
-    store.start_nightly(nightly_id=nightly_id, branch=f"optimizer/nightly-{nightly_id}", base_ref="main",
-                        base_commit="c0ffee" * 7, tip_commit="beef" * 10, status="finished", settings_json={},
-                        state_json={"iterations": [{"iteration_id": i} for i in iteration_ids],
-                                    "accepted": accepted, "stop_reason": "max iterations"})
+    state = {"iterations": [{"iteration_id": i} for i in iteration_ids], "accepted": accepted,
+             "stop_reason": "max iterations"}
+    store.nightlies.start(nightly_id, branch=f"optimizer/nightly-{nightly_id}", base_ref="main",
+                          base_commit="c0ffee" * 7, settings={}, state=state)
+    store.nightlies.save(nightly_id, "finished", "beef" * 10, state)
 
 
-def ledger_row(role: str, iteration_id: str | None, cost: float, tokens: int) -> dict:
-    return {"at": START, "role": role, "model": "mock/sim", "run_id": None, "iteration_id": iteration_id,
-            "nightly_id": None, "calls": 1, "prompt_tokens": tokens, "completion_tokens": 0, "cost_usd": cost}
+def ledger_entry(role: str, iteration_id: str | None, cost: float, tokens: int) -> LedgerEntry:
+    return LedgerEntry(at=START, role=role, model="mock/sim", iteration_id=iteration_id, calls=1,
+                       prompt_tokens=tokens, completion_tokens=0, cost_usd=cost)
 
 
 def test_a_fully_errored_run_keeps_its_column_of_missing_scores(cli, isolated, tmp_path):
@@ -72,9 +72,9 @@ def test_costs_are_summed_per_iteration_and_per_role(tmp_path):
     store = Store(default_url(tmp_path))
     add_iteration(store, "it-1", add_run(store, "run-000001", "baseline", {"trivial_input": 0.5}, 0),
                   ["card_agent/trivial_input"], "rejected", [{"status": "rejected_gate"}])
-    for row in (ledger_row("agent", "it-1", 0.25, 100), ledger_row("patcher", "it-1", 1.0, 50),
-                ledger_row("agent", None, 0.5, 10), ledger_row("embedder", "it-1", 2.0, 1)):
-        store.record_ledger(row)
+    for entry in (ledger_entry("agent", "it-1", 0.25, 100), ledger_entry("patcher", "it-1", 1.0, 50),
+                  ledger_entry("agent", None, 0.5, 10), ledger_entry("embedder", "it-1", 2.0, 1)):
+        store.ledger.record(entry)
     history = load_history(store)
     [iteration] = history.iterations
     assert (iteration["agent_usd"], iteration["patcher_usd"], iteration["judge_usd"]) == (0.25, 1.0, 0.0)

@@ -118,7 +118,7 @@ def test_three_card_tasks_on_the_real_model(cli, isolated, tmp_path, monkeypatch
     summary = json.loads(out_json.read_text())
     assert summary["totals"]["trials"] == 3
     assert summary["totals"]["errored"] == 0, err
-    trials = Store(default_url(isolated)).load_trials(summary["run_id"])
+    trials = Store(default_url(isolated)).trials.load(summary["run_id"])
     assert len(trials) == 3
     for trial in trials:
         state = trial.outcome.environment_state

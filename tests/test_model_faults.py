@@ -99,7 +99,7 @@ def test_persistent_fault_is_recorded_as_errored_and_the_run_completes(tmp_path,
     assert summary["totals"]["errored"] == 1
     assert summary["buckets"][0]["errored"] == 1
     assert summary["buckets"][0]["mean_score"] == 1.0, "errored trials must not count as failures"
-    frame = store.trials_frame(run.run_id)
+    frame = store.trials.frame(run.run_id)
     assert sorted(frame["status"]) == ["errored", "passed"]
 
 

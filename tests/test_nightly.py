@@ -149,7 +149,8 @@ def _run_env(repo, state, script_path) -> dict:
     env = {key: value for key, value in os.environ.items() if not key.startswith("OPTIMIZER_")}
     env.update(OPTIMIZER_ROOT=str(repo), OPTIMIZER_STATE_DIR=str(state), OPTIMIZER_AGENT_MODEL="mock/sim",
                OPTIMIZER_JUDGE_MODEL="mock/sim", OPTIMIZER_PATCHER_MODEL="mock/patcher",
-               OPTIMIZER_MOCK_PATCHER_SCRIPT=str(script_path), OPTIMIZER_RETRY_BASE_DELAY="0.01", CI="true")
+               OPTIMIZER_MOCK_PATCHER_SCRIPT=str(script_path), OPTIMIZER_RETRY_BASE_DELAY="0.01",
+               OPTIMIZER_LONE_TASK_TRIALS=os.environ["OPTIMIZER_LONE_TASK_TRIALS"], CI="true")
     return env
 
 

@@ -45,12 +45,12 @@ def test_a_store_written_by_a_newer_version_is_refused(store_url):
 
 def test_response_cache_round_trip_and_duplicate_put(store_url):
     store = Store(store_url)
-    assert store.get("k") is None
-    store.put("k", "mock/sim", {"content": "hi", "tool_calls": [], "usage": {}})
-    store.put("k", "mock/sim", {"content": "other", "tool_calls": [], "usage": {}})
-    assert store.get("k")["content"] == "hi"
+    assert store.cache.get("k") is None
+    store.cache.put("k", "mock/sim", {"content": "hi", "tool_calls": [], "usage": {}})
+    store.cache.put("k", "mock/sim", {"content": "other", "tool_calls": [], "usage": {}})
+    assert store.cache.get("k")["content"] == "hi"
     store.close()
-    assert Store(store_url).get("k")["content"] == "hi"  # the first answer is the one stored
+    assert Store(store_url).cache.get("k")["content"] == "hi"  # the first answer is the one stored
 
 
 def _trial(index: int, graders: list[str], task_id: str = "t") -> Trial:
@@ -66,14 +66,14 @@ def test_trials_written_in_one_batch_keep_their_own_grader_results(store_url, mu
     point at that trial, also on a database that can only return ids row by row."""
     store = Store(store_url)
     store.engine.dialect.insert_executemany_returning_sort_by_parameter_order = multi_row_returning
-    store.start_run(RunResult(run_id="r", started_at=datetime.now(timezone.utc), settings={}, fingerprints={}))
+    store.runs.start(RunResult(run_id="r", started_at=datetime.now(timezone.utc), settings={}, fingerprints={}))
     trials = [_trial(0, ["a"]), _trial(1, []), _trial(2, ["a", "b"]), _trial(3, ["c"])]
     with store._lock:  # hold the writer back until every trial is queued, so they form one batch
         for trial in trials:
             store._queue.put(("trial", ("r", trial)))
         store._writer = threading.Thread(target=store._write_loop, daemon=True)
         store._writer.start()
-    loaded = store.load_trials("r")
+    loaded = store.trials.load("r")
     assert [trial.index for trial in loaded] == [0, 1, 2, 3]
     assert [[result.rationale for result in trial.grader_results] for trial in loaded] == \
         [["a of trial 0"], [], ["a of trial 2", "b of trial 2"], ["c of trial 3"]]
@@ -89,8 +89,8 @@ def _write_trials(url: str, writer: int, start) -> None:
     store = Store(url)
     start.wait()
     for index in range(TRIALS_EACH):
-        store.record_trial("r", _trial(index, [f"writer {writer}"], task_id=f"t{writer}"))
-        store.put(f"key {index}", "mock/sim", {"content": f"writer {writer}"})
+        store.trials.record("r", _trial(index, [f"writer {writer}"], task_id=f"t{writer}"))
+        store.cache.put(f"key {index}", "mock/sim", {"content": f"writer {writer}"})
         if index % 8 == 7:
             store.flush()
     store.close()
@@ -98,7 +98,7 @@ def _write_trials(url: str, writer: int, start) -> None:
 
 def test_processes_writing_trials_to_one_run_at_once_lose_nothing(store_url):
     store = Store(store_url)
-    store.start_run(RunResult(run_id="r", started_at=datetime.now(timezone.utc), settings={}, fingerprints={}))
+    store.runs.start(RunResult(run_id="r", started_at=datetime.now(timezone.utc), settings={}, fingerprints={}))
     store.close()  # nothing of the parent's connections goes into the forked writers
     context = multiprocessing.get_context("fork")
     start = context.Barrier(WRITERS)
@@ -106,13 +106,13 @@ def test_processes_writing_trials_to_one_run_at_once_lose_nothing(store_url):
     assert exits == [0] * WRITERS
 
     store = Store(store_url)
-    trials = store.load_trials("r")
+    trials = store.trials.load("r")
     assert sorted((trial.task_id, trial.index) for trial in trials) == \
         sorted((f"t{writer}", index) for writer in range(WRITERS) for index in range(TRIALS_EACH))
     assert all([result.grader for result in trial.grader_results] == [f"writer {trial.task_id[1:]}"]
                for trial in trials)
     assert store.count("response_cache") == TRIALS_EACH  # a key the other process stored first is kept, not an error
-    assert store.get("key 0")["content"] in {f"writer {writer}" for writer in range(WRITERS)}
+    assert store.cache.get("key 0")["content"] in {f"writer {writer}" for writer in range(WRITERS)}
 
 
 def _open(url: str, start, opened) -> None:

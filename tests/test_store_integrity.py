@@ -103,7 +103,7 @@ def test_damage_only_in_pages_that_opening_never_reads_is_found_by_the_quick_che
     sqlite_only(store_url)
     store = Store(default_url(tmp_path))
     for number in range(50):
-        store.put(f"key {number}", "mock/sim", {"content": "x" * 3000})
+        store.cache.put(f"key {number}", "mock/sim", {"content": "x" * 3000})
     store.close()
     corrupt_pages(tmp_path / "optimizer.db", last=5)  # cache entries only: the migrations still run
 
@@ -147,11 +147,11 @@ def test_a_failed_write_stops_the_run_at_its_next_record(store_url):
     """The writer commits in the background; its failure is raised, as a StoreError, to whoever
     records next rather than only when the run ends."""
     store = Store(store_url)
-    store.record_trial("no-such-run", _trial(0))  # the trial's run is not in the store: refused
+    store.trials.record("no-such-run", _trial(0))  # the trial's run is not in the store: refused
     store._queue.join()  # the writer has tried and failed
 
     with pytest.raises(StoreError, match="(?i)foreign key constraint") as raised:
-        store.record_trial("no-such-run", _trial(1))
+        store.trials.record("no-such-run", _trial(1))
     assert KEPT in str(raised.value)
     store.close()  # raised once, to the recorder, not again
 
@@ -208,7 +208,7 @@ def test_a_run_stopped_by_a_budget_is_stopped_with_the_reason(database):
     with pytest.raises(BudgetExceeded), charging(Ledger(store, budget=Budget(tokens=1))):
         evaluate.execute(evaluate.prepare(settings, PROJECT_ROOT, ["card_agent"]), store)
 
-    [run] = store.runs_frame().to_dict("records")
+    [run] = store.runs.frame().to_dict("records")
     assert run["status"] == "stopped"
     assert json.loads(run["summary_json"])["stop_reason"].startswith("budget: a model call")
     assert store.count("trials") == 0  # a trial the budget stopped is no result
@@ -233,7 +233,7 @@ def test_an_iteration_that_ends_early_says_how(repo, tmp_path, monkeypatch, data
     store = open_store(settings, repo)
     with pytest.raises(type(ending)):
         loop.run_iteration(loop.LoopContext(settings=settings, project_root=repo, store=store, log=lambda m: None))
-    iteration = store.iterations()[-1]
+    iteration = store.iterations.rows()[-1]
     assert iteration["status"] == status and iteration["finished_at"] is not None
     assert iteration["summary"]["stop_reason"].startswith(reason)
 
@@ -302,14 +302,14 @@ def test_the_oldest_store_opens_with_every_later_migration_and_its_rows_intact(s
                                     .order_by(schema.schema_migrations.c.applied_at)).scalars())
         version = conn.execute(select(schema.schema_version.c.version)).scalar_one()
     assert applied == [name for name, _ in MIGRATIONS] and version == SCHEMA_VERSION
-    run = store.run_record("20260501-090000-abcdef")
+    run = store.runs.get("20260501-090000-abcdef")
     assert run["status"] == "completed" and run["settings"] == {"agent_model": "mock/sim"}
-    [trial] = store.load_trials("20260501-090000-abcdef")
+    [trial] = store.trials.load("20260501-090000-abcdef")
     assert (trial.task_id, trial.status, trial.score) == ("card_event_standup", "passed", 1.0)
     assert trial.transcript.messages[0]["content"] == "Standup Thursday 10:30"
     assert [(g.grader, g.passed) for g in trial.grader_results] == [("card_completion", True)]
-    assert store.get("k") == {"content": "hi"}
-    store.start_iteration(iteration_id="i1", kind="run", base_commit="abc", targets_json=[], settings_json={})
-    assert store.iteration("i1")["status"] == "running"  # the tables of later migrations work
-    store.record_trial("20260501-090000-abcdef", _trial(1))
-    assert [trial.index for trial in store.load_trials("20260501-090000-abcdef")] == [0, 1]  # new ids, after the old
+    assert store.cache.get("k") == {"content": "hi"}
+    store.iterations.start("i1", kind="run", base_commit="abc", settings={})
+    assert store.iterations.get("i1")["status"] == "running"  # the tables of later migrations work
+    store.trials.record("20260501-090000-abcdef", _trial(1))
+    assert [trial.index for trial in store.trials.load("20260501-090000-abcdef")] == [0, 1]  # new ids, after the old

@@ -83,7 +83,7 @@ def test_a_trial_at_the_turn_limit_fails_with_score_zero_and_counts_against_the_
     assert bucket["pass_at_k"] == 0.5
     assert summary["unfinished"] == [{"suite": "tmp_suite", "task_id": "loops", "trial": 0,
                                       "error": "ended: the agent used all 8 turns without finishing"}]
-    stored = store.load_trials(run_id)
+    stored = store.trials.load(run_id)
     assert {(t.task_id, t.status, t.score, t.error) for t in stored} == {
         ("finishes", "passed", 1.0, None), ("loops", "failed", 0.0, looped.error)}
 
@@ -158,8 +158,8 @@ def test_a_patch_that_sends_the_agent_into_a_loop_is_rejected_on_its_zeros(cli, 
     assert targeted["after"] == 0.0, "every looping trial counts as a zero"
 
     store = open_store(load_settings(repo, {}), repo)
-    candidate_run = next(row["candidate_run_id"] for row in store.proposals(branch=proposal["branch"]))
-    looped = store.load_trials(candidate_run)
+    candidate_run = next(row["candidate_run_id"] for row in store.proposals.rows(branch=proposal["branch"]))
+    looped = store.trials.load(candidate_run)
     assert looped and {(t.status, t.score, t.error) for t in looped} == {
         ("failed", 0.0, "ended: the agent kept repeating calls it had already made (3 times in a row) "
                         "without finishing")}

@@ -55,7 +55,7 @@ def calibrate_command(
     if without:
         raise InputError(f"judge {', '.join(without)} has no criteria", field="--judge-form",
                          fix="use --judge-form rubric or auto for it")
-    judge_settings = JudgeSettings(model=settings.judge_model, cache=store if settings.cache else None,
+    judge_settings = JudgeSettings(model=settings.judge_model, cache=store.cache if settings.cache else None,
                                    retry_attempts=settings.retry_attempts, form=judge_form)
     table = Table(title=f"judge calibration on {settings.judge_model}", title_justify="left")
     for column in ("judge", "form", "examples", "errored", "Spearman", "agreement", "verdict"):

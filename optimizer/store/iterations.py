@@ -1,0 +1,54 @@
+"""The iterations table: one row per iteration of the loop, from its start to its verdict."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import insert, select
+
+from optimizer.store import schema
+from optimizer.store._repository import Repository, decode, encode
+
+
+class Iterations(Repository):
+    """An iteration is written when it starts, when it has chosen what to fix, and when it ends."""
+
+    def start(self, iteration_id: str, *, kind: str, base_commit: str, settings: dict[str, Any],
+              base_ref: str | None = None) -> None:
+        values = encode(schema.iterations, dict(iteration_id=iteration_id, kind=kind, base_ref=base_ref,
+                                                base_commit=base_commit, targets=[], settings=settings))
+        with self._writing() as conn:
+            conn.execute(insert(schema.iterations).values(status="running", started_at=datetime.now(timezone.utc),
+                                                          **values))
+
+    def set_targets(self, iteration_id: str, *, agent: str, targets: list[str], baseline_run_id: str | None,
+                    request_path: str | None = None, manual_sha256: str | None = None) -> None:
+        """What the iteration set out to fix: the agent, its `suite/bucket` targets, the baseline
+        run they were read from and the request written for the proposer."""
+        self._update_job(schema.iterations.c.iteration_id, iteration_id, dict(
+            agent=agent, baseline_run_id=baseline_run_id, targets=targets, request_path=request_path,
+            manual_sha256=manual_sha256))
+
+    def finish(self, iteration_id: str, status: str, summary: dict[str, Any] | None = None, *,
+               baseline_run_id: str | None = None) -> None:
+        """The iteration's verdict (stamped `finished_at`), with its summary and its baseline run
+        when given (a column not given keeps its value)."""
+        values: dict[str, Any] = {"status": status}
+        if baseline_run_id is not None:
+            values["baseline_run_id"] = baseline_run_id
+        if summary is not None:
+            values["summary"] = summary
+        self._update_job(schema.iterations.c.iteration_id, iteration_id, values)
+
+    def get(self, iteration_id: str) -> dict[str, Any] | None:
+        with self._reading() as conn:
+            row = conn.execute(select(schema.iterations).where(schema.iterations.c.iteration_id == iteration_id)
+                               ).mappings().first()
+        return decode(row) if row else None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every iteration, oldest first, its JSON columns decoded (`targets`, `settings`, `summary`)."""
+        with self._reading() as conn:
+            rows = conn.execute(select(schema.iterations).order_by(schema.iterations.c.started_at)).mappings().all()
+        return [decode(row) for row in rows]

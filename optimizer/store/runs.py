@@ -1,0 +1,108 @@
+"""The runs table: one row per run of trials (an eval, a loop's baseline or candidate, a bench)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, insert, select, update
+
+from optimizer.store import schema
+from optimizer.store._repository import Repository, decode
+from optimizer.types import RunResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+UNFINISHED = ("running", "interrupted", "stopped", "crashed")
+"""Statuses of a run that did not get to the end of its trials."""
+
+
+class Runs(Repository):
+    """Runs are written when they start and when they end, each time after the trials queued
+    before, so a finished run is all on disk."""
+
+    def start(self, run: RunResult, kind: str = "eval") -> None:
+        with self._writing() as conn:
+            conn.execute(insert(schema.runs).values(
+                run_id=run.run_id, kind=kind, status="running", started_at=run.started_at,
+                settings_json=json.dumps(run.settings, default=str),
+                fingerprints_json=json.dumps(run.fingerprints, default=str)))
+
+    def finish(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        with self._writing() as conn:
+            conn.execute(update(schema.runs).where(schema.runs.c.run_id == run_id).values(
+                status=status, finished_at=datetime.now(timezone.utc),
+                summary_json=json.dumps(summary, default=str)))
+
+    def exists(self, run_id: str) -> bool:
+        with self._reading() as conn:
+            return conn.execute(select(schema.runs.c.run_id).where(schema.runs.c.run_id == run_id)).first() is not None
+
+    def get(self, run_id: str) -> dict[str, Any] | None:
+        with self._reading() as conn:
+            row = conn.execute(select(schema.runs).where(schema.runs.c.run_id == run_id)).mappings().first()
+        return decode(row) if row else None
+
+    def find_reusable(self, fingerprints: dict[str, Any], trial_count: int) -> str | None:
+        """The newest completed run with exactly these fingerprints and every planned trial."""
+        wanted = json.dumps(fingerprints, sort_keys=True, default=str)
+        with self._reading() as conn:
+            rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.fingerprints_json)
+                                .where(schema.runs.c.status == "completed")
+                                .order_by(schema.runs.c.started_at.desc())).all()
+            for run_id, stored in rows:
+                if json.dumps(json.loads(stored), sort_keys=True, default=str) != wanted:
+                    continue
+                count = conn.execute(select(func.count()).select_from(schema.trials)
+                                     .where(schema.trials.c.run_id == run_id)).scalar_one()
+                if count == trial_count:
+                    return run_id
+        return None
+
+    def find_unfinished(self, fingerprints: dict[str, Any], kind: str) -> str | None:
+        """The newest run of this kind that never finished (its process was killed, interrupted,
+        stopped by a budget or crashed) and has exactly these fingerprints: its recorded trials
+        can be kept and only the rest run."""
+        wanted = json.dumps(fingerprints, sort_keys=True, default=str)
+        with self._reading() as conn:
+            rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.fingerprints_json)
+                                .where(schema.runs.c.status.in_(UNFINISHED), schema.runs.c.kind == kind)
+                                .order_by(schema.runs.c.started_at.desc())).all()
+        for run_id, stored in rows:
+            if json.dumps(json.loads(stored), sort_keys=True, default=str) == wanted:
+                return run_id
+        return None
+
+    def of_spec(self, fingerprints: dict[str, Any], kind: str, *, started_before: datetime) -> list[str]:
+        """Runs of this kind started before `started_before`, oldest first, whose run spec is these
+        fingerprints up to the number of trials planned per task (finished or not: every recorded
+        trial is whole)."""
+        wanted = json.dumps(_without_counts(fingerprints), sort_keys=True, default=str)
+        with self._reading() as conn:
+            rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.fingerprints_json)
+                                .where(schema.runs.c.kind == kind, schema.runs.c.started_at < started_before)
+                                .order_by(schema.runs.c.started_at, schema.runs.c.run_id)).all()
+        return [run_id for run_id, stored in rows
+                if json.dumps(_without_counts(json.loads(stored)), sort_keys=True, default=str) == wanted]
+
+    def rows(self, *columns: str, last: int | None = None) -> list[dict[str, Any]]:
+        """Runs, oldest first, as dicts whose JSON columns are decoded (`summary_json` read as
+        `summary`). Name `columns` to read only those (decoding every run's summary costs on a
+        large store); `last` keeps only the newest so many."""
+        table = schema.runs
+        query = select(*(table.c[name] for name in columns)) if columns else select(table)
+        order = (table.c.started_at, table.c.run_id)
+        query = query.order_by(*(column.desc() for column in order)).limit(last) if last else query.order_by(*order)
+        with self._reading() as conn:
+            rows = [decode(row) for row in conn.execute(query).mappings().all()]
+        return rows[::-1] if last else rows
+
+    def frame(self) -> pd.DataFrame:
+        return self._frame(select(schema.runs).order_by(schema.runs.c.started_at))
+
+
+def _without_counts(fingerprints: dict[str, Any]) -> dict[str, Any]:
+    tasks = {key: {**task, "trials": 0} for key, task in (fingerprints.get("tasks") or {}).items()}
+    return {**fingerprints, "tasks": tasks}
