@@ -17,7 +17,7 @@ import argparse
 
 import numpy as np
 
-GRIDS = {"0.2 0.4 0.6 0.8": (0.2, 0.4, 0.6, 0.8), "0.5 0.75": (0.5, 0.75), "0.5 0.8": (0.5, 0.8),
+GRIDS = {"0.2 0.4 0.6 0.8": (0.2, 0.4, 0.6, 0.8), "0.4 0.7": (0.4, 0.7), "0.5 0.75": (0.5, 0.75),
          "0.6": (0.6,), "0.1 0.3 0.5 0.7 0.9": (0.1, 0.3, 0.5, 0.7, 0.9)}
 CASES = [  # (label, base pass rate, candidate pass rate, pairs, threshold)
     ("template_quote rule +0.27", 0.65, 0.92, 32, 20),
@@ -28,12 +28,14 @@ CASES = [  # (label, base pass rate, candidate pass rate, pairs, threshold)
     ("multi_fact_day broken -0.47", 0.55, 0.08, 24, 140),
     ("multi_fact_day broken -0.47", 0.55, 0.08, 32, 140),
     ("a bucket hurt -0.20", 0.55, 0.35, 48, 140),
+    ("A/A (no change), 8 pairs", 0.55, 0.55, 8, 20),
+    ("A/A (no change), 64 pairs", 0.55, 0.55, 64, 20),
 ]
 
 
 def reached(base: float, candidate: float, pairs: int, threshold: float, grid: tuple[float, ...], runs: int,
             rng: np.random.Generator) -> float:
-    up = candidate > base
+    up = candidate >= base
     before = rng.random((runs, pairs)) < base
     after = rng.random((runs, pairs)) < candidate
     moves = after.astype(float) - before.astype(float)

@@ -5,7 +5,7 @@ acceptance, side by side on the same planted cases. Prints a table; asserts noth
         [--buckets B ...] [--arms new previous gepa] [--policy FIELD=VALUE ...]
 
 Cases, per suite (each repeat draws a fresh baseline as the loop plans it: 4 trials per task,
-`lone_task_trials` for a train task alone in its bucket):
+`lone_task_factor` times that for a train task alone in its bucket):
 * **A/A**: the candidate is the base prompt, sampled again. Targets are chosen from the baseline
   as `optimizer run` chooses them. Every acceptance is a false accept.
 * **good**: the candidate adds the simulator's rule for bucket B, and B is the target. Power.
@@ -216,8 +216,8 @@ def main() -> None:
     parser.add_argument("--suites", nargs="*", default=["card_agent", "pkm_agent"])
     parser.add_argument("--buckets", nargs="*", default=None, help="targets tried for power (default: all)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lone-task-trials", type=int, default=Settings.model_fields["lone_task_trials"].default,
-                        help="baseline trials of a task alone in its train bucket (the loop's setting)")
+    parser.add_argument("--lone-task-factor", type=int, default=Settings.model_fields["lone_task_factor"].default,
+                        help="times the trials of a task alone in its train bucket (the loop's setting)")
     parser.add_argument("--arms", nargs="*", default=["new", "pooled", "previous", "gepa"],
                         help="arms to run (default: all)")
     parser.add_argument("--policy", nargs="*", default=[], metavar="FIELD=VALUE",
@@ -239,7 +239,7 @@ def main() -> None:
         entry = get_agent(agent)
         base = (ROOT / entry.prompt_file).read_text(encoding="utf-8")
         texts = entry.sim_profile.rule_texts
-        planned = plan(suites, trials=4, lone_task_trials=args.lone_task_trials)
+        planned = plan(suites, trials=4, lone_task_factor=args.lone_task_factor)
         sim = FastSim(suites, fails)
         rng = random.Random(args.seed)
         by_bucket: dict[str, list[PlannedTrial]] = {}

@@ -24,7 +24,7 @@ import gate_power  # noqa: E402
 
 from optimizer.registry import get_agent  # noqa: E402
 from optimizer.runner import plan  # noqa: E402
-from optimizer.stats import wealth_path  # noqa: E402
+from optimizer.stats import HARM_GRID, wealth_path  # noqa: E402
 from optimizer.suites import load_suites  # noqa: E402
 
 
@@ -53,7 +53,7 @@ def main() -> None:
         for _ in range(args.runs):
             draws = rng.random(pairs)
             signs = [1.0 if u < drop else -1.0 for u in draws if u < drop + rise]  # +1: a drop
-            path = wealth_path(signs)
+            path = wealth_path(signs, HARM_GRID)
             caught += bool(path.size and path.max() >= threshold)
         print(f"{pairs:>5}  {caught / args.runs:6.1%}")
 

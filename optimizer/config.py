@@ -83,10 +83,11 @@ class Settings(BaseModel):
     loop_trials: int = Field(default=4, ge=1)
     """Trials per task in `optimizer run` and `optimizer noise` unless `trials` is set: the gate
     pairs trials, and one trial per task is too few pairs to show a bucket improved."""
-    lone_task_trials: int = Field(default=12, ge=0)
-    """Trials per run in `optimizer run` and `optimizer noise` of a train task that is alone in its
-    bucket: that bucket's score is one task's, so a drop shows only in its pairs, and the harm test
-    needs about 12 of them before it leans reliably (docs/gate.md)."""
+    lone_task_factor: int = Field(default=3, ge=1)
+    """In `optimizer run` and `optimizer noise`, a train task alone in its bucket runs this many
+    times the trials of the others (12 for 4): that bucket's score is one task's, so a drop shows
+    only in its pairs, and the harm test needs about 12 of them before it leans reliably
+    (docs/gate.md)."""
     batch_pairs: int = Field(default=8, ge=1)
     """Fresh pairs per targeted bucket between two looks of the gate's sequential test (spread
     evenly over the bucket's train tasks); a harm group that needs more pairs gets half as many

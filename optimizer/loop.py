@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from optimizer import gitops
 from optimizer.box import Box, open_box
@@ -78,7 +78,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
         validate_model(settings.judge_model, field="judge_model")
     if not dry_run:
         _check_proposer(settings)
-    planned = plan(suites, trials=settings.trials, lone_task_trials=settings.lone_task_trials)
+    planned = plan(suites, trials=settings.trials, lone_task_factor=settings.lone_task_factor)
 
     state_dir = root / settings.state_dir
     gitops.ignore_state_dir(state_dir)
@@ -302,10 +302,7 @@ class _Iteration:
         if records:
             self.log(f"search: continuing the pool in {folder} ({len(records)} candidate(s) so far)")
 
-        def check(patched: str) -> str | None:
-            found = check_prompt_text(prompt_file=prompt_path, base_prompt=prompt, patched=patched,
-                                      max_changed_lines=settings.max_changed_lines, index=lint_index)
-            return None if found.passed else f"{found.rule}: {found.reason}"
+        check = self._text_check(prompt, prompt_path, lint_index)
 
         def render(parent: str, failures: list[dict[str, Any]]) -> str:
             return render_request(prompt=parent, failures=failures, **self.request_args)[0]
@@ -362,6 +359,17 @@ class _Iteration:
             self._stop(record, confined=proposer.confined)
         return (None if proposal.error else patched), proposal.rationale, proposal.error
 
+    def _text_check(self, prompt: str, prompt_path: str, lint_index: LintIndex) -> Callable[[str], str | None]:
+        """The checks a patched prompt text meets before any rollout (size, hard-coded answers), as
+        the proposers' `check`: None when it passes, else `rule: reason`."""
+
+        def check(patched: str) -> str | None:
+            found = check_prompt_text(prompt_file=prompt_path, base_prompt=prompt, patched=patched,
+                                      max_changed_lines=self.settings.max_changed_lines, index=lint_index)
+            return None if found.passed else f"{found.rule}: {found.reason}"
+
+        return check
+
     def _stop(self, record: ProposalRecord, *, confined: bool) -> None:
         """End the iteration on a proposer that changed the user's checkout: recorded as stopped,
         then raised, so `run` and `nightly` exit with the harness code (3), not a verdict."""
@@ -379,11 +387,7 @@ class _Iteration:
     def _proposal(self, proposer, record: ProposalRecord, box: Box, selection: Selection, prompt: str,
                   prompt_path: str, lint_index: LintIndex) -> None:
         result, base, workdir = self.result, self.result.base, box.workdir
-        def check(patched: str) -> str | None:
-            found = check_prompt_text(prompt_file=prompt_path, base_prompt=prompt, patched=patched,
-                                      max_changed_lines=self.settings.max_changed_lines, index=lint_index)
-            return None if found.passed else f"{found.rule}: {found.reason}"
-
+        check = self._text_check(prompt, prompt_path, lint_index)
         before = checkout_state(self.repo)
         proposal: Proposal = proposer.propose(ProposalRequest(
             request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,

@@ -99,7 +99,7 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
     settings = loop_settings(ctx.settings)
     validate_model(settings.agent_model, field="agent_model")
     suites = load_suites(suite_names or settings.suites, ctx.project_root)
-    planned = plan(suites, trials=settings.trials, lone_task_trials=settings.lone_task_trials)
+    planned = plan(suites, trials=settings.trials, lone_task_factor=settings.lone_task_factor)
     regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
     policy = policy_from(settings)
     non_voting = non_voting_graders(ctx.store, suites, settings.judge_model) if judges_used(suites) else []

@@ -63,10 +63,10 @@ def new_run_id() -> str:
 
 
 def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | list[str] | None = None,
-         lone_task_trials: int = 0) -> list[PlannedTrial]:
+         lone_task_factor: int = 1) -> list[PlannedTrial]:
     """Trials to run: every task (or those whose id matches any of the globs) times its trials. A
-    train task alone in its bucket runs at least `lone_task_trials` (the loop's baseline: such a
-    bucket's score is one task's, so the gate needs more of its pairs to see a drop)."""
+    train task alone in its bucket runs `lone_task_factor` times as many (the loop's baseline: such
+    a bucket's score is one task's, so the gate needs more of its pairs to see a drop)."""
     globs = [task_glob] if isinstance(task_glob, str) else list(task_glob or [])
     planned = []
     for suite in suites:
@@ -76,7 +76,7 @@ def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | lis
                 continue
             count = trials or suite.trials_for(task)
             if task.split == "train" and sizes[task.bucket] == 1:
-                count = max(count, lone_task_trials)
+                count *= lone_task_factor
             for index in range(count):
                 planned.append(PlannedTrial(suite, task, index))
     if not planned:

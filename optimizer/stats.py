@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-IMPROVE_GRID = (0.2, 0.4, 0.6, 0.8)
+IMPROVE_GRID = (0.4, 0.7)
 HARM_GRID = (0.5, 0.75)
 
 

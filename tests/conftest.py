@@ -30,7 +30,7 @@ def isolated(tmp_path, monkeypatch):
         monkeypatch.setenv(f"OPTIMIZER_{role}_MODEL", "mock/sim")
     # the loop tests' scripted proposals are written for the targets a baseline of `loop_trials` per
     # task picks; the extra trials of a task alone in its bucket are tested where they are asked for
-    monkeypatch.setenv("OPTIMIZER_LONE_TASK_TRIALS", "0")
+    monkeypatch.setenv("OPTIMIZER_LONE_TASK_FACTOR", "1")
     return state
 
 

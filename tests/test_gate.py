@@ -256,7 +256,7 @@ def test_a_task_alone_in_its_train_bucket_gets_its_own_trial_count():
                                            ("c", 0, "holdout"))]
     suite = Suite.model_construct(spec=SuiteSpec(name="s", agent_name="card_agent"), root=".", tasks=tasks)
     counts = {}
-    for item in plan([suite], trials=4, lone_task_trials=12):
+    for item in plan([suite], trials=4, lone_task_factor=3):
         counts[item.task.id] = counts.get(item.task.id, 0) + 1
     assert counts == {"a0": 12, "b0": 4, "b1": 4, "c0": 4}  # a holdout task is tested with its split
     assert {item.task.id for item in plan([suite], trials=4) if item.index >= 4} == set()

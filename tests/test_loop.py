@@ -307,6 +307,22 @@ def test_dry_run_writes_a_request_without_holdout_tasks(cli, repo, tmp_path, mon
     assert optimizer_branches(repo) == []
 
 
+def test_the_baseline_runs_a_task_alone_in_its_bucket_lone_task_factor_times(cli, repo, tmp_path, monkeypatch):
+    from collections import Counter
+
+    from optimizer.config import load_settings
+    from optimizer.store import open_store
+
+    monkeypatch.setenv("OPTIMIZER_LONE_TASK_FACTOR", "3")
+    code, out, err = cli("run", "--dry-run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    store = open_store(load_settings(repo), repo)
+    counts = Counter(trial.task_id for trial in store.trials.load(summary["baseline_run_id"]))
+    assert counts["card_trivial_single_emoji"] == 12  # trivial_input has one train task
+    assert counts["card_fact_flight_details"] == 4 and counts["card_multi_fact_call_mom"] == 4  # two; holdout
+
+
 def test_refuses_to_start_when_the_base_commit_lacks_the_prompt(cli, repo, tmp_path, monkeypatch):
     git(repo, "rm", "-q", "--cached", PROMPT)
     git(repo, "commit", "-qm", "untrack the prompt")

@@ -150,7 +150,7 @@ def _run_env(repo, state, script_path) -> dict:
     env.update(OPTIMIZER_ROOT=str(repo), OPTIMIZER_STATE_DIR=str(state), OPTIMIZER_AGENT_MODEL="mock/sim",
                OPTIMIZER_JUDGE_MODEL="mock/sim", OPTIMIZER_PATCHER_MODEL="mock/patcher",
                OPTIMIZER_MOCK_PATCHER_SCRIPT=str(script_path), OPTIMIZER_RETRY_BASE_DELAY="0.01",
-               OPTIMIZER_LONE_TASK_TRIALS=os.environ["OPTIMIZER_LONE_TASK_TRIALS"], CI="true")
+               OPTIMIZER_LONE_TASK_FACTOR=os.environ["OPTIMIZER_LONE_TASK_FACTOR"], CI="true")
     return env
 
 
