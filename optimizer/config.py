@@ -86,8 +86,8 @@ class Settings(BaseModel):
     lone_task_factor: int = Field(default=3, ge=1)
     """In `optimizer run` and `optimizer noise`, a train task alone in its bucket runs this many
     times the trials of the others (12 for 4): that bucket's score is one task's, so a drop shows
-    only in its pairs, and the harm test needs about 12 of them before it leans reliably
-    (docs/gate.md)."""
+    only in its pairs, and with fewer than about 12 of them the harm test often never starts to
+    look (docs/gate.md)."""
     batch_pairs: int = Field(default=8, ge=1)
     """Fresh pairs per targeted bucket between two looks of the gate's sequential test (spread
     evenly over the bucket's train tasks); a harm group that needs more pairs gets half as many
@@ -98,7 +98,8 @@ class Settings(BaseModel):
     """Pairs every other bucket, the holdout split and each regression suite get before the harm
     test looks (a group with fewer baseline trials gets fresh pairs for both prompts)."""
     max_bucket_pairs: int = Field(default=48, ge=1)
-    """Pairs after which a group whose harm test leans to harm gets no more."""
+    """Pairs after which a harm group still open (its drop bets have not lost half their stake)
+    gets no more."""
     max_rollouts: int = Field(default=250, ge=2)
     """Trials the gate may run per proposal, both prompts counted (cached base-prompt trials
     excepted). About twice a full staged rerun of the card suite."""
@@ -140,7 +141,7 @@ class Settings(BaseModel):
     gate: Literal["strict", "lenient"] = "strict"
     max_bucket_drop: float = Field(default=0.10, ge=0.0, le=1.0)
     """The drop of a bucket's mean score the harm test should detect: a group whose detectable
-    drop at its pairs is larger, and whose test leans to harm, is reported as not shown safe."""
+    drop at its pairs is larger, and that is still open at the end, is reported as not shown safe."""
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     """Level of the improvement test (anytime-valid, Holm over the targeted buckets)."""
     alpha_harm: float = Field(default=0.10, gt=0.0, lt=1.0)
