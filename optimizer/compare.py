@@ -147,8 +147,8 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         if policy.mode == "lenient" and table.pairs:
             break
         room = (budget_left() - reserve) // (2 * len(open_buckets)) if table.pairs else policy.batch_pairs
-        sizes = {bucket: min(policy.batch_pairs, room) // len(target_keys[bucket]) * len(target_keys[bucket])
-                 for bucket in open_buckets}
+        rounds = {bucket: max(1, len(target_keys[bucket])) for bucket in open_buckets}  # pairs per round
+        sizes = {bucket: min(policy.batch_pairs, room) // rounds[bucket] * rounds[bucket] for bucket in open_buckets}
         if not all(sizes.values()):
             capped = True  # not one more round of pairs fits beside what the rest and the floor need
             break

@@ -4,6 +4,7 @@ the comparison's two sides (`optimizer.compare`) in the loop."""
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import tempfile
@@ -87,6 +88,12 @@ class Stage:
         self.screen_runs: dict[str, str] = {}
         """Per prompt (text sha), the run its screening trials are recorded in."""
 
+    @functools.cached_property
+    def spec(self) -> dict:
+        """The baseline's run spec (`fingerprints`), computed once: the baseline and the base pool
+        are both found by it."""
+        return fingerprints(self.suites, self.settings, self.base_root, self.planned)
+
     def run(self, planned: list[PlannedTrial], prompt_root: Path, *, kind: str, label: str,
             run_id: str | None = None) -> RunResult:
         return run_trials(self.ctx, self.settings, self.suites, planned, prompt_root, kind=kind, label=label,
@@ -94,8 +101,7 @@ class Stage:
 
     def baseline(self) -> list[Trial]:
         result = self.result
-        wanted = fingerprints(self.suites, self.settings, self.base_root, self.planned)
-        reuse = self.store.runs.find_reusable(wanted, len(self.planned))
+        reuse = self.store.runs.find_reusable(self.spec, len(self.planned))
         if reuse:
             self.ctx.log(f"baseline: reusing run {reuse} (the same run spec: commit, code, prompts, tasks, fixtures, "
                          f"graders, models, packages)")
@@ -116,18 +122,15 @@ class Stage:
         runs of one that was interrupted are taken up again, and counted, by the iteration that
         runs in its place. Indexes the baseline holds and errored trials are left out. Returns
         how many were taken."""
-        decided = [row["finished_at"] for row in self.store.iterations.rows()
-                   if row["base_commit"] == self.result.base.commit and row["finished_at"] is not None
-                   and row["status"] in ("accepted", "rejected", "nothing_to_fix")]
-        if not decided:
+        decided = self.store.iterations.last_verdict(self.result.base.commit)
+        if decided is None:
             return 0
         counts: dict[tuple[str, str], int] = {}
         for item in self.planned:
             key = (item.suite.name, item.task.id)
             counts[key] = max(counts.get(key, 0), item.index + 1)
-        spec = fingerprints(self.suites, self.settings, self.base_root, self.planned)
         taken = 0
-        for run_id in self.store.runs.of_spec(spec, "confirm", started_before=max(decided)):
+        for run_id in self.store.runs.of_spec(self.spec, "confirm", started_before=decided):
             for trial in self.store.trials.load(run_id):
                 key = (trial.suite, trial.task_id, trial.index)
                 if (trial.status != "errored" and trial.index >= counts.get(key[:2], math.inf)

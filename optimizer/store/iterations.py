@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 
 from optimizer.store import schema
 from optimizer.store._repository import Repository, decode, encode
@@ -46,6 +46,15 @@ class Iterations(Repository):
             row = conn.execute(select(schema.iterations).where(schema.iterations.c.iteration_id == iteration_id)
                                ).mappings().first()
         return decode(row) if row else None
+
+    def last_verdict(self, base_commit: str) -> datetime | None:
+        """When the last iteration on `base_commit` that reached a verdict (accepted, rejected,
+        nothing to fix) ended; None when none has."""
+        table = schema.iterations
+        with self._reading() as conn:
+            return conn.execute(select(func.max(table.c.finished_at)).where(
+                table.c.base_commit == base_commit,
+                table.c.status.in_(("accepted", "rejected", "nothing_to_fix")))).scalar_one()
 
     def rows(self) -> list[dict[str, Any]]:
         """Every iteration, oldest first, its JSON columns decoded (`targets`, `settings`, `summary`)."""

@@ -47,13 +47,13 @@ class Runs(Repository):
 
     def find_reusable(self, fingerprints: dict[str, Any], trial_count: int) -> str | None:
         """The newest completed run with exactly these fingerprints and every planned trial."""
-        wanted = json.dumps(fingerprints, sort_keys=True, default=str)
+        wanted = _canonical(fingerprints)
         with self._reading() as conn:
             rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.fingerprints_json)
                                 .where(schema.runs.c.status == "completed")
                                 .order_by(schema.runs.c.started_at.desc())).all()
             for run_id, stored in rows:
-                if json.dumps(json.loads(stored), sort_keys=True, default=str) != wanted:
+                if _canonical(json.loads(stored)) != wanted:
                     continue
                 count = conn.execute(select(func.count()).select_from(schema.trials)
                                      .where(schema.trials.c.run_id == run_id)).scalar_one()
@@ -65,13 +65,13 @@ class Runs(Repository):
         """The newest run of this kind that never finished (its process was killed, interrupted,
         stopped by a budget or crashed) and has exactly these fingerprints: its recorded trials
         can be kept and only the rest run."""
-        wanted = json.dumps(fingerprints, sort_keys=True, default=str)
+        wanted = _canonical(fingerprints)
         with self._reading() as conn:
             rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.fingerprints_json)
                                 .where(schema.runs.c.status.in_(UNFINISHED), schema.runs.c.kind == kind)
                                 .order_by(schema.runs.c.started_at.desc())).all()
         for run_id, stored in rows:
-            if json.dumps(json.loads(stored), sort_keys=True, default=str) == wanted:
+            if _canonical(json.loads(stored)) == wanted:
                 return run_id
         return None
 
@@ -79,13 +79,13 @@ class Runs(Repository):
         """Runs of this kind started before `started_before`, oldest first, whose run spec is these
         fingerprints up to the number of trials planned per task (finished or not: every recorded
         trial is whole)."""
-        wanted = json.dumps(_without_counts(fingerprints), sort_keys=True, default=str)
+        wanted = _canonical(_without_counts(fingerprints))
         with self._reading() as conn:
             rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.fingerprints_json)
                                 .where(schema.runs.c.kind == kind, schema.runs.c.started_at < started_before)
                                 .order_by(schema.runs.c.started_at, schema.runs.c.run_id)).all()
         return [run_id for run_id, stored in rows
-                if json.dumps(_without_counts(json.loads(stored)), sort_keys=True, default=str) == wanted]
+                if _canonical(_without_counts(json.loads(stored))) == wanted]
 
     def rows(self, *columns: str, last: int | None = None) -> list[dict[str, Any]]:
         """Runs, oldest first, as dicts whose JSON columns are decoded (`summary_json` read as
@@ -101,6 +101,11 @@ class Runs(Repository):
 
     def frame(self) -> pd.DataFrame:
         return self._frame(select(schema.runs).order_by(schema.runs.c.started_at))
+
+
+def _canonical(fingerprints: dict[str, Any]) -> str:
+    """Fingerprints as one comparable string, whatever the order of their keys."""
+    return json.dumps(fingerprints, sort_keys=True, default=str)
 
 
 def _without_counts(fingerprints: dict[str, Any]) -> dict[str, Any]:
