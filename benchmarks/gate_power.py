@@ -242,6 +242,8 @@ def main() -> None:
         planned = plan(suites, trials=4, lone_task_factor=args.lone_task_factor)
         sim = FastSim(suites, fails)
         rng = random.Random(args.seed)
+        print(f"\n{suite_name}: baseline of {len(planned)} trials per repeat, "
+              f"{sum(item.reserve for item in planned)} of them the reserve of tasks alone in their bucket")
         by_bucket: dict[str, list[PlannedTrial]] = {}
         for item in planned:
             if item.index == 0 and item.task.split == "train":

@@ -11,13 +11,14 @@ spend on them.
    ends without being shown improved, the candidate is rejected here and nothing else runs.
 2. **The rest.** The candidate runs every other task of the changed agent's suites (train,
    holdout, regression) at the baseline's trial indexes; each trial pairs with the baseline's.
-3. **Harm, by power.** Every harm group gets at least `min_bucket_pairs` pairs (fresh pairs for
-   both prompts where the baseline has fewer trials). Then, half a batch at a time, the open
-   group with the most evidence of a drop (the largest current wealth of its drop bets; open:
-   some pair changed, the bets have not lost half their stake, and it has fewer than
-   `max_bucket_pairs` pairs) gets more fresh pairs, until no group is open, one is shown harmed,
-   or the proposal's budget (`max_rollouts` trials) is spent. The budget goes first where harm
-   is likeliest.
+   A task alone in its bucket pairs here only its usual trial count; the baseline's extra trials
+   of it (`PlannedTrial.reserve`) wait for step 3.
+3. **Harm, by power.** Every harm group gets at least `min_bucket_pairs` pairs. Then, half a
+   batch at a time, the open group whose mean score fell most (open: some pair changed, its bets
+   on a drop have not lost half their stake, and it has fewer than `max_bucket_pairs` pairs)
+   gets more pairs, until no group is open, one is shown harmed, or the proposal's budget
+   (`max_rollouts` trials) is spent. More pairs of a task come from the baseline's reserve
+   first (the candidate's trial is the only cost), then from fresh indexes (both prompts).
 
 Base-prompt trials at fresh indexes are shared by every candidate of an iteration (the `Sides`
 object caches them) and, through the loop's base pool, by later iterations on the same base
@@ -67,44 +68,70 @@ class Comparison:
 
 
 class _Plan:
-    """Fresh trial indexes per task, and the planned items by task."""
+    """Trial indexes for more pairs per task: the baseline's reserve first (base side already run),
+    then fresh indexes after the baseline's."""
 
-    def __init__(self, planned: list[PlannedTrial]):
+    def __init__(self, planned: list[PlannedTrial], baseline: list[Trial]):
         self.items: dict[tuple[str, str], PlannedTrial] = {}
         self.next_index: dict[tuple[str, str], int] = {}
+        self.reserve: dict[tuple[str, str], list[int]] = {}
+        run = {(t.suite, t.task_id, t.index): t for t in baseline}
+        self.reserved: dict[tuple[str, str, int], Trial] = {}
+        """Reserve trials of the baseline, by (suite, task, index): a pair on one costs the candidate's trial."""
         for item in planned:
             key = (item.suite.name, item.task.id)
             self.items.setdefault(key, item)
             self.next_index[key] = max(self.next_index.get(key, 0), item.index + 1)
+            trial = run.get((*key, item.index))
+            if item.reserve and trial is not None and trial.status != "errored":
+                self.reserve.setdefault(key, []).append(item.index)
+                self.reserved[(*key, item.index)] = trial
 
-    def fresh(self, keys: list[tuple[str, str]], pairs: int) -> list[PlannedTrial]:
-        """`pairs` fresh trials spread evenly (whole rounds) over `keys`."""
+    def fresh(self, keys: list[tuple[str, str]], pairs: int, *, reserve: bool = True) -> list[PlannedTrial]:
+        """`pairs` more trials spread evenly (whole rounds) over `keys`, the baseline's reserve
+        first unless `reserve` is false (targets: the baseline chose them, so only trials it has
+        not seen may judge them). Nothing is taken until `take`."""
         if not keys or pairs <= 0:
             return []
         per_task = math.ceil(pairs / len(keys))
         out = []
         for key in keys:
             item = self.items[key]
+            spare = self.reserve.get(key, []) if reserve else []
+            indexes = spare[:per_task]
             start = self.next_index[key]
-            out += [PlannedTrial(item.suite, item.task, start + offset) for offset in range(per_task)]
-            self.next_index[key] = start + per_task
+            indexes += range(start, start + per_task - len(indexes))
+            out += [PlannedTrial(item.suite, item.task, index) for index in indexes]
         return out
 
+    def take(self, items: list[PlannedTrial]) -> None:
+        for item in items:
+            key = (item.suite.name, item.task.id)
+            if (*key, item.index) in self.reserved:
+                self.reserve[key].remove(item.index)
+            else:
+                self.next_index[key] = max(self.next_index[key], item.index + 1)
 
-def _floor_pairs(rest: list[PlannedTrial], regression: set[str], policy: GatePolicy) -> int:
-    """Fresh pairs the harm groups need to reach `min_bucket_pairs` (in whole rounds per task)."""
+    def cost(self, items: list[PlannedTrial]) -> int:
+        """Trials a batch runs: the candidate's, and the base prompt's where the reserve has none."""
+        return sum(1 if (item.suite.name, item.task.id, item.index) in self.reserved else 2 for item in items)
+
+
+def _floor_cost(rest: list[PlannedTrial], regression: set[str], plan: _Plan, policy: GatePolicy) -> int:
+    """Trials the harm groups' pairs up to `min_bucket_pairs` cost (in whole rounds per task)."""
     if policy.mode != "strict":
         return 0
-    groups: dict[tuple[str, str, str], dict[str, int]] = {}
+    groups: dict[tuple[str, str, str], dict[tuple[str, str], int]] = {}
     for item in rest:
         group = harm_group(item.suite.name, item.task.bucket, item.task.split, item.suite.name in regression)
         tasks = groups.setdefault(group, {})
-        tasks[item.task.id] = tasks.get(item.task.id, 0) + 1
+        key = (item.suite.name, item.task.id)
+        tasks[key] = tasks.get(key, 0) + 1
     need = 0
     for tasks in groups.values():
         missing = policy.min_bucket_pairs - sum(tasks.values())
         if missing > 0:
-            need += math.ceil(missing / len(tasks)) * len(tasks)
+            need += plan.cost(plan.fresh(sorted(tasks), missing))
     return need
 
 
@@ -115,7 +142,7 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
     targets = sorted(set(targets))
     regression = set(regression_suites)
     table = PairTable(non_voting)
-    plan = _Plan(planned)
+    plan = _Plan(planned, baseline)
     result = Comparison(decision=None)  # type: ignore[arg-type]
 
     def is_target(item: PlannedTrial) -> bool:
@@ -124,10 +151,15 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
     target_keys = {bucket: sorted({(i.suite.name, i.task.id) for i in planned
                                    if is_target(i) and (i.suite.name, i.task.bucket) == bucket})
                    for bucket in targets}
-    rest = [item for item in planned if not is_target(item) and item.suite.spec.agent_name == agent]
+    rest = [item for item in planned
+            if not is_target(item) and not item.reserve and item.suite.spec.agent_name == agent]
 
     def run_pairs(items: list[PlannedTrial], label: str) -> None:
-        base = sides.base(items, label)
+        plan.take(items)
+        held = [plan.reserved[key] for key in ((i.suite.name, i.task.id, i.index) for i in items)
+                if key in plan.reserved]
+        fresh = [i for i in items if (i.suite.name, i.task.id, i.index) not in plan.reserved]
+        base = held + (sides.base(fresh, label) if fresh else [])
         after = sides.candidate(items, label)
         table.add_all(base, after, regression)
         result.batches += 1
@@ -136,7 +168,7 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         return policy.max_rollouts - sides.ran()
 
     # 1. targets, in batches, until each is settled; the rest and the harm floor are reserved
-    reserve = len(rest) + 2 * _floor_pairs(rest, regression, policy)
+    reserve = len(rest) + _floor_cost(rest, regression, plan, policy)
     capped = False
     while True:
         status = improvement_status(table, targets, policy) if table.pairs else {
@@ -152,7 +184,8 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         if not all(sizes.values()):
             capped = True  # not one more round of pairs fits beside what the rest and the floor need
             break
-        batch = [item for bucket in open_buckets for item in plan.fresh(target_keys[bucket], sizes[bucket])]
+        batch = [item for bucket in open_buckets
+                 for item in plan.fresh(target_keys[bucket], sizes[bucket], reserve=False)]
         if not batch:
             break
         log(f"targets: {len(batch)} fresh pairs of {', '.join('/'.join(b) for b in open_buckets)}")
@@ -189,22 +222,25 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
                      for item in plan.fresh(keys, policy.min_bucket_pairs - sum(table.count(k) for k in keys))]
             label = "harm check: pairs up to the floor"
         else:
-            leaning = [(stats.harm_wealth, name, keys) for name, keys, stats in states
+            leaning = [(-stats.change, name, keys) for name, keys, stats in states
                        if suspicious(stats) and sum(table.count(k) for k in keys) < policy.max_bucket_pairs]
             if not leaning:
                 break
             _, name, keys = max(leaning, key=lambda entry: entry[0])
-            fits = min(max(len(keys), policy.batch_pairs // 2), budget_left() // 2)
-            if fits < len(keys):
+            size = max(len(keys), policy.batch_pairs // 2)
+            size -= size % len(keys)
+            while size and plan.cost(plan.fresh(keys, size)) > budget_left():
+                size -= len(keys)  # the largest whole rounds that fit
+            if not size:
                 capped = True
                 break
-            batch, label = plan.fresh(keys, fits - fits % len(keys)), f"harm check: {name}"
+            batch, label = plan.fresh(keys, size), f"harm check: {name}"
         if not batch:
             continue
-        if 2 * len(batch) > budget_left():
+        if plan.cost(batch) > budget_left():
             capped = True
             break
-        log(f"{label}: {len(batch)} fresh pairs")
+        log(f"{label}: {len(batch)} more pairs")
         run_pairs(batch, "harm check")
     result.rollouts = sides.ran()
     result.decision = decide(table, targets=targets, policy=policy, rollouts=result.rollouts, capped=capped)

@@ -83,11 +83,12 @@ class Settings(BaseModel):
     loop_trials: int = Field(default=4, ge=1)
     """Trials per task in `optimizer run` and `optimizer noise` unless `trials` is set: the gate
     pairs trials, and one trial per task is too few pairs to show a bucket improved."""
-    lone_task_factor: int = Field(default=3, ge=1)
+    lone_task_factor: int = Field(default=5, ge=1)
     """In `optimizer run` and `optimizer noise`, a train task alone in its bucket runs this many
-    times the trials of the others (12 for 4): that bucket's score is one task's, so a drop shows
-    only in its pairs, and with fewer than about 12 of them the harm test often never starts to
-    look (docs/gate.md)."""
+    times the trials of the others in the baseline (20 for 4): that bucket's score is one task's,
+    so a drop shows only in its pairs, and the harm test needs about 40 of them to catch a large
+    one. The extra trials are the comparison's reserve: paired only when a harm check asks for
+    more of the task's pairs, at the cost of the candidate's trial alone (docs/gate.md)."""
     batch_pairs: int = Field(default=8, ge=1)
     """Fresh pairs per targeted bucket between two looks of the gate's sequential test (spread
     evenly over the bucket's train tasks); a harm group that needs more pairs gets half as many

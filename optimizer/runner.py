@@ -16,7 +16,7 @@ import time
 import traceback
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from queue import Empty, SimpleQueue
@@ -49,6 +49,9 @@ class PlannedTrial:
     suite: Suite
     task: Task
     index: int
+    reserve: bool = field(default=False, compare=False)
+    """A base-prompt trial beyond the task's usual count (`plan`'s `lone_task_factor`): the
+    comparison pairs it only when a harm check needs more of the task's pairs."""
 
 
 def default_workspace_parent() -> str | None:
@@ -66,7 +69,8 @@ def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | lis
          lone_task_factor: int = 1) -> list[PlannedTrial]:
     """Trials to run: every task (or those whose id matches any of the globs) times its trials. A
     train task alone in its bucket runs `lone_task_factor` times as many (the loop's baseline: such
-    a bucket's score is one task's, so the gate needs more of its pairs to see a drop)."""
+    a bucket's score is one task's, so the gate needs more of its pairs to see a drop); the extra
+    ones are marked `reserve`."""
     globs = [task_glob] if isinstance(task_glob, str) else list(task_glob or [])
     planned = []
     for suite in suites:
@@ -74,11 +78,11 @@ def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | lis
         for task in suite.tasks:
             if globs and not any(fnmatch.fnmatch(task.id, glob) for glob in globs):
                 continue
-            count = trials or suite.trials_for(task)
+            usual = count = trials or suite.trials_for(task)
             if task.split == "train" and sizes[task.bucket] == 1:
                 count *= lone_task_factor
             for index in range(count):
-                planned.append(PlannedTrial(suite, task, index))
+                planned.append(PlannedTrial(suite, task, index, reserve=index >= usual))
     if not planned:
         raise InputError(f"no task matches --task {' '.join(globs)!r}", field="--task",
                          fix="use a glob that matches some task id, e.g. 'card_event_*'")

@@ -167,13 +167,14 @@ def test_errored_pairs_are_left_out_and_a_candidate_that_errors_more_is_rejected
 
 
 # ---------------------------------------------------------------- the comparison procedure
-def planned_items(buckets: dict[str, int], trials: int = 4) -> list[PlannedTrial]:
+def planned_items(buckets: dict[str, int], trials: int = 4, lone_task_factor: int = 1) -> list[PlannedTrial]:
     suite = Suite.model_construct(spec=SuiteSpec(name="s", agent_name="card_agent"), root=".", tasks=[])
     items = []
     for bucket, count in buckets.items():
         for number in range(count):
             task = Task.model_construct(id=f"{bucket}{number}", metadata={"failure_bucket": bucket, "split": "train"})
-            items += [PlannedTrial(suite, task, index) for index in range(trials)]
+            total = trials * (lone_task_factor if count == 1 else 1)
+            items += [PlannedTrial(suite, task, index, reserve=index >= trials) for index in range(total)]
     return items
 
 
@@ -193,6 +194,7 @@ class ScriptedSides:
 
     def base(self, planned, label):
         self.labels.append(label)
+        self.base_run = getattr(self, "base_run", []) + [(item.task.id, item.index) for item in planned]
         return self._draw("base", planned)
 
     def candidate(self, planned, label):
@@ -258,6 +260,8 @@ def test_a_task_alone_in_its_train_bucket_gets_its_own_trial_count():
     for item in plan([suite], trials=4, lone_task_factor=3):
         counts[item.task.id] = counts.get(item.task.id, 0) + 1
     assert counts == {"a0": 12, "b0": 4, "b1": 4, "c0": 4}  # a holdout task is tested with its split
+    reserve = {(item.task.id, item.index) for item in plan([suite], trials=4, lone_task_factor=3) if item.reserve}
+    assert reserve == {("a0", index) for index in range(4, 12)}
     assert {item.task.id for item in plan([suite], trials=4) if item.index >= 4} == set()
 
 
@@ -272,6 +276,56 @@ def test_compare_fits_a_smaller_last_batch_of_target_pairs_into_the_budget():
     target = next(b for b in result.decision.buckets if b.bucket == "a")
     assert target.pairs == 28 and result.decision.capped
     assert result.rollouts <= 64
+
+
+def test_a_lone_tasks_reserve_is_paired_only_for_a_harm_check_and_before_any_fresh_base_trial():
+    planned = planned_items({"a": 1, "b": 2, "c": 1}, lone_task_factor=3)
+    # c's 12 baseline trials: the rest pairs 4, the harm floor 4 more from the reserve, no base trial run
+    sides = ScriptedSides({"a": 0.1, "b": 0.6, "c": 0.6}, {"a": 0.95, "b": 0.6, "c": 0.6}, seed=2)
+    baseline = sides._draw("base", planned)
+    sides.count = 0
+    result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent")
+    assert result.decision.stage == "full"
+    c = next(b for b in result.decision.buckets if b.bucket == "c")
+    assert c.pairs >= GatePolicy().min_bucket_pairs
+    assert not [key for key in sides.base_run if key[0] == "c0" and key[1] < 12]
+    # a patch that breaks c: its pairs use all 8 reserve trials before the base prompt runs c again
+    for seed in range(10):
+        sides = ScriptedSides({"a": 0.1, "b": 0.6, "c": 0.6}, {"a": 0.95, "b": 0.6, "c": 0.05}, seed=seed)
+        baseline = sides._draw("base", planned)
+        sides.count = 0
+        result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent")
+        c = next(b for b in result.decision.buckets if b.bucket == "c")
+        fresh_c = sorted(index for task, index in getattr(sides, "base_run", []) if task == "c0")
+        assert fresh_c == list(range(12, 12 + len(fresh_c)))
+        assert not fresh_c or c.pairs == 12 + len(fresh_c)
+
+
+class FixedSides(ScriptedSides):
+    """Every trial passes except those listed per side as (task, index)."""
+
+    def __init__(self, failing: dict[str, set[tuple[str, int]]]):
+        super().__init__({}, {})
+        self.failing = failing
+
+    def _draw(self, side: str, planned: list[PlannedTrial]) -> list[Trial]:
+        self.count += len(planned)
+        return [trial(item.task.id, item.index, float((item.task.id, item.index) not in self.failing[side]))
+                for item in planned]
+
+
+def test_the_harm_group_that_fell_most_gets_the_next_pairs():
+    # after the floor (8 pairs each): c fell 0.50 (five drops, one rise), b 0.375 (three drops);
+    # b's bets on a drop hold more wealth (4.4 against 4.0), but c fell more, so c is checked first
+    planned = planned_items({"a": 1, "b": 1, "c": 1, "d": 2})
+    sides = FixedSides({"base": {("a0", i) for i in range(64)} | {("c0", 1)},
+                        "candidate": {("b0", i) for i in (0, 3, 6)} | {("c0", i) for i in (0, 2, 3, 4, 6)}})
+    baseline = sides._draw("base", planned)
+    sides.count = 0
+    lines: list[str] = []
+    compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent", log=lines.append)
+    checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "floor" not in line]
+    assert checks[:1] == ["c"]
 
 
 @pytest.mark.parametrize("signs_seen, leaning", [([1.0], True), ([1.0, -1.0], True), ([], False),
