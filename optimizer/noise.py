@@ -9,7 +9,9 @@ its outcomes independent between prompts and seeds). The candidates, per repeat:
 * **A/A**: the base prompt itself. Every acceptance is a false accept.
 * **good** (`mock/sim` only): the base prompt plus the simulator's rule for the target. Power.
 * **harmful** (`mock/sim` only): that rule plus a sentence contradicting a one-task bucket of the
-  same agent. Every acceptance is a harmful accept.
+  same agent whose pass rate the simulator then lowers by at least `PLANTED_DROP` (the largest
+  such drop; none in a repeat whose target is the only such bucket). Every acceptance is a
+  harmful accept.
 
 Rates come with Clopper-Pearson 95% intervals; rollouts are counted per decision as `run`
 counts them (both prompts, cached base trials excepted).
@@ -33,6 +35,9 @@ from optimizer.suites import load_suites
 from optimizer.types import Trial
 
 SEED_STRIDE = 7919
+PLANTED_DROP = 0.2
+"""The least fall in the victim task's pass rate for a planted harmful patch (smaller drops are
+below what the gate's budget can detect on one task; docs/gate.md)."""
 CASES = ("A/A", "good", "harmful")
 
 
@@ -131,9 +136,10 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
         texts = entry.sim_profile.rule_texts if simulated and entry.sim_profile else None
         if texts is not None:
             rules = [texts.rules[b] for _, b in sorted(targets) if b in texts.rules]
-            victim = _one_task_bucket(planned, selection.agent, targets, texts.contradictions)
             if rules:
                 candidates["good"] = _with_lines(base_prompt, rules)
+                victim = _one_task_victim(planned, selection.agent, targets, texts.contradictions,
+                                          entry.sim_profile, candidates["good"])
                 if victim:
                     candidates["harmful"] = _with_lines(base_prompt, rules + [texts.contradictions[victim]])
         candidates = {case: prompt for case, prompt in candidates.items() if case in cases}
@@ -156,17 +162,23 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
     return result
 
 
-def _one_task_bucket(planned: list[PlannedTrial], agent: str, targets: set[tuple[str, str]],
-                     contradictions: dict[str, str]) -> str | None:
-    """A train bucket of `agent` with a single task, other than the targets, that has a contradiction."""
-    tasks: dict[tuple[str, str], set[str]] = {}
+def _one_task_victim(planned: list[PlannedTrial], agent: str, targets: set[tuple[str, str]],
+                     contradictions: dict[str, str], profile, good_prompt: str) -> str | None:
+    """The train bucket of `agent` with a single task, other than the targets, whose contradiction
+    (added to `good_prompt`) lowers that task's pass rate on the simulator most, if by at least
+    `PLANTED_DROP`."""
+    tasks: dict[tuple[str, str], dict[str, object]] = {}
     for item in planned:
         if item.suite.spec.agent_name == agent and item.task.split == "train":
-            tasks.setdefault((item.suite.name, item.task.bucket), set()).add(item.task.id)
-    for (suite, bucket), ids in sorted(tasks.items()):
-        if len(ids) == 1 and (suite, bucket) not in targets and bucket in contradictions:
-            return bucket
-    return None
+            tasks.setdefault((item.suite.name, item.task.bucket), {})[item.task.id] = item.task
+    drops = {}
+    for (suite, bucket), members in sorted(tasks.items()):
+        if len(members) == 1 and (suite, bucket) not in targets and bucket in contradictions:
+            task = next(iter(members.values()))
+            harmful = _with_lines(good_prompt, [contradictions[bucket]])
+            drops[bucket] = profile.pass_probability(task, good_prompt) - profile.pass_probability(task, harmful)
+    best = max(drops, key=lambda bucket: drops[bucket], default=None)
+    return best if best is not None and drops[best] >= PLANTED_DROP else None
 
 
 def _with_lines(prompt: str, lines: list[str]) -> str:
