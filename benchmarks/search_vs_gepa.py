@@ -23,7 +23,9 @@ the final prompt (`SimProfile.pass_probability`), averaged over the train tasks 
 holdout tasks. An accepted change is *harmful* when some task's pass rate falls under it, and
 *useless* when none rises. "Gap closed" is the train score's rise as a share of the distance from
 the base prompt to the sim's ceiling (every rule stated). Rollouts count every trial the arm ran,
-cache-served ones included.
+cache-served ones included; "model calls" counts those that called the model (in the loop arms
+the response cache serves, for instance, the part of a new baseline that the accepted candidate
+already ran with the same prompt, seed and trial index; gepa's arm runs without the cache).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Arm:
     name: str
     prompt: str = ""
     rollouts: int = 0
+    model_rollouts: int = 0
+    """Rollouts that called the model (the others were served by the response cache)."""
     changes: list[str] = field(default_factory=list)
     """Per accepted change: good | useless | harmful."""
     notes: str = ""
@@ -105,6 +109,7 @@ def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> 
             result = run_iteration(ctx)
             iterations += 1
             arm.rollouts += result.rollouts
+            arm.model_rollouts += result.model_rollouts
             screened += len(result.search.candidates) if result.search else 0
             gated += sum(1 for p in result.proposals if p.decision is not None)
             if result.status == "accepted":
@@ -196,7 +201,7 @@ def gepa_arm(budget: int, skill: float, seed: int, truth: Truth, log) -> Arm:
                            candidate[COMPONENT])
                 for candidate, parents in zip(result.candidates[1:], result.parents[1:])]
         arm.prompt = result.best_candidate[COMPONENT]
-        arm.rollouts = adapter.rollouts
+        arm.rollouts = arm.model_rollouts = adapter.rollouts  # the response cache is off here
         arm.notes = (f"{count[0]} proposals, {len(result.candidates) - 1} accepted into the pool "
                      f"({pool.count('harmful')} harmful, {pool.count('useless')} useless)")
     return arm
@@ -246,16 +251,18 @@ def main() -> None:
           f"rollouts per arm, seed {args.seed}")
     print(f"base prompt: train {truth.score(base, 'train'):.3f}, holdout {truth.score(base, 'holdout'):.3f}; "
           f"ceiling (every rule): train {top:.3f}, holdout {truth.score(ceiling, 'holdout'):.3f}")
-    print(f"| arm | train | holdout | gap closed | accepted | harmful | useless | rollouts | rollouts/accepted | notes |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| arm | train | holdout | gap closed | accepted | harmful | useless | rollouts | rollouts/accepted "
+          "| model calls/accepted | notes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for arm in arms:
         train = truth.score(arm.prompt, "train")
         gap = (train - truth.score(base, "train")) / (top - truth.score(base, "train"))
         accepted = len(arm.changes)
         per = f"{arm.rollouts / accepted:.0f}" if accepted else "–"
+        per_model = f"{arm.model_rollouts / accepted:.0f}" if accepted else "–"
         print(f"| {arm.name} | {train:.3f} | {truth.score(arm.prompt, 'holdout'):.3f} | {gap:.0%} | {accepted} | "
               f"{arm.changes.count('harmful')} | {arm.changes.count('useless')} | {arm.rollouts} | {per} | "
-              f"{arm.notes} |")
+              f"{per_model} | {arm.notes} |")
     print(f"{time.monotonic() - started:.0f} s in all")
 
 

@@ -167,8 +167,8 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
     def budget_left() -> int:
         return policy.max_rollouts - sides.ran()
 
-    # 1. targets, in batches, until each is settled; the rest and the harm floor are reserved
-    reserve = len(rest) + _floor_cost(rest, regression, plan, policy)
+    # 1. targets, in batches, until each is settled; what the rest and the harm floor need is held back
+    held_back = len(rest) + _floor_cost(rest, regression, plan, policy)
     capped = False
     while True:
         status = improvement_status(table, targets, policy) if table.pairs else {
@@ -178,7 +178,7 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
             break
         if policy.mode == "lenient" and table.pairs:
             break
-        room = (budget_left() - reserve) // (2 * len(open_buckets)) if table.pairs else policy.batch_pairs
+        room = (budget_left() - held_back) // (2 * len(open_buckets)) if table.pairs else policy.batch_pairs
         rounds = {bucket: max(1, len(target_keys[bucket])) for bucket in open_buckets}  # pairs per round
         sizes = {bucket: min(policy.batch_pairs, room) // rounds[bucket] * rounds[bucket] for bucket in open_buckets}
         if not all(sizes.values()):
