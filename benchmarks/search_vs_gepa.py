@@ -103,14 +103,16 @@ def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> 
         store = open_store(settings, repo)
         ctx = LoopContext(settings=settings, project_root=repo, store=store, log=lambda message: None)
         git = gitops.open_repo(repo)
-        screened = gated = iterations = 0
+        screened: set[tuple[str, int]] = set()
+        gated = iterations = 0
         while arm.rollouts < budget:
             before = (repo / PROMPT).read_text(encoding="utf-8")
             result = run_iteration(ctx)
             iterations += 1
             arm.rollouts += result.rollouts
             arm.model_rollouts += result.model_rollouts
-            screened += len(result.search.candidates) if result.search else 0
+            if result.search:  # a continued pool lists its earlier candidates again
+                screened |= {(str(result.search.folder), c.number) for c in result.search.candidates}
             gated += sum(1 for p in result.proposals if p.decision is not None)
             if result.status == "accepted":
                 review(settings, repo, result.accepted.branch, merge=True)
@@ -121,7 +123,7 @@ def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> 
             if result.status == "nothing_to_fix":
                 break
         arm.prompt = (repo / PROMPT).read_text(encoding="utf-8")
-        arm.notes = f"{iterations} iterations, {screened} candidates screened, {gated} gated"
+        arm.notes = f"{iterations} iterations, {len(screened)} candidates screened, {gated} gated"
         for key in list(os.environ):
             if key.startswith("OPTIMIZER_") and key not in saved_env:
                 del os.environ[key]
