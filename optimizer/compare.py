@@ -156,9 +156,13 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
 
     def run_pairs(items: list[PlannedTrial], label: str) -> None:
         plan.take(items)
-        held = [plan.reserved[key] for key in ((i.suite.name, i.task.id, i.index) for i in items)
-                if key in plan.reserved]
-        fresh = [i for i in items if (i.suite.name, i.task.id, i.index) not in plan.reserved]
+        held, fresh = [], []
+        for item in items:
+            trial = plan.reserved.get((item.suite.name, item.task.id, item.index))
+            if trial is None:
+                fresh.append(item)
+            else:
+                held.append(trial)
         base = held + (sides.base(fresh, label) if fresh else [])
         after = sides.candidate(items, label)
         table.add_all(base, after, regression)

@@ -43,6 +43,7 @@ from optimizer.lock import repository_identity, repository_lock
 from optimizer.loop import LoopContext, run_iteration
 from optimizer.registry import get_agent
 from optimizer.runner import new_run_id
+from optimizer.store.iterations import VERDICTS
 from optimizer.suites import load_suite, project_suites
 
 
@@ -228,7 +229,7 @@ def _reconcile(ctx: LoopContext, repo, result: NightlyResult) -> None:
     if status in ("running", "interrupted", "stopped", "crashed") and proposals and len(proposals) >= expected:
         status = "accepted" if any(p["status"] == "accepted" for p in proposals) else "rejected"
         ctx.store.iterations.finish(iteration_id, status)
-    if status not in ("accepted", "rejected", "nothing_to_fix"):
+    if status not in VERDICTS:
         deleted = gitops.delete_branches(repo, f"optimizer/{iteration_id}/")
         if record is not None:
             ctx.store.iterations.finish(iteration_id, "interrupted")

@@ -10,6 +10,9 @@ from sqlalchemy import func, insert, select
 from optimizer.store import schema
 from optimizer.store._repository import Repository, decode, encode
 
+VERDICTS = ("accepted", "rejected", "nothing_to_fix")
+"""Iteration statuses that are a verdict: the iteration ended on its own, not interrupted."""
+
 
 class Iterations(Repository):
     """An iteration is written when it starts, when it has chosen what to fix, and when it ends."""
@@ -54,7 +57,7 @@ class Iterations(Repository):
         with self._reading() as conn:
             return conn.execute(select(func.max(table.c.finished_at)).where(
                 table.c.base_commit == base_commit,
-                table.c.status.in_(("accepted", "rejected", "nothing_to_fix")))).scalar_one()
+                table.c.status.in_(VERDICTS))).scalar_one()
 
     def rows(self) -> list[dict[str, Any]]:
         """Every iteration, oldest first, its JSON columns decoded (`targets`, `settings`, `summary`)."""
