@@ -1,22 +1,26 @@
 """Search + gate against plain gepa and the one-candidate loop, at equal rollout budgets, on the
 noisy simulator with the weak patcher. Prints a table; asserts nothing.
 
-    .venv/bin/python benchmarks/search_vs_gepa.py [--budget 2000] [--skill 0.3] [--search-rollouts 200]
-        [--seed 0] [--arms search gepa loop]
+    .venv/bin/python benchmarks/search_vs_gepa.py [--budget 2000] [--skill 0.3] [--search-rollouts 120]
+        [--targets 4] [--seed 0] [--arms search gepa loop] [--verbose]
 
 Every arm runs the Card Agent on `mock/sim` with `sim_noise = "independent"` through the real
 runner, and gets its patches from the weak `mock/patcher` (`mock_patcher_skill`: the right rule
 with that probability, else a useless distractor or the rule plus a contradiction of another
 bucket), asked with our `request.md`:
 
-* **search**: `optimizer run` iterations with `search_rollouts` set (gepa's search over the
-  targets, then the gate on fresh trials for the best one or two), each accepted branch merged
-  before the next iteration, until the budget is spent;
+* **search**: `optimizer run` iterations with `search_rollouts` set and `--targets` failing
+  buckets at once (gepa's search over the targets, then the gate on fresh trials for the best one
+  or two), each accepted branch merged before the next iteration, until the budget is spent;
 * **gepa**: `gepa.optimize` with its defaults (Pareto selection, minibatch of 3, strict
   improvement on the minibatch sum, the trainset as valset) over the same runner and patcher; its
   best candidate is the final prompt, and the steps of that candidate's lineage are its
   accepted changes;
-* **loop**: `optimizer run` iterations with one candidate straight to the gate (today's loop).
+* **loop**: `optimizer run` iterations with one candidate for one bucket straight to the gate
+  (the loop without a search).
+
+`--verbose` prints each iteration (targets, rollouts by stage, the verdict) and each candidate
+the search kept, with what it truly is by the simulator's rules.
 
 Scores are the simulator's ground truth, not a noisy estimate: a task's expected pass rate under
 the final prompt (`SimProfile.pass_probability`), averaged over the train tasks and over the
@@ -92,6 +96,7 @@ def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> 
     from optimizer.config import load_settings
     from optimizer.loop import LoopContext, run_iteration
     from optimizer.review import review
+    from optimizer.search import changed_lines
     from optimizer.store import open_store
 
     arm = Arm(name)
@@ -118,8 +123,20 @@ def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> 
                 review(settings, repo, result.accepted.branch, merge=True)
                 after = gitops.read_at(git, "HEAD", PROMPT)
                 arm.changes.append(truth.kind(before, after))
-            log(f"  {name} iteration {iterations}: {result.status}, {result.rollouts} rollouts "
-                f"({arm.rollouts} in all), skipped {result.skipped or '-'}")
+            targets = ", ".join(t.bucket for t in result.selection.targets) if result.selection else "-"
+            gates = ", ".join(str(p.decision.rollouts) for p in result.proposals if p.decision is not None)
+            log(f"  {name} iteration {iterations}: {result.status}"
+                f"{' (' + arm.changes[-1] + ')' if result.status == 'accepted' else ''}, targets {targets}; "
+                f"{result.rollouts} rollouts ({result.model_rollouts} model calls; screening "
+                f"{result.screen_rollouts}, gate {gates or '-'}); {arm.rollouts} in all; "
+                f"skipped {result.skipped or '-'}")
+            for candidate in result.search.candidates if result.search else []:
+                if candidate.text and candidate.status not in ("screened_out", "rejected_check", "unchanged"):
+                    broken = ", ".join(b for b, rule in truth.profile.rules.items()
+                                       if rule.status(candidate.text) == "contradicted")
+                    log(f"    candidate {candidate.number}: {candidate.status}, truly "
+                        f"{truth.kind(before, candidate.text)}{' (contradicts ' + broken + ')' if broken else ''}"
+                        f", {changed_lines(candidate.diff)} changed lines; {candidate.reason[:120]}")
             if result.status == "nothing_to_fix":
                 break
         arm.prompt = (repo / PROMPT).read_text(encoding="utf-8")
@@ -219,7 +236,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=2000, help="rollouts per arm")
     parser.add_argument("--skill", type=float, default=0.3, help="the weak patcher's mock_patcher_skill")
-    parser.add_argument("--search-rollouts", type=int, default=200, help="screening budget per iteration (search arm)")
+    parser.add_argument("--search-rollouts", type=int, default=120, help="screening budget per iteration (search arm)")
+    parser.add_argument("--targets", type=int, default=4, help="target_buckets per iteration (search arm)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--arms", nargs="*", default=["search", "gepa", "loop"])
     parser.add_argument("--verbose", action="store_true")
@@ -240,8 +258,8 @@ def main() -> None:
         began = time.monotonic()
         if name == "search":
             arm = loop_arm("search", args.budget, {**env, "OPTIMIZER_SEARCH_ROLLOUTS": str(args.search_rollouts),
-                                                   "OPTIMIZER_CANDIDATES": "2"},
-                           truth, log)
+                                                   "OPTIMIZER_CANDIDATES": "2",
+                                                   "OPTIMIZER_TARGET_BUCKETS": str(args.targets)}, truth, log)
         elif name == "loop":
             arm = loop_arm("loop", args.budget, {**env, "OPTIMIZER_SEARCH_ROLLOUTS": "0"}, truth, log)
         else:
@@ -250,7 +268,8 @@ def main() -> None:
         arms.append(arm)
     top = truth.score(ceiling, "train")
     print(f"card_agent on mock/sim (independent noise), weak patcher skill {args.skill}, budget {args.budget} "
-          f"rollouts per arm, seed {args.seed}")
+          f"rollouts per arm, seed {args.seed}; search arm: {args.search_rollouts} screening trials, "
+          f"{args.targets} target buckets per iteration")
     print(f"base prompt: train {truth.score(base, 'train'):.3f}, holdout {truth.score(base, 'holdout'):.3f}; "
           f"ceiling (every rule): train {top:.3f}, holdout {truth.score(ceiling, 'holdout'):.3f}")
     print("| arm | train | holdout | gap closed | accepted | harmful | useless | rollouts | rollouts/accepted "

@@ -17,8 +17,9 @@ spend on them.
    batch at a time, the open group whose mean score fell most (open: some pair changed, its bets
    on a drop have not lost half their stake, and it has fewer than `max_bucket_pairs` pairs)
    gets more pairs, until no group is open, one is shown harmed, or the proposal's budget
-   (`max_rollouts` trials) is spent. More pairs of a task come from the baseline's reserve
-   first (the candidate's trial is the only cost), then from fresh indexes (both prompts).
+   (`max_rollouts` trials, plus `extra_target_rollouts` per target after the first) is spent.
+   More pairs of a task come from the baseline's reserve first (the candidate's trial is the only
+   cost), then from fresh indexes (both prompts).
 
 Base-prompt trials at fresh indexes are shared by every candidate of an iteration (the `Sides`
 object caches them) and, through the loop's base pool, by later iterations on the same base
@@ -44,7 +45,8 @@ def policy_from(settings) -> GatePolicy:
     return GatePolicy(mode=settings.gate, alpha=settings.alpha, alpha_harm=settings.alpha_harm,
                       max_bucket_drop=settings.max_bucket_drop, batch_pairs=settings.batch_pairs,
                       max_target_pairs=settings.max_target_pairs, min_bucket_pairs=settings.min_bucket_pairs,
-                      max_bucket_pairs=settings.max_bucket_pairs, max_rollouts=settings.max_rollouts)
+                      max_bucket_pairs=settings.max_bucket_pairs, max_rollouts=settings.max_rollouts,
+                      extra_target_rollouts=settings.extra_target_rollouts)
 
 
 class Sides(Protocol):
@@ -140,6 +142,7 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
             non_voting: Iterable[str] = (), log: Log = lambda message: None) -> Comparison:
     """Compare the candidate with the base prompt; see the module docstring for the order."""
     targets = sorted(set(targets))
+    budget = policy.budget(len(targets))
     regression = set(regression_suites)
     table = PairTable(non_voting)
     plan = _Plan(planned, baseline)
@@ -169,7 +172,7 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         result.batches += 1
 
     def budget_left() -> int:
-        return policy.max_rollouts - sides.ran()
+        return budget - sides.ran()
 
     # 1. targets, in batches, until each is settled; what the rest and the harm floor need is held back
     held_back = len(rest) + _floor_cost(rest, regression, plan, policy)

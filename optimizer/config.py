@@ -104,6 +104,8 @@ class Settings(BaseModel):
     max_rollouts: int = Field(default=250, ge=2)
     """Trials the gate may run per proposal, both prompts counted (cached base-prompt trials
     excepted). About twice a full staged rerun of the card suite."""
+    extra_target_rollouts: int = Field(default=50, ge=0)
+    """Trials added to a proposal's `max_rollouts` for each targeted bucket after the first."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
     models_file: str = DEFAULT_MODELS_FILE
@@ -144,7 +146,8 @@ class Settings(BaseModel):
     """The drop of a bucket's mean score the harm test should detect: a group whose detectable
     drop at its pairs is larger, and that is still open at the end, is reported as not shown safe."""
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
-    """Level of the improvement test (anytime-valid, Holm over the targeted buckets)."""
+    """Level of the improvement test (anytime-valid; each targeted bucket at this level: an
+    intersection-union test, docs/gate.md)."""
     alpha_harm: float = Field(default=0.10, gt=0.0, lt=1.0)
     """Family-wise level of the harm tests: the chance that noise vetoes a patch that harms
     nothing, over every bucket, the holdout split and the regression suites together."""

@@ -110,7 +110,7 @@ def decision_view(decision: Decision | dict[str, Any]) -> DecisionView:
 
 def _row(bucket: dict[str, Any]) -> Row:
     suite = bucket.get("suite")
-    holm = bucket.get("p_improve_holm")
+    holm = bucket.get("p_improve_holm")  # decisions recorded before the intersection-union test
     low, high = _number(bucket.get("ci_low")), _number(bucket.get("ci_high"))
     return Row(label=f"{suite}/{bucket['bucket']}" if suite not in ("", "*", None) else bucket["bucket"],
                targeted=bool(bucket.get("targeted")), kind=bucket.get("kind") or "bucket",

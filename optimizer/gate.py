@@ -12,8 +12,8 @@ the pairs were run, and stays valid however many batches are added and whenever 
 
 Strict mode (the default):
 
-1. **Improvement.** Every targeted bucket improves: its anytime-valid p-value, Holm-adjusted over
-   the targeted buckets, is below `alpha`. Only fresh trials count here (the baseline's trials
+1. **Improvement.** Every targeted bucket improves: its anytime-valid p-value is below `alpha`
+   (an intersection-union test: no adjustment for several targets). Only fresh trials count here (the baseline's trials
    chose the targets, and would favour any patch by regression to the mean).
 2. **No harm.** For every other train bucket of the changed agent, the holdout split, the whole
    split and each regression suite, a one-sided betting test of a drop. A group is *harmed* when
@@ -44,7 +44,7 @@ from typing import Any, Iterable, Literal
 import numpy as np
 
 from optimizer.scoring import mean_interval, trial_value
-from optimizer.stats import HARM_GRID, anytime_p, detectable_share, holm, sign_test_p, signs, wealth_path
+from optimizer.stats import HARM_GRID, anytime_p, detectable_share, sign_test_p, signs, wealth_path
 from optimizer.types import Trial
 
 GateMode = Literal["strict", "lenient"]
@@ -70,6 +70,13 @@ class GatePolicy:
     min_bucket_pairs: int = 8
     max_bucket_pairs: int = 48
     max_rollouts: int = 250
+    extra_target_rollouts: int = 50
+
+    def budget(self, targets: int) -> int:
+        """Trials a proposal with this many targeted buckets may run: `max_rollouts`, plus
+        `extra_target_rollouts` for each target after the first (each needs improvement pairs of
+        its own; without them the harm checks would get only what the targets left)."""
+        return self.max_rollouts + self.extra_target_rollouts * max(0, targets - 1)
 
 
 @dataclass
@@ -84,7 +91,6 @@ class BucketChange:
     p_improve: float
     p_harm: float
     targeted: bool = False
-    p_improve_holm: float | None = None
     ci_low: float = math.nan
     ci_high: float = math.nan
     verdict: str = ""
@@ -347,18 +353,16 @@ def groups_of(table: PairTable, targets: Iterable[tuple[str, str]]) -> Groups:
 def improvement_status(table: PairTable, targets: list[tuple[str, str]], policy: GatePolicy
                        ) -> dict[tuple[str, str], tuple[str, BucketChange]]:
     """Per targeted bucket: `improved`, `open` (more pairs could settle it), `futile` or `capped`,
-    with its row. Holm runs over all targeted buckets' current p-values."""
-    rows = {}
+    with its row. Each bucket is tested at `alpha` on its own p-value, with no adjustment for
+    the number of targets: the candidate passes only when every one improves, an
+    intersection-union test (Berger 1982), whose level is that of its single tests."""
+    status = {}
     for suite, bucket in targets:
         stats = group_stats(table, table.keys(suite=suite, bucket=bucket, split="train", regression=False))
-        rows[(suite, bucket)] = (stats, _change(suite, bucket, stats, targeted=True))
-    adjusted = holm([row.p_improve for _, row in rows.values()])
-    status = {}
-    for (key, (stats, row)), p_holm in zip(rows.items(), adjusted):
-        row.p_improve_holm = p_holm
+        row = _change(suite, bucket, stats, targeted=True)
         if stats.unjudged:
             state = "unjudged"
-        elif p_holm < policy.alpha and stats.change > EPSILON:
+        elif row.p_improve < policy.alpha and stats.change > EPSILON:
             state = "improved"
         elif stats.pairs >= policy.max_target_pairs:
             state = "capped"
@@ -367,7 +371,7 @@ def improvement_status(table: PairTable, targets: list[tuple[str, str]], policy:
         else:
             state = "open"
         row.verdict = {"improved": "improved", "unjudged": "unjudged", "futile": "futile"}.get(state, "not shown")
-        status[key] = (state, row)
+        status[(suite, bucket)] = (state, row)
     return status
 
 
@@ -451,7 +455,7 @@ def _improvement(status: dict, policy: GatePolicy) -> RuleResult:
     for state, row in status.values():
         label = _label(row)
         if state == "improved":
-            wins.append(f"{label} {row.before:.2f} -> {row.after:.2f} (Holm p={row.p_improve_holm:.3f}, "
+            wins.append(f"{label} {row.before:.2f} -> {row.after:.2f} (p={row.p_improve:.3f}, "
                         f"{row.pairs} pairs)")
         elif state == "unjudged":
             problems.append(f"{label} is scored only by uncalibrated judges (unjudged)")
@@ -461,7 +465,7 @@ def _improvement(status: dict, policy: GatePolicy) -> RuleResult:
             problems.append(f"{label} did not improve ({row.before:.2f} -> {row.after:.2f}, {row.pairs} pairs)")
         else:
             problems.append(f"{label} rose {row.change:+.2f} but not significantly "
-                            f"(Holm p={row.p_improve_holm:.3f} >= {policy.alpha}, {row.pairs} pairs)")
+                            f"(p={row.p_improve:.3f} >= {policy.alpha}, {row.pairs} pairs)")
     if not status:
         problems.append("no bucket was targeted")
     numbers = {"alpha": policy.alpha, "targeted": [row.as_dict() for _, row in status.values()]}

@@ -7,7 +7,7 @@ with its buckets, gate result and score changes in the message (the per-proposal
 removed once their commit is on the nightly branch; their records stay in the store).
 
 By default the night covers every capability suite under `suites/` (so both agents); `--suite`
-narrows it. Agents are worked on worst-first (the agent with the most failing train trials, as `run`
+narrows it. Agents are worked on worst-first (the agent with the most failing train tasks, as `run`
 chooses) or alternately. The night stops at whichever comes first: `max_iterations`, the time
 limit (checked between iterations), a budget in USD or tokens (enforced before every model
 call, see `optimizer.ledger`), `patience` consecutive rejected iterations, or nothing left to

@@ -71,15 +71,21 @@ def _trial_value(trial: Trial) -> float:
 
 
 def bucket_status(trials: list[Trial], suite_names: set[str]) -> list[dict[str, Any]]:
-    """Per (suite, bucket) of the train split: trials, failed, mean score."""
+    """Per (suite, bucket) of the train split: trials, failed, mean score, and `failing`: the
+    bucket's tasks expected to fail in one round of the suite (each task's share of failed
+    trials, summed), which does not grow with the trials a task happens to have run."""
     groups: dict[tuple[str, str], list[Trial]] = {}
     for trial in trials:
         if trial.suite in suite_names and trial.split != "holdout" and trial.status != "errored":
             groups.setdefault((trial.suite, trial.bucket), []).append(trial)
     rows = []
     for (suite, bucket), group in sorted(groups.items()):
+        by_task: dict[str, list[Trial]] = {}
+        for trial in group:
+            by_task.setdefault(trial.task_id, []).append(trial)
+        failing = sum(sum(t.status == "failed" for t in runs) / len(runs) for runs in by_task.values())
         rows.append({"suite": suite, "bucket": bucket, "trials": len(group),
-                     "failed": sum(trial.status == "failed" for trial in group),
+                     "failed": sum(trial.status == "failed" for trial in group), "failing": failing,
                      "mean_score": sum(map(_trial_value, group)) / len(group)})
     return rows
 
@@ -87,7 +93,12 @@ def bucket_status(trials: list[Trial], suite_names: set[str]) -> list[dict[str, 
 def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int = 1,
                    agent: str | None = None, skip: set[tuple[str, str]] | None = None) -> Selection | None:
     """The agent and buckets to work on, or None when no train trial failed (buckets in `skip`,
-    as (suite, bucket), are not targeted; they still count as failing in the status list)."""
+    as (suite, bucket), are not targeted; they still count as failing in the status list).
+
+    Buckets are ranked by headroom: the tasks expected to fail per round (`failing` in
+    `bucket_status`), then the lower mean score. A raw count of failed trials would favour a
+    task alone in its bucket, which runs several times the trials of the others; the agent is
+    the one with the most failing tasks."""
     skip = skip or set()
     capability = [suite for suite in suites if suite.spec.kind == "capability"]
     by_agent: dict[str, list[str]] = {}
@@ -100,10 +111,10 @@ def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int
             continue
         rows = bucket_status(trials, set(names))
         failing = sorted((row for row in rows if row["failed"] and (row["suite"], row["bucket"]) not in skip),
-                         key=lambda r: (-r["failed"], r["mean_score"], r["suite"], r["bucket"]))
+                         key=lambda r: (-r["failing"], r["mean_score"], r["suite"], r["bucket"]))
         if not failing:
             continue
-        key = (-sum(row["failed"] for row in failing), agent_name)
+        key = (-sum(row["failing"] for row in failing), agent_name)
         if best_key is None or key < best_key:
             targets = [Target(row["suite"], row["bucket"], row["failed"], row["trials"], row["mean_score"])
                        for row in failing[:max_targets]]

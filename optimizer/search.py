@@ -16,11 +16,14 @@ pool when it beats its parent there; we supply the pieces that make it ours:
   that passes the pre-rollout checks against the iteration's base prompt; one that does not
   costs no rollout.
 * `promote_candidates`: which of the pool go to the gate. Only candidates that beat the base
-  prompt on the targeted tasks; the narrowest patch first (fewest changed lines: a patch that
-  adds a sentence nothing asked for is where harm hides), then the best screening score (the
-  mean over the screening set, other buckets included when the budget allows); at most
-  `PROMOTE`. The gate then judges them on fresh trials only (the winner's curse: a
-  candidate chosen for its screening scores is lucky on exactly those trials).
+  prompt on the targeted tasks (one-sided Welch test at `SCREEN_ALPHA`); the narrowest patch
+  first (fewest changed lines: a patch that adds a sentence nothing asked for is where harm
+  hides), then the best screening score (the mean over the screening set, other buckets
+  included when the budget allows); at most `PROMOTE`, and never one that adds every line an
+  earlier promoted one adds (a descendant in the pool carries its parent's sentences, harmful
+  ones included: gating both pays twice for one fault). The gate then judges them on fresh
+  trials only (the winner's curse: a candidate chosen for its screening scores is lucky on
+  exactly those trials).
 
 The pool lives in a folder keyed by the agent, base prompt and targets (`pool_folder`): gepa's
 own `run_dir` (its state, resumable) plus our records of every candidate. A run killed mid-search,
@@ -56,6 +59,11 @@ HARM_SCREENS = 4
 (a candidate that breaks one then ranks low); a smaller one screens the targets only and leaves
 harm to the gate."""
 PROMOTE = 2
+SCREEN_ALPHA = 0.10
+"""A candidate is promoted only when its targeted screening scores beat the base prompt's at
+this one-sided level (Welch's t-test): a sentence that changes nothing rarely clears it by luck,
+and the gate's budget goes to candidates with evidence. A filter, not the decision: the gate
+judges on fresh trials at its own levels."""
 """Candidates sent to the gate per iteration at most (the setting `candidates`, up to this)."""
 OPEN = ("screened_out", "pool", "not_promoted", "promoted")
 """Statuses of a candidate the gate has not judged (`promoted`: a run killed before its verdict)."""
@@ -321,12 +329,16 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
     A candidate already promoted in an earlier run of this pool is not promoted again."""
     targeted = [i for i, example in enumerate(val) if (example.suite, items[example.key].task.bucket) in targets]
     scores: dict[str, tuple[float, float]] = {}
+    target_values: dict[str, list[float]] = {}
     for candidate, subscores in zip(result.candidates, result.val_subscores):
         values = [subscores[i] for i in range(len(val)) if i in subscores]
         target = [subscores[i] for i in targeted if i in subscores]
-        scores[text_sha(candidate[COMPONENT])] = (sum(values) / len(values) if values else float("nan"),
-                                                   sum(target) / len(target) if target else float("nan"))
-    base, base_target = scores[text_sha(result.candidates[0][COMPONENT])]
+        sha = text_sha(candidate[COMPONENT])
+        scores[sha] = (sum(values) / len(values) if values else float("nan"),
+                       sum(target) / len(target) if target else float("nan"))
+        target_values[sha] = target
+    base_sha = text_sha(result.candidates[0][COMPONENT])
+    base, base_target = scores[base_sha]
     by_sha = {record.sha: record for record in records if record.status in OPEN}
     for sha, (score, target) in scores.items():
         if sha in by_sha:
@@ -339,21 +351,58 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
                              f"{sum(record.minibatch):.2f})")
     pool = sorted((r for r in records if r.status == "pool"),
                   key=lambda r: (changed_lines(r.diff), -(r.screen_score or 0.0), -(r.target_score or 0.0), r.number))
-    promoted = []
+    promoted: list[Candidate] = []
     for record in pool:
+        covered = next((other for other in promoted if added_lines(other.diff) <= added_lines(record.diff)), None)
         if record.target_score is None or not record.target_score > base_target:
             record.status = "not_promoted"
             record.reason = (f"targets screened at {_score(record.target_score)}, not above the base prompt's "
                              f"{base_target:.2f}")
+        elif (p := screening_p(target_values.get(record.sha, []), target_values[base_sha])) >= SCREEN_ALPHA:
+            record.status = "not_promoted"
+            record.reason = (f"targets screened at {record.target_score:.2f} against the base prompt's "
+                             f"{base_target:.2f}: not clearly above (p={p:.2f} >= {SCREEN_ALPHA})")
         elif len(promoted) >= limit:
             record.status = "not_promoted"
             record.reason = f"screening {record.screen_score:.2f}: only the best {limit} go to the gate"
+        elif covered is not None:
+            record.status = "not_promoted"
+            record.reason = (f"adds every line candidate {covered.number} adds, and more: it would share whatever "
+                             f"the gate finds wrong with that one")
         else:
             record.status = "promoted"
             record.reason = f"screening {record.screen_score:.2f} (targets {record.target_score:.2f}) vs base {base:.2f}"
             promoted.append(record)
     return SearchOutcome(candidates=records, promoted=promoted, folder=Path(), rollouts=0, base_score=base,
                          base_target_score=base_target)
+
+
+def screening_p(candidate: list[float], base: list[float]) -> float:
+    """One-sided p-value that the candidate's targeted screening scores are higher than the base
+    prompt's (Welch's t-test; with no spread in either, 0 when every candidate score is above
+    every base score, else 1)."""
+    from scipy.stats import t as student_t
+
+    if len(candidate) < 2 or len(base) < 2:
+        return 1.0
+    (m1, v1, n1), (m2, v2, n2) = (_moments(candidate), _moments(base))
+    se2 = v1 / n1 + v2 / n2
+    if se2 == 0:
+        return 0.0 if m1 > m2 else 1.0
+    df = se2 ** 2 / ((v1 / n1) ** 2 / (n1 - 1) + (v2 / n2) ** 2 / (n2 - 1))
+    return float(student_t.sf((m1 - m2) / math.sqrt(se2), df))
+
+
+def _moments(values: list[float]) -> tuple[float, float, int]:
+    """Mean, sample variance and count."""
+    n = len(values)
+    mean = sum(values) / n
+    return mean, sum((v - mean) ** 2 for v in values) / (n - 1), n
+
+
+def added_lines(diff: str) -> set[str]:
+    """The lines a unified diff adds (stripped; its headers not counted)."""
+    return {line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")}
 
 
 def changed_lines(diff: str) -> int:

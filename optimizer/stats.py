@@ -1,5 +1,6 @@
-"""The statistics behind the gate: anytime-valid tests by betting, Holm, detectable effects and
-binomial intervals. Pure functions over numbers; `optimizer.gate` decides with them.
+"""The statistics behind the gate: anytime-valid tests by betting, Holm (the previous gate's, kept
+for `benchmarks/legacy_gate.py`), detectable effects and binomial intervals. Pure functions over
+numbers; `optimizer.gate` decides with them.
 
 **Testing by betting** (Shafer 2021; Waudby-Smith & Ramdas 2024). To test H0: E[X] <= 0 for
 observations X in [-1, 1] (paired score changes), a gambler starts with wealth 1 and, before each

@@ -16,7 +16,7 @@ from optimizer.loop_render import decision_lines
 
 def decision() -> Decision:
     target = BucketChange(suite="card_agent", bucket="fact_preservation", tasks=2, pairs=16, before=0.5, after=0.75,
-                          change=0.25, p_improve=0.01, p_harm=1.0, targeted=True, p_improve_holm=0.02, ci_low=0.1,
+                          change=0.25, p_improve=0.02, p_harm=1.0, targeted=True, ci_low=0.1,
                           ci_high=0.4, verdict="improved")
     unjudged = BucketChange(suite="card_agent", bucket="template_link", tasks=1, pairs=8, before=math.nan,
                             after=math.nan, change=0.0, p_improve=1.0, p_harm=1.0, verdict="unjudged")
@@ -36,6 +36,9 @@ def test_a_decision_reads_the_same_live_and_as_stored():
          "1.000", MISSING),
         ("card_agent/template_link", "8", MISSING, MISSING, "+0.00", MISSING, "unjudged", "1.000", "1.000", MISSING),
         ("overall (train)", "24", "0.60", "0.70", "+0.10", MISSING, MISSING, MISSING, MISSING, MISSING)]
+    old = decision().as_dict()
+    old["buckets"][0].update(p_improve=0.01, p_improve_holm=0.02)  # recorded before the intersection-union test
+    assert decision_view(old).rows[0].cells == live.rows[0].cells
     assert live.notes == ["pass improvement: card_agent/fact_preservation 0.50 -> 0.75",
                           "FAIL no_harm: card_agent/template_person fell -0.30",
                           f"{NON_VOTING}: pkm_insight_quality", "48 trials (budget reached)"]

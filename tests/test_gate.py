@@ -86,7 +86,7 @@ def test_a_clear_improvement_with_nothing_harmed_is_accepted():
     decision = decide(table, targets={("s", "a")})
     assert decision.accepted, decision.reasons
     target = next(b for b in decision.buckets if b.bucket == "a")
-    assert target.verdict == "improved" and target.change == pytest.approx(1.0) and target.p_improve_holm < 0.05
+    assert target.verdict == "improved" and target.change == pytest.approx(1.0) and target.p_improve < 0.05
     assert {b.bucket: b.verdict for b in decision.buckets if not b.targeted} == {"b": "no harm found",
                                                                                "c": "no harm found"}
 
@@ -128,13 +128,20 @@ def test_an_insignificant_rise_is_not_enough_but_lenient_accepts_it():
     assert decide(table, targets={("s", "a")}, policy=GatePolicy(mode="lenient")).accepted
 
 
-def test_holm_runs_over_the_targeted_buckets():
-    pairs = {"a1": [(0, 1)] * 6, "b1": [(0, 1)] * 6}
-    one = decide(table_of(pairs), targets={("s", "a")}, stage="targeted")
-    two = decide(table_of(pairs), targets={("s", "a"), ("s", "b")}, stage="targeted")
-    p_one = next(b for b in one.buckets if b.bucket == "a").p_improve_holm
-    p_two = next(b for b in two.buckets if b.bucket == "a").p_improve_holm
-    assert p_two == pytest.approx(2 * p_one)
+def test_several_targets_must_each_improve_at_alpha_with_no_adjustment():
+    """An intersection-union test: a second target leaves the first one's p-value as it is, and
+    the candidate passes only when both are below alpha. At 7 pairs each p is 0.039, which Holm
+    over two targets would have doubled past alpha."""
+    both = {"a1": [(0, 1)] * 7, "b1": [(0, 1)] * 7}
+    one = decide(table_of(both), targets={("s", "a")}, stage="targeted")
+    two = decide(table_of(both), targets={("s", "a"), ("s", "b")}, stage="targeted")
+    p_one = next(b for b in one.buckets if b.bucket == "a").p_improve
+    p_two = next(b for b in two.buckets if b.bucket == "a").p_improve
+    assert p_two == pytest.approx(p_one) and 0.025 < p_one < 0.05
+    assert two.rules[0].passed
+    only_a = decide(table_of({"a1": [(0, 1)] * 7, "b1": [(1, 1)] * 7}), targets={("s", "a"), ("s", "b")},
+                    stage="targeted")
+    assert not only_a.rules[0].passed and "s/b did not improve" in only_a.rules[0].reason
 
 
 def test_judges_that_do_not_vote_leave_a_bucket_unjudged():
@@ -236,6 +243,22 @@ def test_compare_keeps_within_the_rollout_budget():
     result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent",
                      policy=policy)
     assert result.rollouts <= 60
+
+
+def test_each_target_after_the_first_adds_to_the_rollout_budget():
+    planned = planned_items({"a": 1, "b": 1, "c": 1, "d": 1})
+    spent = []
+    for targets in ({("s", "a")}, {("s", "a"), ("s", "b")}):
+        sides = ScriptedSides({k: 0.5 for k in "abcd"}, {"a": 0.95, "b": 0.95, "c": 0.3, "d": 0.3}, seed=1)
+        baseline = sides._draw("base", planned)
+        sides.count = 0
+        policy = GatePolicy(max_rollouts=60, extra_target_rollouts=40)
+        assert policy.budget(len(targets)) == 60 + 40 * (len(targets) - 1)
+        result = compare(sides, planned=planned, baseline=baseline, targets=targets, agent="card_agent",
+                         policy=policy)
+        assert result.rollouts <= policy.budget(len(targets))
+        spent.append(result.rollouts)
+    assert spent[1] > 60, "two targets may spend past max_rollouts"
 
 
 def test_compare_a_harmful_patch_is_caught_on_a_one_task_bucket():

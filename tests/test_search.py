@@ -11,7 +11,7 @@ import pytest
 
 from optimizer import loop as loop_module
 from optimizer.search import (COMPONENT, SCREEN_INDEX, Candidate, Example, ScreeningAdapter, SearchProposer,
-                              load_records, run_search, screening_sets)
+                              load_records, promote_candidates, run_search, screening_sets, text_sha)
 from optimizer.suites import load_suites
 from optimizer.runner import plan
 from optimizer.types import Trial
@@ -94,6 +94,55 @@ def test_the_right_candidate_is_promoted_and_useless_ones_are_not(tmp_path):
     assert right and outcome.promoted == right[:1]
     assert all(c.status in ("screened_out", "not_promoted") for c in outcome.candidates if c not in right)
     assert outcome.base_target_score == 0.0 and right[0].target_score == 1.0
+
+
+def test_promotion_needs_clear_screening_evidence_and_skips_a_candidate_carrying_an_earlier_ones_lines():
+    """Of four pool members beating the base prompt on the targets: one only by a hair (not
+    promoted: its gain could be luck), the narrowest clear one first, then not its descendant
+    (every line of it and one more) but the other clear one."""
+    from types import SimpleNamespace
+
+    items = card_items()
+    targets = {("card_agent", "fact_preservation")}
+    fact = sorted(key for key, item in items.items() if item.task.bucket == "fact_preservation")
+    val = [Example(*key, copy) for copy in range(4) for key in fact]
+    base = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    pool = {"base": base,
+            "base\nA sentence that changes nothing.": [1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0],
+            f"base\n{RULE}": [1.0] * 8,
+            f"base\n{RULE}\nNever mention the weather.": [1.0] * 8,
+            "base\nKeep each fact as written.\nKeep it short.": [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5]}
+    texts = list(pool)
+    result = SimpleNamespace(candidates=[{COMPONENT: text} for text in texts],
+                             val_subscores=[dict(enumerate(pool[text])) for text in texts])
+    records = [Candidate(number=n, sha=text_sha(text), parent=text_sha("base"), status="screened_out",
+                         diff="".join(f"+{line}\n" for line in text.splitlines()[1:]), text=text)
+               for n, text in enumerate(texts[1:], 1)]
+    outcome = promote_candidates(result, records, val, targets, items, limit=2)
+    luck, right, descendant, other = records
+    assert [c.number for c in outcome.promoted] == [right.number, other.number]
+    assert luck.status == "not_promoted" and "not clearly above" in luck.reason
+    assert descendant.status == "not_promoted" and f"candidate {right.number}" in descendant.reason
+
+
+def test_targets_are_ranked_by_failing_tasks_not_by_failed_trials():
+    """A task alone in its bucket runs five times the trials of the others: 8 failures in its 20
+    trials (0.4 of a task failing per round) rank below two tasks failing half of their 4 each."""
+    from optimizer.request import select_targets
+
+    items = card_items()
+    suites = load_suites(["card_agent"], PROJECT_ROOT)
+
+    def trials(bucket, runs, failed):
+        keys = sorted(key for key, item in items.items() if item.task.bucket == bucket)
+        return [Trial(suite=suite, task_id=task, bucket=bucket, split="train", index=index,
+                      status="failed" if index < failed else "passed", score=0.5 if index < failed else 1.0)
+                for suite, task in keys for index in range(runs)]
+
+    baseline = trials("trivial_input", 20, 8) + trials("fact_preservation", 4, 2)
+    selection = select_targets(baseline, suites, max_targets=2)
+    assert [t.bucket for t in selection.targets] == ["fact_preservation", "trivial_input"]
+    assert [t.failed for t in selection.targets] == [4, 8]
 
 
 def test_a_resumed_search_continues_the_pool(tmp_path):

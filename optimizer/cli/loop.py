@@ -46,6 +46,8 @@ def run_command(
         None, help="Pairs every other bucket gets before its harm test looks (default 8)."),
     search_rollouts: Optional[int] = typer.Option(
         None, help="Screening budget of a search on the gepa engine before the gate (default 0: none; docs/search.md)."),
+    target_buckets: Optional[int] = typer.Option(
+        None, help="Failure buckets targeted at once, each must improve (default 1; setting target_buckets)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit to start from (default HEAD)."),
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
@@ -62,7 +64,8 @@ def run_command(
     root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
                                judge_model=judge_model, patcher_model=patcher_model, trials=trials, concurrency=concurrency,
                                max_rollouts=max_rollouts, batch_pairs=batch_pairs,
-                               min_bucket_pairs=min_bucket_pairs, search_rollouts=search_rollouts)
+                               min_bucket_pairs=min_bucket_pairs, search_rollouts=search_rollouts,
+                               target_buckets=target_buckets)
     ctx = _context(settings, root)
     with recording(settings, ctx.store):
         result = run_iteration(ctx, suite_names=suite or None, base_ref=base, dry_run=dry_run, agent=agent)

@@ -30,6 +30,10 @@ def nightly_command(
     patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
     proposer: Optional[str] = typer.Option(None, help="llm (default) or command."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
+    search_rollouts: Optional[int] = typer.Option(
+        None, help="Screening budget of a search on the gepa engine before the gate (default 0; docs/search.md)."),
+    target_buckets: Optional[int] = typer.Option(
+        None, help="Failure buckets targeted at once, each must improve (default 1; 4 with a search: docs/search.md)."),
     day: Optional[str] = typer.Option(None, "--date", help="Date in the branch name (default today), YYYY-MM-DD."),
     resume: bool = typer.Option(False, "--resume", help="Continue the newest night that did not finish (its "
                                                         "limits, suites and branch; finished trials are kept)."),
@@ -56,7 +60,8 @@ def nightly_command(
                            time_limit_s=parse_duration(time_limit) if time_limit else None,
                            budget=Budget(usd=budget_usd, tokens=budget_tokens), patience=patience, order=order)
     root, settings = _settings(agent_model=agent_model, judge_model=judge_model, patcher_model=patcher_model,
-                               proposer=proposer, trials=trials)
+                               proposer=proposer, trials=trials, search_rollouts=search_rollouts,
+                               target_buckets=target_buckets)
     ctx = _context(settings, root)
     if not interactive():
         ctx.log = lambda message: err_console.print(f"{datetime.now().isoformat(timespec='seconds')} {message}",
