@@ -24,7 +24,8 @@ the search kept, with what it truly is by the simulator's rules.
 
 Scores are the simulator's ground truth, not a noisy estimate: a task's expected pass rate under
 the final prompt (`SimProfile.pass_probability`), averaged over the train tasks and over the
-holdout tasks. An accepted change is *harmful* when some task's pass rate falls under it, and
+holdout tasks. "Rules gained" counts the simulator's rules the final prompt states that the base
+prompt did not (an accepted patch may state several). An accepted change is *harmful* when some task's pass rate falls under it, and
 *useless* when none rises. "Gap closed" is the train score's rise as a share of the distance from
 the base prompt to the sim's ceiling (every rule stated). Rollouts count every trial the arm ran,
 cache-served ones included; "model calls" counts those that called the model (in the loop arms
@@ -83,6 +84,10 @@ class Truth:
         if any(new < old - 1e-9 for old, new in pairs):
             return "harmful"
         return "good" if any(new > old + 1e-9 for old, new in pairs) else "useless"
+
+    def stated(self, prompt: str) -> int:
+        """How many of the simulator's rules the prompt states."""
+        return sum(rule.status(prompt) == "stated" for rule in self.profile.rules.values())
 
     def ceiling(self, base: str) -> str:
         texts = self.profile.rule_texts
@@ -272,18 +277,20 @@ def main() -> None:
           f"{args.targets} target buckets per iteration")
     print(f"base prompt: train {truth.score(base, 'train'):.3f}, holdout {truth.score(base, 'holdout'):.3f}; "
           f"ceiling (every rule): train {top:.3f}, holdout {truth.score(ceiling, 'holdout'):.3f}")
-    print("| arm | train | holdout | gap closed | accepted | harmful | useless | rollouts | rollouts/accepted "
-          "| model calls/accepted | notes |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| arm | train | holdout | gap closed | accepted | harmful | useless | rules gained | rollouts "
+          "| rollouts/accepted | model calls/accepted | rollouts/rule | notes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for arm in arms:
         train = truth.score(arm.prompt, "train")
         gap = (train - truth.score(base, "train")) / (top - truth.score(base, "train"))
         accepted = len(arm.changes)
         per = f"{arm.rollouts / accepted:.0f}" if accepted else "–"
         per_model = f"{arm.model_rollouts / accepted:.0f}" if accepted else "–"
+        rules = truth.stated(arm.prompt) - truth.stated(base)
+        per_rule = f"{arm.rollouts / rules:.0f}" if rules > 0 else "–"
         print(f"| {arm.name} | {train:.3f} | {truth.score(arm.prompt, 'holdout'):.3f} | {gap:.0%} | {accepted} | "
-              f"{arm.changes.count('harmful')} | {arm.changes.count('useless')} | {arm.rollouts} | {per} | "
-              f"{per_model} | {arm.notes} |")
+              f"{arm.changes.count('harmful')} | {arm.changes.count('useless')} | {rules} | {arm.rollouts} | {per} | "
+              f"{per_model} | {per_rule} | {arm.notes} |")
     print(f"{time.monotonic() - started:.0f} s in all")
 
 

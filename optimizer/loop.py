@@ -327,6 +327,8 @@ class _Iteration:
                                     note=f"search candidate {candidate.number}, promoted {rank} of {len(outcome.promoted)}")
             candidate.status, candidate.branch = record.status, record.branch
             candidate.reason = f"gate: {record.reason}"
+            candidate.failed_rules = [rule.rule for rule in record.decision.rules if not rule.passed] \
+                if record.decision else []
             save_search(result, outcome)
             if record.status == "accepted":
                 for later in outcome.promoted[rank:]:

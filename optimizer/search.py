@@ -20,8 +20,9 @@ pool when it beats its parent there; we supply the pieces that make it ours:
   first (fewest changed lines: a patch that adds a sentence nothing asked for is where harm
   hides), then the best screening score (the mean over the screening set, other buckets
   included when the budget allows); at most `PROMOTE`, and never one that adds every line an
-  earlier promoted one adds (a descendant in the pool carries its parent's sentences, harmful
-  ones included: gating both pays twice for one fault). The gate then judges them on fresh
+  earlier promoted one adds, or one the gate already found harming or erroring (a descendant in
+  the pool carries its parent's sentences, harmful ones included: gating both pays twice for one
+  fault). The gate then judges them on fresh
   trials only (the winner's curse: a candidate chosen for its screening scores is lucky on
   exactly those trials).
 
@@ -126,6 +127,9 @@ class ScreeningAdapter:
         """Per candidate (text sha), the scores of each batch it was evaluated on, in order."""
         self.last: tuple[str, list[float]] | None = None
         self.rollouts = 0
+        self.confirmed: list[tuple[str, tuple[str, str], float]] = []
+        """(prompt sha, task key, score) of every confirmation trial: fresh base-prompt trials of
+        the targets, run before anything was proposed, so part of the base prompt's screening."""
 
     def plan(self, keys: list[tuple[str, str]]) -> list[PlannedTrial]:
         """One trial per key at the next unused screening index of its task."""
@@ -164,7 +168,11 @@ class ScreeningAdapter:
         """`trials` fresh screening trials of the base prompt spread over `keys` (whole rounds):
         whether a target the baseline saw failing still fails."""
         rounds = math.ceil(trials / len(keys)) if keys else 0
-        return self.trials([key for _ in range(rounds) for key in keys], prompt, "confirmation (base prompt)")
+        keys = [key for _ in range(rounds) for key in keys]
+        trials = self.trials(keys, prompt, "confirmation (base prompt)")
+        self.confirmed += [(text_sha(prompt), key, trial_value(trial.score, trial.status))
+                           for key, trial in zip(keys, trials)]
+        return trials
 
     def get_adapter_state(self) -> dict[str, Any]:
         return {"next_index": dict(self.next_index)}
@@ -196,6 +204,8 @@ class Candidate:
     target_score: float | None = None
     """Mean over the targeted tasks of the screening set."""
     branch: str = ""
+    failed_rules: list[str] = field(default_factory=list)
+    """The gate's rules this candidate failed (`improvement`, `no_harm`, `errored`), once judged."""
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
@@ -256,6 +266,43 @@ class SearchProposer:
         return {COMPONENT: patched} if record.status == "screened_out" else {}
 
 
+def faulty(records: list[Candidate]) -> list[Candidate]:
+    """Candidates the gate judged and found harming or erroring (not merely not improving):
+    whatever did it is among the lines they add."""
+    return [record for record in records if set(record.failed_rules) - {"improvement"}]
+
+
+def carries(text: str, record: Candidate) -> bool:
+    """Whether a prompt holds every line `record` added to its base prompt."""
+    return added_lines(record.diff) <= {line.strip() for line in text.splitlines()}
+
+
+def parent_selector(records: list[Candidate], seed: int):
+    """gepa's Pareto selection of the next parent, leaving out every pool member that carries the
+    lines of a candidate the gate found harmful (`faulty`): a continued pool would otherwise
+    keep mutating the lineage the gate already refused. The base prompt always remains."""
+    import random
+
+    from gepa.gepa_utils import select_program_candidate_from_pareto_front
+    from gepa.proposer.reflective_mutation.base import CandidateSelector
+
+    blocked = faulty(records)
+
+    class Selector(CandidateSelector):
+        rng = random.Random(seed)
+
+        def select_candidate_idx(self, state) -> int:
+            barred = {index for index, candidate in enumerate(state.program_candidates)
+                      if index and any(carries(candidate[COMPONENT], record) for record in blocked)}
+            fronts = {key: programs - barred for key, programs in state.get_pareto_front_mapping().items()}
+            fronts = {key: programs for key, programs in fronts.items() if programs}
+            if not fronts:
+                return 0
+            return select_program_candidate_from_pareto_front(fronts, state.per_program_tracked_scores, self.rng)
+
+    return Selector()
+
+
 class _FileLog:
     """gepa's logger, writing to a file in the pool folder (its chatter stays off the console)."""
 
@@ -307,6 +354,8 @@ def run_search(adapter: ScreeningAdapter, proposer: SearchProposer, *, base_prom
     try:
         result = gepa.optimize(seed_candidate={COMPONENT: base_prompt}, trainset=train, valset=val, adapter=adapter,
                                custom_candidate_proposer=proposer, reflection_minibatch_size=MINIBATCH,
+                               candidate_selection_strategy=parent_selector(proposer.records, seed)
+                               if faulty(proposer.records) else "pareto",
                                max_metric_calls=spent + budget, run_dir=str(gepa_dir), seed=seed,
                                logger=_FileLog(folder / "gepa.log"), track_best_outputs=False,
                                display_progress_bar=False, raise_on_exception=True,
@@ -316,15 +365,22 @@ def run_search(adapter: ScreeningAdapter, proposer: SearchProposer, *, base_prom
     if proposer.stopped is not None:
         raise proposer.stopped
     record_minibatch(proposer.records, adapter)
-    outcome = promote_candidates(result, proposer.records, val, adapter.targets, adapter.items, limit=promote)
+    base_sha = text_sha(base_prompt)
+    confirmed = [score for sha, key, score in adapter.confirmed
+                 if sha == base_sha and (key[0], adapter.items[key].task.bucket) in adapter.targets]
+    outcome = promote_candidates(result, proposer.records, val, adapter.targets, adapter.items, limit=promote,
+                                 base_extra=confirmed)
     outcome.folder, outcome.rollouts = folder, adapter.rollouts - start
     save_records(folder, proposer.records)
     return outcome
 
 
 def promote_candidates(result, records: list[Candidate], val: list[Example], targets: set[tuple[str, str]],
-            items: dict[tuple[str, str], PlannedTrial], limit: int = PROMOTE) -> SearchOutcome:
+                       items: dict[tuple[str, str], PlannedTrial], limit: int = PROMOTE,
+                       base_extra: list[float] = ()) -> SearchOutcome:
     """Fill in the pool's screening scores and pick the candidates for the gate (module docstring).
+    `base_extra`: more scores of the base prompt on the targeted tasks (its confirmation trials),
+    for the promotion test only.
 
     A candidate already promoted in an earlier run of this pool is not promoted again."""
     targeted = [i for i, example in enumerate(val) if (example.suite, items[example.key].task.bucket) in targets]
@@ -339,6 +395,7 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
         target_values[sha] = target
     base_sha = text_sha(result.candidates[0][COMPONENT])
     base, base_target = scores[base_sha]
+    base_sample = target_values[base_sha] + list(base_extra)
     by_sha = {record.sha: record for record in records if record.status in OPEN}
     for sha, (score, target) in scores.items():
         if sha in by_sha:
@@ -352,13 +409,14 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
     pool = sorted((r for r in records if r.status == "pool"),
                   key=lambda r: (changed_lines(r.diff), -(r.screen_score or 0.0), -(r.target_score or 0.0), r.number))
     promoted: list[Candidate] = []
+    refused = faulty(records)
     for record in pool:
-        covered = next((other for other in promoted if added_lines(other.diff) <= added_lines(record.diff)), None)
+        covered = next((other for other in promoted + refused if carries(record.text, other)), None)
         if record.target_score is None or not record.target_score > base_target:
             record.status = "not_promoted"
             record.reason = (f"targets screened at {_score(record.target_score)}, not above the base prompt's "
                              f"{base_target:.2f}")
-        elif (p := screening_p(target_values.get(record.sha, []), target_values[base_sha])) >= SCREEN_ALPHA:
+        elif (p := screening_p(target_values.get(record.sha, []), base_sample)) >= SCREEN_ALPHA:
             record.status = "not_promoted"
             record.reason = (f"targets screened at {record.target_score:.2f} against the base prompt's "
                              f"{base_target:.2f}: not clearly above (p={p:.2f} >= {SCREEN_ALPHA})")
@@ -368,7 +426,8 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
         elif covered is not None:
             record.status = "not_promoted"
             record.reason = (f"adds every line candidate {covered.number} adds, and more: it would share whatever "
-                             f"the gate finds wrong with that one")
+                             f"the gate finds wrong with that one"
+                             + (" (it found harm or errors)" if covered in refused else ""))
         else:
             record.status = "promoted"
             record.reason = f"screening {record.screen_score:.2f} (targets {record.target_score:.2f}) vs base {base:.2f}"

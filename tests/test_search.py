@@ -11,7 +11,8 @@ import pytest
 
 from optimizer import loop as loop_module
 from optimizer.search import (COMPONENT, SCREEN_INDEX, Candidate, Example, ScreeningAdapter, SearchProposer,
-                              load_records, promote_candidates, run_search, screening_sets, text_sha)
+                              load_records, parent_selector, promote_candidates, run_search, screening_sets,
+                              text_sha)
 from optimizer.suites import load_suites
 from optimizer.runner import plan
 from optimizer.types import Trial
@@ -125,6 +126,49 @@ def test_promotion_needs_clear_screening_evidence_and_skips_a_candidate_carrying
     assert descendant.status == "not_promoted" and f"candidate {right.number}" in descendant.reason
 
 
+def test_a_candidate_carrying_the_lines_of_one_the_gate_found_harmful_is_not_promoted():
+    """In a continued pool: the gate rejected candidate 1 for harm and candidate 2 for not
+    improving its target; a child of 1 is not promoted, a child of 2 is."""
+    from types import SimpleNamespace
+
+    items = card_items()
+    fact = sorted(key for key, item in items.items() if item.task.bucket == "fact_preservation")
+    val = [Example(*key, copy) for copy in range(4) for key in fact]
+    harmful, weak = "base\nNever mention the weather.", "base\nBe brief."
+    texts = ["base", f"{harmful}\n{RULE}", f"{weak}\n{RULE}"]
+    result = SimpleNamespace(candidates=[{COMPONENT: text} for text in texts],
+                             val_subscores=[dict(enumerate([0.0] * 8)), dict(enumerate([1.0] * 8)),
+                                            dict(enumerate([1.0] * 8))])
+
+    def record(number, text, **fields):
+        return Candidate(number=number, sha=text_sha(text), parent=text_sha("base"), text=text,
+                         diff="".join(f"+{line}\n" for line in text.splitlines()[1:]), **fields)
+
+    records = [record(1, harmful, status="rejected_gate", failed_rules=["no_harm"]),
+               record(2, weak, status="rejected_gate", failed_rules=["improvement"]),
+               record(3, texts[1], status="screened_out"), record(4, texts[2], status="screened_out")]
+    outcome = promote_candidates(result, records, val, {("card_agent", "fact_preservation")}, items, limit=2)
+    assert [c.number for c in outcome.promoted] == [4]
+    assert records[2].status == "not_promoted" and "candidate 1" in records[2].reason
+
+
+def test_gepa_never_picks_a_parent_carrying_the_lines_the_gate_found_harmful():
+    from types import SimpleNamespace
+
+    harmful = "base\nNever mention the weather."
+    texts = ["base", harmful, f"{harmful}\n{RULE}", f"base\n{RULE}"]
+    refused = Candidate(number=1, sha=text_sha(harmful), parent=text_sha("base"), status="rejected_gate",
+                        diff="+Never mention the weather.\n", text=harmful, failed_rules=["no_harm"])
+    state = SimpleNamespace(program_candidates=[{COMPONENT: text} for text in texts],
+                            per_program_tracked_scores=[0.2, 0.9, 1.0, 0.8],
+                            get_pareto_front_mapping=lambda: {0: {1, 2}, 1: {2, 3}, 2: {0, 1}})
+    selector = parent_selector([refused], seed=0)
+    assert {selector.select_candidate_idx(state) for _ in range(50)} <= {0, 3}
+    assert 3 in {selector.select_candidate_idx(state) for _ in range(50)}
+    state.get_pareto_front_mapping = lambda: {0: {1, 2}}
+    assert selector.select_candidate_idx(state) == 0, "with every front member barred, the base prompt"
+
+
 def test_targets_are_ranked_by_failing_tasks_not_by_failed_trials():
     """A task alone in its bucket runs five times the trials of the others: 8 failures in its 20
     trials (0.4 of a task failing per round) rank below two tasks failing half of their 4 each."""
@@ -221,7 +265,8 @@ def test_a_target_whose_fresh_confirmation_passes_is_skipped(cli, repo, tmp_path
         if not first:  # the first target confirmed: every fresh trial passes
             first.extend({key[1] for key in keys})
             return [trial.model_copy(update={"status": "passed", "score": 1.0}) for trial in result]
-        return result
+        return [trial.model_copy(update={"status": "failed", "score": 0.5}) if index < 2 else trial
+                for index, trial in enumerate(result)]  # the next ones still fail
 
     monkeypatch.setattr(ScreeningAdapter, "confirm", confirm)
     monkeypatch.setenv("OPTIMIZER_SEARCH_ROLLOUTS", "30")
