@@ -25,9 +25,10 @@ the search kept, with what it truly is by the simulator's rules.
 Scores are the simulator's ground truth, not a noisy estimate: a task's expected pass rate under
 the final prompt (`SimProfile.pass_probability`), averaged over the train tasks and over the
 holdout tasks. "Rules gained" counts the simulator's rules the final prompt states that the base
-prompt did not (an accepted patch may state several). An accepted change is *harmful* when some task's pass rate falls under it, and
-*useless* when none rises. "Gap closed" is the train score's rise as a share of the distance from
-the base prompt to the sim's ceiling (every rule stated). Rollouts count every trial the arm ran,
+prompt did not (an accepted patch may state several). An accepted change is *harmful* when some
+task's pass rate falls under it, and *useless* when none rises. "Gap closed" is the train score's
+rise as a share of the distance from the base prompt to the sim's ceiling (every rule stated).
+Rollouts count every trial the arm ran,
 cache-served ones included; "model calls" counts those that called the model (in the loop arms
 the response cache serves, for instance, the part of a new baseline that the accepted candidate
 already ran with the same prompt, seed and trial index; gepa's arm runs without the cache).

@@ -13,8 +13,9 @@ the pairs were run, and stays valid however many batches are added and whenever 
 Strict mode (the default):
 
 1. **Improvement.** Every targeted bucket improves: its anytime-valid p-value is below `alpha`
-   (an intersection-union test: no adjustment for several targets). Only fresh trials count here (the baseline's trials
-   chose the targets, and would favour any patch by regression to the mean).
+   (an intersection-union test: no adjustment for several targets). Only fresh trials count
+   here (the baseline's trials chose the targets, and would favour any patch by regression to
+   the mean).
 2. **No harm.** For every other train bucket of the changed agent, the holdout split, the whole
    split and each regression suite, a one-sided betting test of a drop. A group is *harmed* when
    its wealth reaches m / `alpha_harm` (m = groups tested: Bonferroni over e-values, so the chance

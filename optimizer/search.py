@@ -22,9 +22,8 @@ pool when it beats its parent there; we supply the pieces that make it ours:
   included when the budget allows); at most `PROMOTE`, and never one that adds every line an
   earlier promoted one adds, or one the gate already found harming or erroring (a descendant in
   the pool carries its parent's sentences, harmful ones included: gating both pays twice for one
-  fault). The gate then judges them on fresh
-  trials only (the winner's curse: a candidate chosen for its screening scores is lucky on
-  exactly those trials).
+  fault). The gate then judges them on fresh trials only (the winner's curse: a candidate
+  chosen for its screening scores is lucky on exactly those trials).
 
 The pool lives in a folder keyed by the agent, base prompt and targets (`pool_folder`): gepa's
 own `run_dir` (its state, resumable) plus our records of every candidate. A run killed mid-search,
@@ -43,6 +42,7 @@ from typing import Any, Callable, Iterable
 from optimizer.files import write_json, write_text
 from optimizer.runner import PlannedTrial
 from optimizer.scoring import trial_value
+from optimizer.stats import welch_greater_p
 from optimizer.types import Trial
 
 COMPONENT = "system_prompt"
@@ -60,12 +60,12 @@ HARM_SCREENS = 4
 (a candidate that breaks one then ranks low); a smaller one screens the targets only and leaves
 harm to the gate."""
 PROMOTE = 2
+"""Candidates sent to the gate per iteration at most (the setting `candidates`, up to this)."""
 SCREEN_ALPHA = 0.10
 """A candidate is promoted only when its targeted screening scores beat the base prompt's at
 this one-sided level (Welch's t-test): a sentence that changes nothing rarely clears it by luck,
 and the gate's budget goes to candidates with evidence. A filter, not the decision: the gate
 judges on fresh trials at its own levels."""
-"""Candidates sent to the gate per iteration at most (the setting `candidates`, up to this)."""
 OPEN = ("screened_out", "pool", "not_promoted", "promoted")
 """Statuses of a candidate the gate has not judged (`promoted`: a run killed before its verdict)."""
 
@@ -416,7 +416,7 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
             record.status = "not_promoted"
             record.reason = (f"targets screened at {_score(record.target_score)}, not above the base prompt's "
                              f"{base_target:.2f}")
-        elif (p := screening_p(target_values.get(record.sha, []), base_sample)) >= SCREEN_ALPHA:
+        elif (p := welch_greater_p(target_values.get(record.sha, []), base_sample)) >= SCREEN_ALPHA:
             record.status = "not_promoted"
             record.reason = (f"targets screened at {record.target_score:.2f} against the base prompt's "
                              f"{base_target:.2f}: not clearly above (p={p:.2f} >= {SCREEN_ALPHA})")
@@ -434,29 +434,6 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
             promoted.append(record)
     return SearchOutcome(candidates=records, promoted=promoted, folder=Path(), rollouts=0, base_score=base,
                          base_target_score=base_target)
-
-
-def screening_p(candidate: list[float], base: list[float]) -> float:
-    """One-sided p-value that the candidate's targeted screening scores are higher than the base
-    prompt's (Welch's t-test; with no spread in either, 0 when every candidate score is above
-    every base score, else 1)."""
-    from scipy.stats import t as student_t
-
-    if len(candidate) < 2 or len(base) < 2:
-        return 1.0
-    (m1, v1, n1), (m2, v2, n2) = (_moments(candidate), _moments(base))
-    se2 = v1 / n1 + v2 / n2
-    if se2 == 0:
-        return 0.0 if m1 > m2 else 1.0
-    df = se2 ** 2 / ((v1 / n1) ** 2 / (n1 - 1) + (v2 / n2) ** 2 / (n2 - 1))
-    return float(student_t.sf((m1 - m2) / math.sqrt(se2), df))
-
-
-def _moments(values: list[float]) -> tuple[float, float, int]:
-    """Mean, sample variance and count."""
-    n = len(values)
-    mean = sum(values) / n
-    return mean, sum((v - mean) ** 2 for v in values) / (n - 1), n
 
 
 def added_lines(diff: str) -> set[str]:

@@ -29,6 +29,7 @@ the scores' scale. Zero changes carry no bet.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Sequence
 
 import numpy as np
@@ -92,6 +93,23 @@ def detectable_share(nonzero: int, threshold: float, power: float = 0.8,
         middle = (low + high) / 2
         low, high = (low, middle) if detects(middle) else (middle, high)
     return high
+
+
+def welch_greater_p(first: list[float], second: list[float]) -> float:
+    """One-sided p-value that `first` has the higher mean (Welch's t-test, unequal variances). 1
+    with fewer than two values on either side; with no spread on both, 0 when the first mean is
+    higher, else 1."""
+    if len(first) < 2 or len(second) < 2:
+        return 1.0
+    from scipy.stats import t
+
+    shares = [statistics.variance(values) / len(values) for values in (first, second)]
+    se2 = sum(shares)
+    gap = statistics.fmean(first) - statistics.fmean(second)
+    if se2 == 0:
+        return 0.0 if gap > 0 else 1.0
+    df = se2 ** 2 / (shares[0] ** 2 / (len(first) - 1) + shares[1] ** 2 / (len(second) - 1))
+    return float(t.sf(gap / math.sqrt(se2), df))
 
 
 def holm(pvalues: list[float]) -> list[float]:

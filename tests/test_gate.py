@@ -46,6 +46,18 @@ def test_the_sequential_sign_test_finds_a_clear_improvement_in_a_few_batches():
     assert hits / 400 > 0.9
 
 
+def test_welch_one_sided_p_matches_scipy_and_handles_no_spread():
+    from scipy.stats import ttest_ind
+
+    from optimizer.stats import welch_greater_p
+
+    first, second = [0.9, 0.8, 1.0, 1.0], [0.5, 0.7, 0.6, 0.8, 1.0]
+    expected = ttest_ind(first, second, equal_var=False, alternative="greater").pvalue
+    assert welch_greater_p(first, second) == pytest.approx(expected)
+    assert welch_greater_p([1.0, 1.0], [0.5, 0.5]) == 0.0 and welch_greater_p([1.0, 1.0], [1.0, 1.0]) == 1.0
+    assert welch_greater_p([1.0], [0.0, 0.0]) == 1.0, "one value cannot show anything"
+
+
 def test_holm_is_step_down_and_monotone():
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert holm([0.5]) == [0.5]
