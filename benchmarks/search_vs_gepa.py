@@ -142,7 +142,15 @@ def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> 
                                        if rule.status(candidate.text) == "contradicted")
                     log(f"    candidate {candidate.number}: {candidate.status}, truly "
                         f"{truth.kind(before, candidate.text)}{' (contradicts ' + broken + ')' if broken else ''}"
-                        f", {changed_lines(candidate.diff)} changed lines; {candidate.reason[:120]}")
+                        f", {changed_lines(candidate.diff)} changed lines"
+                        f"{'; gated on ' + ', '.join(candidate.gate_targets) if candidate.gate_targets else ''}"
+                        f"; {candidate.reason[:120]}")
+                    proposal = next((p for p in result.proposals if candidate.branch and p.branch == candidate.branch
+                                     and p.decision is not None), None)
+                    for row in proposal.decision.buckets if proposal and broken else []:
+                        if row.bucket in broken.split(", "):
+                            log(f"      gate on {row.bucket} ({row.kind}): {row.before:.2f} -> {row.after:.2f}, "
+                                f"{row.pairs} pairs, p_harm {row.p_harm:.3f}, {row.verdict}")
             if result.status == "nothing_to_fix":
                 break
         arm.prompt = (repo / PROMPT).read_text(encoding="utf-8")

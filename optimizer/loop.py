@@ -18,6 +18,7 @@ trials run in `optimizer.loop_staging`, and what it writes for people in `optimi
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -134,6 +135,8 @@ class _Iteration:
         self.store, self.log = ctx.store, ctx.log
         self.stage = Stage(ctx, settings, suites, planned, result, base_root)
         self.baseline: list[Trial] = []
+        self.evidence: list[Trial] = []
+        """The baseline and the other recorded trials of the base prompts (`Stage.evidence`)."""
         self.regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
         self.policy = policy_from(settings)
         self.non_voting = non_voting_graders(ctx.store, suites, settings.judge_model) if judges_used(suites) else []
@@ -147,6 +150,7 @@ class _Iteration:
                 self.log(f"note: {path} has uncommitted changes; the loop uses the committed version "
                          f"at {base.commit[:12]}")
         self.baseline = self.stage.baseline()
+        self.evidence = self.stage.evidence(self.baseline)
         pooled = self.stage.base_pool()
         if pooled:
             self.log(f"base prompt: {pooled} trials at fresh indexes that earlier iterations ran on this base are "
@@ -169,7 +173,7 @@ class _Iteration:
         prompt_path = self.prompt_paths[selection.agent]
         prompt = gitops.read_at(self.repo, base.commit, prompt_path)
         manual = load_manual(self.ctx.project_root, selection.agent)
-        failures = failure_records(self.baseline, self.suites, selection)
+        failures = failure_records(self.evidence, self.suites, selection)
         budget = self.settings.request_token_budget
         window = context_window(self.settings.patcher_model) if self.settings.proposer == "llm" else None
         if window:  # half the patcher's context: the rest holds its instructions and the answer
@@ -255,7 +259,7 @@ class _Iteration:
         if confirm is None:
             confirm = self.settings.batch_pairs if self.settings.search_rollouts else 0
         while True:
-            selection = select_targets(self.baseline, self.suites, max_targets=self.settings.target_buckets,
+            selection = select_targets(self.evidence, self.suites, max_targets=self.settings.target_buckets,
                                        agent=agent, skip=skip)
             if selection is None or not confirm:
                 return selection
@@ -322,7 +326,11 @@ class _Iteration:
         self.log(f"search: {len(outcome.candidates)} candidate(s), {len(outcome.promoted)} promoted "
                  f"(base prompt screened at {outcome.base_score:.2f})")
         for rank, candidate in enumerate(outcome.promoted, 1):
-            record = self._gate_one(FixedProposer(proposer, candidate.text, candidate.rationale), selection, prompt,
+            judged = selection
+            if candidate.gate_targets:
+                judged = replace(selection, targets=[t for t in selection.targets
+                                                     if f"{t.suite}/{t.bucket}" in candidate.gate_targets])
+            record = self._gate_one(FixedProposer(proposer, candidate.text, candidate.rationale), judged, prompt,
                                     prompt_path, lint_index, manual_sha, name=f"{selection.agent}-{rank}",
                                     note=f"search candidate {candidate.number}, promoted {rank} of {len(outcome.promoted)}")
             candidate.status, candidate.branch = record.status, record.branch

@@ -115,6 +115,36 @@ class Stage:
         result.model_rollouts += called_model(run.trials)
         return run.trials
 
+    def evidence(self, baseline: list[Trial]) -> list[Trial]:
+        """The baseline's trials and every other recorded trial of an agent with its base prompt,
+        the same code, models and packages, of a task whose spec is the baseline's: an accepted
+        candidate's gate and screening trials (its prompt is now the base prompt), earlier
+        confirmation trials. What target selection ranks headroom on: a bucket a patch has just
+        fixed has dozens of fresh trials there and ranks by them, not by its baseline's two.
+        Trials at the baseline's indexes come from the baseline; errored ones are left out.
+
+        Only runs finished before the first iteration on this base commit started count: every
+        iteration on one base ranks on the same trials, so it keeps the targets (and continues
+        their search pool) until they are set aside or skipped, and a job killed and resumed
+        ranks as an uninterrupted one would."""
+        spec = self.spec
+        tasks = spec.get("tasks") or {}
+        found = {(t.suite, t.task_id, t.index): t for t in baseline}
+        decided = self.store.iterations.first_start(self.result.base.commit)
+        if decided is None:
+            return list(found.values())
+        for agent in sorted({suite.spec.agent_name for suite in self.suites}):
+            names = {suite.name for suite in self.suites if suite.spec.agent_name == agent}
+            for run_id, other in self.store.runs.of_agent_setup(spec, agent, finished_by=decided):
+                other_tasks = other.get("tasks") or {}
+                for trial in self.store.trials.load(run_id):
+                    key = f"{trial.suite}/{trial.task_id}"
+                    if trial.suite not in names or trial.status == "errored" or not _same_task(
+                            tasks.get(key), other_tasks.get(key)):
+                        continue
+                    found.setdefault((trial.suite, trial.task_id, trial.index), trial)
+        return list(found.values())
+
     def base_pool(self) -> int:
         """Take in the base prompt's trials at fresh indexes that earlier iterations on the same
         base and run spec ran (a nightly's proposals on one base prompt), so each is run once per
@@ -172,6 +202,11 @@ class Stage:
         self.result.model_rollouts += calls
         self.result.screen_rollouts += count
         return run.trials
+
+
+def _same_task(one: dict | None, other: dict | None) -> bool:
+    """Two task specs (file and fixtures) alike, whatever trials each run planned."""
+    return one is not None and other is not None and {**one, "trials": 0} == {**other, "trials": 0}
 
 
 class LoopSides:

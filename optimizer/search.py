@@ -66,6 +66,10 @@ SCREEN_ALPHA = 0.10
 this one-sided level (Welch's t-test): a sentence that changes nothing rarely clears it by luck,
 and the gate's budget goes to candidates with evidence. A filter, not the decision: the gate
 judges on fresh trials at its own levels."""
+KEEP_TARGET_P = 0.25
+"""A promoted candidate is judged by the gate on the targets where its screening scores beat the
+base prompt's at this one-sided level (Welch's t-test; `gate_targets`), and checked for harm on
+the others."""
 OPEN = ("screened_out", "pool", "not_promoted", "promoted")
 """Statuses of a candidate the gate has not judged (`promoted`: a run killed before its verdict)."""
 
@@ -206,6 +210,9 @@ class Candidate:
     branch: str = ""
     failed_rules: list[str] = field(default_factory=list)
     """The gate's rules this candidate failed (`improvement`, `no_harm`, `errored`), once judged."""
+    gate_targets: list[str] = field(default_factory=list)
+    """Once promoted, the targets (`suite/bucket`) the gate tests it for improvement: those where
+    its screening scores are above the base prompt's (empty: every target)."""
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
@@ -366,8 +373,9 @@ def run_search(adapter: ScreeningAdapter, proposer: SearchProposer, *, base_prom
         raise proposer.stopped
     record_minibatch(proposer.records, adapter)
     base_sha = text_sha(base_prompt)
-    confirmed = [score for sha, key, score in adapter.confirmed
-                 if sha == base_sha and (key[0], adapter.items[key].task.bucket) in adapter.targets]
+    buckets = {key: (key[0], item.task.bucket) for key, item in adapter.items.items()}
+    confirmed = [(buckets[key], score) for sha, key, score in adapter.confirmed
+                 if sha == base_sha and buckets[key] in adapter.targets]
     outcome = promote_candidates(result, proposer.records, val, adapter.targets, adapter.items, limit=promote,
                                  base_extra=confirmed)
     outcome.folder, outcome.rollouts = folder, adapter.rollouts - start
@@ -377,25 +385,31 @@ def run_search(adapter: ScreeningAdapter, proposer: SearchProposer, *, base_prom
 
 def promote_candidates(result, records: list[Candidate], val: list[Example], targets: set[tuple[str, str]],
                        items: dict[tuple[str, str], PlannedTrial], limit: int = PROMOTE,
-                       base_extra: list[float] = ()) -> SearchOutcome:
+                       base_extra: Iterable[tuple[tuple[str, str], float]] = ()) -> SearchOutcome:
     """Fill in the pool's screening scores and pick the candidates for the gate (module docstring).
-    `base_extra`: more scores of the base prompt on the targeted tasks (its confirmation trials),
-    for the promotion test only.
+    `base_extra`: more (target bucket, score) of the base prompt on the targeted tasks (its
+    confirmation trials), for the promotion test and the gate's targets only.
 
     A candidate already promoted in an earlier run of this pool is not promoted again."""
-    targeted = [i for i, example in enumerate(val) if (example.suite, items[example.key].task.bucket) in targets]
+    bucket_of = {i: (example.suite, items[example.key].task.bucket) for i, example in enumerate(val)}
+    targeted = [i for i in range(len(val)) if bucket_of[i] in targets]
     scores: dict[str, tuple[float, float]] = {}
-    target_values: dict[str, list[float]] = {}
+    by_bucket: dict[str, dict[tuple[str, str], list[float]]] = {}
     for candidate, subscores in zip(result.candidates, result.val_subscores):
         values = [subscores[i] for i in range(len(val)) if i in subscores]
-        target = [subscores[i] for i in targeted if i in subscores]
         sha = text_sha(candidate[COMPONENT])
-        scores[sha] = (sum(values) / len(values) if values else float("nan"),
-                       sum(target) / len(target) if target else float("nan"))
-        target_values[sha] = target
+        buckets = by_bucket[sha] = {}
+        for i in targeted:
+            if i in subscores:
+                buckets.setdefault(bucket_of[i], []).append(subscores[i])
+        target = [value for bucket_values in buckets.values() for value in bucket_values]
+        scores[sha] = (_mean(values), _mean(target))
     base_sha = text_sha(result.candidates[0][COMPONENT])
     base, base_target = scores[base_sha]
-    base_sample = target_values[base_sha] + list(base_extra)
+    base_buckets = {bucket: list(values) for bucket, values in by_bucket[base_sha].items()}
+    for bucket, value in base_extra:
+        base_buckets.setdefault(bucket, []).append(value)
+    base_sample = [value for values in base_buckets.values() for value in values]
     by_sha = {record.sha: record for record in records if record.status in OPEN}
     for sha, (score, target) in scores.items():
         if sha in by_sha:
@@ -412,11 +426,12 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
     refused = faulty(records)
     for record in pool:
         covered = next((other for other in promoted + refused if carries(record.text, other)), None)
+        candidate_sample = [value for values in by_bucket.get(record.sha, {}).values() for value in values]
         if record.target_score is None or not record.target_score > base_target:
             record.status = "not_promoted"
             record.reason = (f"targets screened at {_score(record.target_score)}, not above the base prompt's "
                              f"{base_target:.2f}")
-        elif (p := welch_greater_p(target_values.get(record.sha, []), base_sample)) >= SCREEN_ALPHA:
+        elif (p := welch_greater_p(candidate_sample, base_sample)) >= SCREEN_ALPHA:
             record.status = "not_promoted"
             record.reason = (f"targets screened at {record.target_score:.2f} against the base prompt's "
                              f"{base_target:.2f}: not clearly above (p={p:.2f} >= {SCREEN_ALPHA})")
@@ -431,9 +446,49 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
         else:
             record.status = "promoted"
             record.reason = f"screening {record.screen_score:.2f} (targets {record.target_score:.2f}) vs base {base:.2f}"
+            record.gate_targets, dropped = gate_targets(by_bucket.get(record.sha, {}), base_buckets, targets)
+            if dropped:
+                record.reason += "; judged on " + ", ".join(record.gate_targets) + " only (" + "; ".join(
+                    f"{name} screened {cand:.2f}, base {was:.2f}" for name, cand, was in dropped) + ")"
             promoted.append(record)
     return SearchOutcome(candidates=records, promoted=promoted, folder=Path(), rollouts=0, base_score=base,
                          base_target_score=base_target)
+
+
+def gate_targets(candidate: dict[tuple[str, str], list[float]], base: dict[tuple[str, str], list[float]],
+                 targets: Iterable[tuple[str, str]]) -> tuple[list[str], list[tuple[str, float, float]]]:
+    """The targets a promoted candidate goes to the gate for: those where its screening scores
+    are above the base prompt's at `KEEP_TARGET_P` (a target without screening scores on either
+    side is kept; when none is kept, the one with the smallest p-value is). The gate requires
+    every target it tests to improve, on fresh trials, so a target the screening shows no clear
+    gain on (typically one the base prompt already mostly passes) would only sink a candidate
+    that helps the others; it is checked for harm with the other buckets instead. Choosing the
+    targets on screening trials is sound because the gate never judges on them. Returns the
+    kept names and the dropped ones with both screening means."""
+    kept, dropped, best = [], [], None
+    for bucket in sorted(targets):
+        name = "/".join(bucket)
+        mine, theirs = candidate.get(bucket), base.get(bucket)
+        if not (mine and theirs):
+            kept.append(name)
+            continue
+        p = welch_greater_p(mine, theirs) if _mean(mine) > _mean(theirs) else 1.0
+        if best is None or p < best[0]:
+            best = (p, name)
+        if p < KEEP_TARGET_P:
+            kept.append(name)
+        else:
+            dropped.append((name, _mean(mine), _mean(theirs)))
+    if not kept:
+        if best is None or best[0] >= 1.0:
+            return ["/".join(bucket) for bucket in sorted(targets)], []
+        kept = [best[1]]
+        dropped = [entry for entry in dropped if entry[0] != best[1]]
+    return kept, dropped
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
 
 
 def added_lines(diff: str) -> set[str]:

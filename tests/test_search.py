@@ -189,6 +189,104 @@ def test_targets_are_ranked_by_failing_tasks_not_by_failed_trials():
     assert [t.failed for t in selection.targets] == [4, 8]
 
 
+def test_a_promoted_candidate_is_gated_only_on_the_targets_its_screening_shows_gain_on():
+    """Two targets: the candidate lifts fact_preservation, while template_metric passes every
+    screening trial with either prompt. The gate would require both to improve and metric
+    cannot, so the candidate goes to the gate for fact_preservation alone (metric is then one of
+    the buckets it is checked for harm on); a candidate with no clear gain on any target is
+    judged on the one that comes closest."""
+    from types import SimpleNamespace
+
+    from optimizer.search import gate_targets
+
+    items = card_items()
+    targets = {("card_agent", "fact_preservation"), ("card_agent", "template_metric")}
+    keys = sorted(key for key, item in items.items() if (key[0], item.task.bucket) in targets)
+    val = [Example(*key, copy) for copy in range(4) for key in keys]
+    fact = [i for i, example in enumerate(val) if items[example.key].task.bucket == "fact_preservation"]
+    base = [0.0 if i in fact and i % 2 else 1.0 for i in range(len(val))]
+    texts = ["base", f"base\n{RULE}"]
+    result = SimpleNamespace(candidates=[{COMPONENT: text} for text in texts],
+                             val_subscores=[dict(enumerate(base)), dict(enumerate([1.0] * len(val)))])
+    record = Candidate(number=1, sha=text_sha(texts[1]), parent=text_sha("base"), status="screened_out",
+                       diff=f"+{RULE}\n", text=texts[1])
+    outcome = promote_candidates(result, [record], val, targets, items, limit=2)
+    assert outcome.promoted == [record]
+    assert record.gate_targets == ["card_agent/fact_preservation"]
+    assert "card_agent/template_metric screened 1.00, base 1.00" in record.reason
+
+    fact_key, metric_key = ("card_agent", "fact_preservation"), ("card_agent", "template_metric")
+    kept, dropped = gate_targets({fact_key: [1.0, 0.5, 1.0], metric_key: [1.0, 1.0, 0.5]},
+                                 {fact_key: [0.5, 1.0, 0.5, 1.0], metric_key: [1.0, 1.0, 1.0, 0.5]}, targets)
+    assert kept == ["card_agent/fact_preservation"] and [name for name, *_ in dropped] == ["card_agent/template_metric"]
+    kept, dropped = gate_targets({fact_key: [1.0, 0.5, 1.0], metric_key: [1.0, 1.0]},
+                                 {fact_key: [1.0, 0.5, 0.5, 1.0], metric_key: [1.0, 0.5]}, targets)
+    assert kept == ["card_agent/template_metric"] and [name for name, *_ in dropped] == [
+        "card_agent/fact_preservation"], "no target clear: the one closest to it"
+    kept, dropped = gate_targets({fact_key: [1.0, 1.0], metric_key: [0.5, 0.5]},
+                                 {fact_key: [1.0, 1.0], metric_key: [1.0, 0.5]}, targets)
+    assert kept == ["card_agent/fact_preservation", "card_agent/template_metric"] and not dropped, \
+        "no gain on any target: every target, and the gate rejects it"
+
+
+def test_targets_rank_on_every_recorded_trial_of_the_base_prompt(tmp_path):
+    """The baseline's two trials per task say fact_preservation fails most; the accepted
+    candidate whose prompt is now the base prompt ran 12 more of it that all passed, in a run
+    made at another commit. Target selection counts those and picks template_metric. Trials of
+    another prompt, of a task whose file changed since, and of a run finished after the first
+    iteration on this base commit began (so every iteration on it ranks alike) do not count."""
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from optimizer.config import load_settings
+    from optimizer.loop_staging import Stage
+    from optimizer.request import select_targets
+    from optimizer.runner import fingerprints
+    from optimizer.store.store import Store, default_url
+    from optimizer.types import RunResult
+
+    suites = load_suites(["card_agent"], PROJECT_ROOT)
+    planned = plan(suites, trials=2)
+    store = Store(default_url(tmp_path))
+    result = SimpleNamespace(base=SimpleNamespace(commit="1" * 40))
+    stage = Stage(SimpleNamespace(store=store), load_settings(PROJECT_ROOT), suites, planned, result, PROJECT_ROOT)
+    spec = stage.spec
+    items = card_items()
+
+    def trials(bucket, indexes, failed):
+        return [Trial(suite=suite, task_id=task, bucket=bucket, split="train", index=index,
+                      status="failed" if failed(index) else "passed", score=0.5 if failed(index) else 1.0)
+                for suite, task in sorted(k for k, item in items.items() if item.task.bucket == bucket)
+                for index in indexes]
+
+    def record(run_id, fingerprints, trial_list):
+        store.runs.start(RunResult(run_id=run_id, started_at=datetime.now(timezone.utc), fingerprints=fingerprints),
+                         kind="candidate")
+        for trial in trial_list:
+            store.trials.record(run_id, trial)
+        store.runs.finish(run_id, "completed", {})
+        store.flush()
+
+    baseline = trials("fact_preservation", [0, 1], lambda i: True) + trials("template_metric", [0, 1], lambda i: i == 0)
+    assert [t.bucket for t in select_targets(baseline, suites).targets] == ["fact_preservation"]
+    record("accepted", {**spec, "git": {"commit": "0" * 40, "dirty": False}},
+           trials("fact_preservation", range(2, 14), lambda i: False))
+    other_prompt = json.loads(json.dumps(spec))
+    other_prompt["agents"]["card_agent"]["prompt"] = "another"
+    record("other-prompt", other_prompt, trials("template_metric", range(2, 40), lambda i: False))
+    changed = json.loads(json.dumps(spec))
+    for key in changed["tasks"]:
+        if "metric" in key:
+            changed["tasks"][key]["file"] = "edited"
+    record("task-edited", changed, trials("template_metric", range(40, 80), lambda i: False))
+    store.iterations.start("it-1", kind="run", base_commit="1" * 40, settings={})
+    store.flush()
+    record("during-the-iteration", spec, trials("template_metric", range(80, 90), lambda i: True))
+    evidence = stage.evidence(baseline)
+    assert len(evidence) == len(baseline) + 2 * 12, "runs finished after the base's first iteration began are left out"
+    assert [t.bucket for t in select_targets(evidence, suites).targets] == ["template_metric"]
+
+
 def test_a_resumed_search_continues_the_pool(tmp_path):
     folder = tmp_path / "pool"
     first, ran_first = pool_search(folder, budget=30)
@@ -240,6 +338,7 @@ def test_the_gate_never_judges_on_a_screening_trial(cli, repo, tmp_path, monkeyp
 
     monkeypatch.setattr(ScreeningAdapter, "plan", spy_plan)
     monkeypatch.setattr(loop_module, "compare", spy_compare)
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SKILL", "1.0")  # the right rule every time: some candidate is gated
     code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
     assert code == 0, out + err
     summary = json.loads((tmp_path / "run.json").read_text())

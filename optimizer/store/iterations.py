@@ -59,6 +59,13 @@ class Iterations(Repository):
                 table.c.base_commit == base_commit,
                 table.c.status.in_(VERDICTS))).scalar_one()
 
+    def first_start(self, base_commit: str) -> datetime | None:
+        """When the first iteration on `base_commit` started, whatever became of it."""
+        table = schema.iterations
+        with self._reading() as conn:
+            return conn.execute(select(func.min(table.c.started_at)).where(
+                table.c.base_commit == base_commit)).scalar_one()
+
     def rows(self) -> list[dict[str, Any]]:
         """Every iteration, oldest first, its JSON columns decoded (`targets`, `settings`, `summary`)."""
         with self._reading() as conn:

@@ -87,6 +87,28 @@ class Runs(Repository):
         return [run_id for run_id, stored in rows
                 if _canonical(_without_counts(json.loads(stored))) == wanted]
 
+    def of_agent_setup(self, fingerprints: dict[str, Any], agent: str, *,
+                       finished_by: datetime) -> list[tuple[str, dict[str, Any]]]:
+        """Runs, oldest first, last finished by `finished_by`, with `agent` set up as in
+        `fingerprints`: the same agent spec (its code and system prompt), models, packages and
+        optimizer source. The project's commit and the tasks may differ: each comes with its
+        fingerprints, to check a trial's task against."""
+        same = {key: fingerprints.get(key) for key in ("models", "packages", "optimizer_source")}
+        wanted = (fingerprints.get("agents") or {}).get(agent)
+        if wanted is None:
+            return []
+        table = schema.runs
+        with self._reading() as conn:
+            rows = conn.execute(select(table.c.run_id, table.c.fingerprints_json)
+                                .where(table.c.finished_at.is_not(None), table.c.finished_at <= finished_by)
+                                .order_by(table.c.started_at, table.c.run_id)).all()
+        found = []
+        for run_id, stored in rows:
+            spec = json.loads(stored)
+            if (spec.get("agents") or {}).get(agent) == wanted and all(spec.get(k) == v for k, v in same.items()):
+                found.append((run_id, spec))
+        return found
+
     def rows(self, *columns: str, last: int | None = None) -> list[dict[str, Any]]:
         """Runs, oldest first, as dicts whose JSON columns are decoded (`summary_json` read as
         `summary`). Name `columns` to read only those (decoding every run's summary costs on a
