@@ -118,7 +118,8 @@ class Settings(BaseModel):
     how a self-hosted model gets a price). Environment: JSON, e.g. '{"mock/sim": [1, 2]}'."""
     bucket_patience: int = Field(default=2, ge=1)
     """Rejected proposals for a bucket at the same base commit after which the loop targets the
-    next failing bucket instead (the prompt must change before it tries that bucket again)."""
+    next failing bucket instead (the prompt must change before it tries that bucket again). A
+    search that promoted no candidate counts as one rejected proposal for its targets."""
     proposer: Literal["llm", "command"] = "llm"
     proposer_command: str | None = None
     """Coding-agent command line for `--proposer command`; `{request}` and `{workdir}` are

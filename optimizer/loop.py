@@ -156,9 +156,11 @@ class _Iteration:
             self.log(f"base prompt: {pooled} trials at fresh indexes that earlier iterations ran on this base are "
                      f"reused")
         rejected = store.proposals.rejected()
-        exhausted = exhausted_buckets(rejected, base.commit, self.settings.bucket_patience)
+        exhausted = exhausted_buckets(rejected + store.iterations.rejected_unproposed(base.commit), base.commit,
+                                      self.settings.bucket_patience)
         if exhausted:
-            self.log(f"not targeted ({self.settings.bucket_patience}+ rejected proposals at this base): "
+            self.log(f"not targeted ({self.settings.bucket_patience}+ rejected proposals, or searches that promoted "
+                     f"none, at this base): "
                      + ", ".join(sorted("/".join(key) for key in exhausted)))
         selection = self._select(agent, exhausted)
         if selection is None:

@@ -125,7 +125,8 @@ def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int
 
 
 def exhausted_buckets(rejected: list[dict[str, Any]], base_commit: str, patience: int) -> set[tuple[str, str]]:
-    """Buckets with at least `patience` rejected proposals made against this base commit."""
+    """Buckets with at least `patience` rejected proposals made against this base commit (rows
+    of `store.proposals.rejected`, and of `store.iterations.rejected_unproposed`, each one)."""
     counts: dict[str, int] = {}
     for row in rejected:
         if row["base_commit"] == base_commit:

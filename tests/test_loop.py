@@ -424,7 +424,8 @@ def test_rejected_ideas_are_remembered_and_an_exhausted_bucket_is_set_aside(cli,
     assert "sentence case" in memory and "Outcome:" in memory
     # two rejections at this base commit: the third iteration works on another bucket
     assert "fact_preservation" not in targets[2]
-    assert "not targeted (2+ rejected proposals at this base): card_agent/fact_preservation" in err.replace("\n", " ")
+    assert "not targeted (2+ rejected proposals, or searches that promoted none, at this base): " \
+           "card_agent/fact_preservation" in err.replace("\n", " ")
 
 
 @pytest.mark.parametrize("text, says", [('[{"rationale": 5, "edits": "x"}', "not valid JSON"),

@@ -287,6 +287,35 @@ def test_targets_rank_on_every_recorded_trial_of_the_base_prompt(tmp_path):
     assert [t.bucket for t in select_targets(evidence, suites).targets] == ["template_metric"]
 
 
+def test_a_search_that_promoted_nothing_counts_toward_the_buckets_patience(tmp_path):
+    """Two searches at one base commit that sent nothing to the gate set their targets aside,
+    as two rejected proposals would; an iteration whose proposal the gate rejected is counted
+    once, through its proposal, and other base commits do not count."""
+    from optimizer.request import exhausted_buckets
+    from optimizer.store.proposals import ProposalRow
+    from optimizer.store.store import Store, default_url
+
+    store = Store(default_url(tmp_path))
+    base, other = "a" * 40, "b" * 40
+    for number, (commit, targets, proposed) in enumerate([
+            (base, ["card_agent/template_metric"], False), (base, ["card_agent/template_metric"], False),
+            (base, ["card_agent/template_quote"], True), (other, ["card_agent/template_quote"], False)]):
+        iteration = f"it-{number}"
+        store.iterations.start(iteration, kind="run", base_commit=commit, settings={})
+        store.iterations.set_targets(iteration, agent="card_agent", targets=targets, baseline_run_id=None)
+        if proposed:
+            store.proposals.add(ProposalRow(iteration_id=iteration, ordinal=1, agent="card_agent", branch="b",
+                                            proposer="llm", status="rejected_gate", reason="no gain"))
+        store.iterations.finish(iteration, "rejected")
+    store.flush()
+    unproposed = store.iterations.rejected_unproposed(base)
+    assert [row["iteration_id"] for row in unproposed] == ["it-0", "it-1"]
+    rows = store.proposals.rejected() + unproposed
+    assert exhausted_buckets(rows, base, 2) == {("card_agent", "template_metric")}
+    assert [row["iteration_id"] for row in store.iterations.rejected_unproposed(other)] == ["it-3"]
+    assert exhausted_buckets(rows, base, 1) == {("card_agent", "template_metric"), ("card_agent", "template_quote")}
+
+
 def test_a_resumed_search_continues_the_pool(tmp_path):
     folder = tmp_path / "pool"
     first, ran_first = pool_search(folder, budget=30)

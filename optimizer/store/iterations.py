@@ -59,6 +59,18 @@ class Iterations(Repository):
                 table.c.base_commit == base_commit,
                 table.c.status.in_(VERDICTS))).scalar_one()
 
+    def rejected_unproposed(self, base_commit: str) -> list[dict[str, Any]]:
+        """Iterations on `base_commit` rejected without a proposal reaching the gate (a search
+        that promoted nothing), oldest first, each with its targets and base commit: for
+        `bucket_patience` they count as a rejected proposal."""
+        iterations, proposals = schema.iterations, schema.proposals
+        query = (select(iterations.c.iteration_id, iterations.c.targets_json, iterations.c.base_commit)
+                 .where(iterations.c.base_commit == base_commit, iterations.c.status == "rejected",
+                        ~select(proposals.c.id).where(proposals.c.iteration_id == iterations.c.iteration_id).exists())
+                 .order_by(iterations.c.started_at))
+        with self._reading() as conn:
+            return [decode(row) for row in conn.execute(query).mappings().all()]
+
     def first_start(self, base_commit: str) -> datetime | None:
         """When the first iteration on `base_commit` started, whatever became of it."""
         table = schema.iterations
