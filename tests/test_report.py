@@ -125,7 +125,7 @@ def test_the_report_renders_in_headless_chromium(report, tmp_path):
     assert dom.count('class="proposal"') == 2
     charts = dom.split('id="chart-iterations"')[1].split("<h2>")[0]
     shown = re.findall(r'<figure class="multiple( targeted)?" data-bucket="([^"]+)"', charts)
-    assert [bucket for _, bucket in shown] == ["card_agent/fact_preservation", "card_agent/template_person"]
+    assert [bucket for _, bucket in shown] == ["card_agent/fact_preservation", "card_agent/template_metric"]
     assert all(mark for mark, _ in shown), "only the targeted buckets moved: one small chart each"
     assert f'data-shown="{len(shown)}"' in charts
     assert charts.count("<svg") == len(shown) and charts.count("<polyline") == len(shown)
