@@ -212,7 +212,8 @@ class Candidate:
     """The gate's rules this candidate failed (`improvement`, `no_harm`, `errored`), once judged."""
     gate_targets: list[str] = field(default_factory=list)
     """Once promoted, the targets (`suite/bucket`) the gate tests it for improvement: those where
-    its screening scores are above the base prompt's (empty: every target)."""
+    its screening scores beat the base prompt's at `KEEP_TARGET_P` (`gate_targets`; empty in
+    records made before there was a choice: every target)."""
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
