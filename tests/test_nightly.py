@@ -26,6 +26,18 @@ def nightly(cli, tmp_path, *args: str) -> tuple[int, dict, str]:
     return code, summary, out + err
 
 
+def test_the_nightly_passes_its_gate_and_target_options_to_every_iteration(cli, repo, isolated, tmp_path,
+                                                                             monkeypatch):
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    code, summary, output = nightly(cli, tmp_path, "--max-iterations", "1", "--min-bucket-pairs", "3",
+                                    "--target-buckets", "2")
+    assert code == 0, output
+    with sqlite3.connect(isolated / "optimizer.db") as db:
+        (stored,) = db.execute("select settings_json from iterations").fetchone()
+    settings = json.loads(stored)
+    assert (settings["min_bucket_pairs"], settings["target_buckets"]) == (3, 2)
+
+
 def test_good_proposals_stack_on_the_nightly_branch_in_order(cli, repo, isolated, tmp_path, monkeypatch):
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE), after_data_line(LINK_HARM),
            after_data_line(PERSON_RULE, METRIC_RULE))

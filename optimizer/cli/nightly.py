@@ -34,6 +34,9 @@ def nightly_command(
         None, help="Screening budget of a search on the gepa engine before the gate (default 0; docs/search.md)."),
     target_buckets: Optional[int] = typer.Option(
         None, help="Failure buckets targeted at once, each must improve (default 1; 4 with a search: docs/search.md)."),
+    min_bucket_pairs: Optional[int] = typer.Option(
+        None, help="Pairs every other bucket gets before its harm test looks (default 8; 12 with a search: "
+                   "docs/search.md)."),
     day: Optional[str] = typer.Option(None, "--date", help="Date in the branch name (default today), YYYY-MM-DD."),
     resume: bool = typer.Option(False, "--resume", help="Continue the newest night that did not finish (its "
                                                         "limits, suites and branch; finished trials are kept)."),
@@ -61,7 +64,7 @@ def nightly_command(
                            budget=Budget(usd=budget_usd, tokens=budget_tokens), patience=patience, order=order)
     root, settings = _settings(agent_model=agent_model, judge_model=judge_model, patcher_model=patcher_model,
                                proposer=proposer, trials=trials, search_rollouts=search_rollouts,
-                               target_buckets=target_buckets)
+                               target_buckets=target_buckets, min_bucket_pairs=min_bucket_pairs)
     ctx = _context(settings, root)
     if not interactive():
         ctx.log = lambda message: err_console.print(f"{datetime.now().isoformat(timespec='seconds')} {message}",
