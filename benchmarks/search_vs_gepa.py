@@ -138,17 +138,18 @@ def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> 
                 f"skipped {result.skipped or '-'}")
             for candidate in result.search.candidates if result.search else []:
                 if candidate.text and candidate.status not in ("screened_out", "rejected_check", "unchanged"):
-                    broken = ", ".join(b for b, rule in truth.profile.rules.items()
-                                       if rule.status(candidate.text) == "contradicted")
+                    broken = [b for b, rule in truth.profile.rules.items()
+                              if rule.status(candidate.text) == "contradicted"]
+                    contradicts = f" (contradicts {', '.join(broken)})" if broken else ""
                     log(f"    candidate {candidate.number}: {candidate.status}, truly "
-                        f"{truth.kind(before, candidate.text)}{' (contradicts ' + broken + ')' if broken else ''}"
+                        f"{truth.kind(before, candidate.text)}{contradicts}"
                         f", {changed_lines(candidate.diff)} changed lines"
                         f"{'; gated on ' + ', '.join(candidate.gate_targets) if candidate.gate_targets else ''}"
                         f"; {candidate.reason[:120]}")
                     proposal = next((p for p in result.proposals if candidate.branch and p.branch == candidate.branch
                                      and p.decision is not None), None)
                     for row in proposal.decision.buckets if proposal and broken else []:
-                        if row.bucket in broken.split(", "):
+                        if row.bucket in broken:
                             log(f"      gate on {row.bucket} ({row.kind}): {row.before:.2f} -> {row.after:.2f}, "
                                 f"{row.pairs} pairs, p_harm {row.p_harm:.3f}, {row.verdict}")
             if result.status == "nothing_to_fix":

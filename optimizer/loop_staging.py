@@ -19,6 +19,7 @@ from optimizer.loop_records import IterationResult, LoopContext
 from optimizer.registry import get_agent
 from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id
 from optimizer.search import text_sha
+from optimizer.store.runs import task_without_count
 from optimizer.types import RunResult, Suite, Trial
 
 
@@ -133,16 +134,18 @@ class Stage:
         decided = self.store.iterations.first_start(self.result.base.commit)
         if decided is None:
             return list(found.values())
-        for agent in sorted({suite.spec.agent_name for suite in self.suites}):
-            names = {suite.name for suite in self.suites if suite.spec.agent_name == agent}
-            for run_id, other in self.store.runs.of_agent_setup(spec, agent, finished_by=decided):
-                other_tasks = other.get("tasks") or {}
-                for trial in self.store.trials.load(run_id):
-                    key = f"{trial.suite}/{trial.task_id}"
-                    if trial.suite not in names or trial.status == "errored" or not _same_task(
-                            tasks.get(key), other_tasks.get(key)):
-                        continue
-                    found.setdefault((trial.suite, trial.task_id, trial.index), trial)
+        suites_of: dict[str, set[str]] = {}
+        for suite in self.suites:
+            suites_of.setdefault(suite.spec.agent_name, set()).add(suite.name)
+        for run_id, other, agents in self.store.runs.of_agent_setup(spec, suites_of, finished_by=decided):
+            names = set().union(*(suites_of[agent] for agent in agents))
+            other_tasks = other.get("tasks") or {}
+            for trial in self.store.trials.load(run_id):
+                key = f"{trial.suite}/{trial.task_id}"
+                if trial.suite not in names or trial.status == "errored" or not _same_task(
+                        tasks.get(key), other_tasks.get(key)):
+                    continue
+                found.setdefault((trial.suite, trial.task_id, trial.index), trial)
         return list(found.values())
 
     def base_pool(self) -> int:
@@ -206,7 +209,7 @@ class Stage:
 
 def _same_task(one: dict | None, other: dict | None) -> bool:
     """Two task specs (file and fixtures) alike, whatever trials each run planned."""
-    return one is not None and other is not None and {**one, "trials": 0} == {**other, "trials": 0}
+    return one is not None and other is not None and task_without_count(one) == task_without_count(other)
 
 
 class LoopSides:

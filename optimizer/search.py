@@ -403,14 +403,13 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
         for i in targeted:
             if i in subscores:
                 buckets.setdefault(bucket_of[i], []).append(subscores[i])
-        target = [value for bucket_values in buckets.values() for value in bucket_values]
-        scores[sha] = (_mean(values), _mean(target))
+        scores[sha] = (_mean(values), _mean(_pooled(buckets)))
     base_sha = text_sha(result.candidates[0][COMPONENT])
     base, base_target = scores[base_sha]
     base_buckets = {bucket: list(values) for bucket, values in by_bucket[base_sha].items()}
     for bucket, value in base_extra:
         base_buckets.setdefault(bucket, []).append(value)
-    base_sample = [value for values in base_buckets.values() for value in values]
+    base_sample = _pooled(base_buckets)
     by_sha = {record.sha: record for record in records if record.status in OPEN}
     for sha, (score, target) in scores.items():
         if sha in by_sha:
@@ -427,12 +426,11 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
     refused = faulty(records)
     for record in pool:
         covered = next((other for other in promoted + refused if carries(record.text, other)), None)
-        candidate_sample = [value for values in by_bucket.get(record.sha, {}).values() for value in values]
         if record.target_score is None or not record.target_score > base_target:
             record.status = "not_promoted"
             record.reason = (f"targets screened at {_score(record.target_score)}, not above the base prompt's "
                              f"{base_target:.2f}")
-        elif (p := welch_greater_p(candidate_sample, base_sample)) >= SCREEN_ALPHA:
+        elif (p := welch_greater_p(_pooled(by_bucket.get(record.sha, {})), base_sample)) >= SCREEN_ALPHA:
             record.status = "not_promoted"
             record.reason = (f"targets screened at {record.target_score:.2f} against the base prompt's "
                              f"{base_target:.2f}: not clearly above (p={p:.2f} >= {SCREEN_ALPHA})")
@@ -486,6 +484,11 @@ def gate_targets(candidate: dict[tuple[str, str], list[float]], base: dict[tuple
         kept = [best[1]]
         dropped = [entry for entry in dropped if entry[0] != best[1]]
     return kept, dropped
+
+
+def _pooled(buckets: dict[tuple[str, str], list[float]]) -> list[float]:
+    """Every bucket's scores in one sample."""
+    return [value for values in buckets.values() for value in values]
 
 
 def _mean(values: list[float]) -> float:

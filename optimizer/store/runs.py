@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from sqlalchemy import func, insert, select, update
 
@@ -87,15 +87,15 @@ class Runs(Repository):
         return [run_id for run_id, stored in rows
                 if _canonical(_without_counts(json.loads(stored))) == wanted]
 
-    def of_agent_setup(self, fingerprints: dict[str, Any], agent: str, *,
-                       finished_by: datetime) -> list[tuple[str, dict[str, Any]]]:
-        """Runs, oldest first, last finished by `finished_by`, with `agent` set up as in
-        `fingerprints`: the same agent spec (its code and system prompt), models, packages and
-        optimizer source. The project's commit and the tasks may differ: each comes with its
-        fingerprints, to check a trial's task against."""
+    def of_agent_setup(self, fingerprints: dict[str, Any], agents: Iterable[str], *,
+                       finished_by: datetime) -> list[tuple[str, dict[str, Any], set[str]]]:
+        """Runs, oldest first, last finished by `finished_by`, with the models, packages and
+        optimizer source of `fingerprints` and some of `agents` set up as there (the same agent
+        spec: its code and system prompt); each with its fingerprints and those agents. The
+        project's commit and the tasks may differ: a trial's task is checked against the run's."""
         same = {key: fingerprints.get(key) for key in ("models", "packages", "optimizer_source")}
-        wanted = (fingerprints.get("agents") or {}).get(agent)
-        if wanted is None:
+        wanted = {agent: spec for agent in agents if (spec := (fingerprints.get("agents") or {}).get(agent))}
+        if not wanted:
             return []
         table = schema.runs
         with self._reading() as conn:
@@ -105,8 +105,11 @@ class Runs(Repository):
         found = []
         for run_id, stored in rows:
             spec = json.loads(stored)
-            if (spec.get("agents") or {}).get(agent) == wanted and all(spec.get(k) == v for k, v in same.items()):
-                found.append((run_id, spec))
+            if any(spec.get(key) != value for key, value in same.items()):
+                continue
+            matching = {agent for agent, wants in wanted.items() if (spec.get("agents") or {}).get(agent) == wants}
+            if matching:
+                found.append((run_id, spec, matching))
         return found
 
     def rows(self, *columns: str, last: int | None = None) -> list[dict[str, Any]]:
@@ -131,5 +134,10 @@ def _canonical(fingerprints: dict[str, Any]) -> str:
 
 
 def _without_counts(fingerprints: dict[str, Any]) -> dict[str, Any]:
-    tasks = {key: {**task, "trials": 0} for key, task in (fingerprints.get("tasks") or {}).items()}
+    tasks = {key: task_without_count(task) for key, task in (fingerprints.get("tasks") or {}).items()}
     return {**fingerprints, "tasks": tasks}
+
+
+def task_without_count(task: dict[str, Any]) -> dict[str, Any]:
+    """A task's spec in a run's fingerprints without the trials that run planned of it."""
+    return {**task, "trials": 0}
