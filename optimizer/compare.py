@@ -2,7 +2,8 @@
 in what order, and when to stop. `optimizer.gate` judges the pairs; this module decides what to
 spend on them.
 
-1. **Targets, sequentially.** Fresh pairs (trial indexes after the baseline's, run once with each
+1. **Targets, sequentially.** Fresh pairs (trial indexes after the baseline's and after every
+   other recorded trial of the base prompt that target selection saw, run once with each
    prompt) of the targeted buckets' train tasks, `batch_pairs` per bucket at a time, spread
    evenly over its tasks. After each batch the improvement test looks again (the betting test is
    valid at every look). A bucket stops when it is shown improved, when it reaches
@@ -73,9 +74,10 @@ class _Plan:
     """Trial indexes for more pairs per task: the baseline's reserve first (base side already run),
     then fresh indexes after the baseline's."""
 
-    def __init__(self, planned: list[PlannedTrial], baseline: list[Trial]):
+    def __init__(self, planned: list[PlannedTrial], baseline: list[Trial],
+                 seen: dict[tuple[str, str], int] | None = None):
         self.items: dict[tuple[str, str], PlannedTrial] = {}
-        self.next_index: dict[tuple[str, str], int] = {}
+        self.next_index: dict[tuple[str, str], int] = dict(seen or {})
         self.reserve: dict[tuple[str, str], list[int]] = {}
         run = {(t.suite, t.task_id, t.index): t for t in baseline}
         self.reserved: dict[tuple[str, str, int], Trial] = {}
@@ -139,13 +141,16 @@ def _floor_cost(rest: list[PlannedTrial], regression: set[str], plan: _Plan, pol
 
 def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial], targets: Iterable[tuple[str, str]],
             agent: str, regression_suites: Iterable[str] = (), policy: GatePolicy = GatePolicy(),
-            non_voting: Iterable[str] = (), log: Log = lambda message: None) -> Comparison:
-    """Compare the candidate with the base prompt; see the module docstring for the order."""
+            non_voting: Iterable[str] = (), log: Log = lambda message: None,
+            seen: dict[tuple[str, str], int] | None = None) -> Comparison:
+    """Compare the candidate with the base prompt; see the module docstring for the order.
+    `seen`: per (suite, task), the first trial index no recorded trial of the base prompt holds
+    (fresh pairs start there, so a fresh base trial is never one that target selection saw)."""
     targets = sorted(set(targets))
     budget = policy.budget(len(targets))
     regression = set(regression_suites)
     table = PairTable(non_voting)
-    plan = _Plan(planned, baseline)
+    plan = _Plan(planned, baseline, seen)
     result = Comparison(decision=None)  # type: ignore[arg-type]
 
     def is_target(item: PlannedTrial) -> bool:

@@ -35,7 +35,7 @@ from optimizer.ledger import current as current_ledger
 from optimizer.loop_records import (IterationResult, Log, LoopContext, ProposalRecord, iteration_summary, loop_settings,
                                     save_search, store_proposal)
 from optimizer.loop_render import commit_message, text_diff, write_report
-from optimizer.loop_staging import LoopSides, Stage, export_prompts
+from optimizer.loop_staging import LoopSides, Stage, export_prompts, unseen_from
 from optimizer.models import context_window, validate_model
 from optimizer.models.mock import check_patcher_script
 from optimizer.patch import LintIndex, check_change, check_prompt_text
@@ -44,8 +44,8 @@ from optimizer.registry import get_agent
 from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
                                render_request, select_targets)
 from optimizer.runner import PlannedTrial, new_run_id, plan, record_ending
-from optimizer.search import (PROMOTE, ScreeningAdapter, SearchProposer, load_records, pool_folder, run_search,
-                              screening_sets)
+from optimizer.search import (PROMOTE, SCREEN_INDEX, ScreeningAdapter, SearchProposer, load_records, pool_folder,
+                              run_search, screening_sets)
 from optimizer.suites import load_suites, with_regression_suites
 from optimizer.types import Suite, Trial
 
@@ -137,6 +137,8 @@ class _Iteration:
         self.baseline: list[Trial] = []
         self.evidence: list[Trial] = []
         """The baseline and the other recorded trials of the base prompts (`Stage.evidence`)."""
+        self.seen: dict[tuple[str, str], int] = {}
+        """Per train task, the first trial index past the evidence (the gate's fresh pairs start there)."""
         self.regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
         self.policy = policy_from(settings)
         self.non_voting = non_voting_graders(ctx.store, suites, settings.judge_model) if judges_used(suites) else []
@@ -151,6 +153,7 @@ class _Iteration:
                          f"at {base.commit[:12]}")
         self.baseline = self.stage.baseline()
         self.evidence = self.stage.evidence(self.baseline)
+        self.seen = unseen_from(self.evidence, high=SCREEN_INDEX)
         pooled = self.stage.base_pool()
         if pooled:
             self.log(f"base prompt: {pooled} trials at fresh indexes that earlier iterations ran on this base are "
@@ -292,6 +295,8 @@ class _Iteration:
                      if item.task.split == "train" and item.suite.spec.agent_name == selection.agent}
             self.adapter = ScreeningAdapter(items, lambda planned, prompt, label: self.stage.screen(
                 planned, selection.agent, prompt, label), targets=set(), failures=lambda trials: [])
+            self.adapter.set_adapter_state({"next_index": {"/".join(key): index for key, index in unseen_from(
+                self.evidence, low=SCREEN_INDEX).items()}})
         return self.adapter
 
     def _search_then_gate(self, proposer, selection: Selection, prompt: str, prompt_path: str,
@@ -449,7 +454,7 @@ class _Iteration:
         sides = LoopSides(self.stage, prompt_root, run_id)
         comparison = compare(sides, planned=self.planned, baseline=self.baseline, targets=targets,
                              agent=selection.agent, regression_suites=self.regression, policy=self.policy,
-                             non_voting=self.non_voting, log=self.log)
+                             non_voting=self.non_voting, log=self.log, seen=self.seen)
         decision = comparison.decision
         record.batches = comparison.batches
         record.rollouts, record.model_rollouts = sides.ran(), sides.model_calls

@@ -18,7 +18,7 @@ from optimizer.files import write_text
 from optimizer.loop_records import IterationResult, LoopContext
 from optimizer.registry import get_agent
 from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id
-from optimizer.search import text_sha
+from optimizer.search import SCREEN_INDEX, text_sha
 from optimizer.store.runs import task_without_count
 from optimizer.types import RunResult, Suite, Trial
 
@@ -101,6 +101,10 @@ class Stage:
                           run_id=run_id)
 
     def baseline(self) -> list[Trial]:
+        """The base prompts' trials at the planned indexes: a completed run with the same spec, or
+        a new baseline run that takes in every recorded trial of the same prompts at those
+        indexes (`recorded`: after an accept, the accepted candidate's gate ran most of them)
+        and runs the rest."""
         result = self.result
         reuse = self.store.runs.find_reusable(self.spec, len(self.planned))
         if reuse:
@@ -108,35 +112,46 @@ class Stage:
                          f"graders, models, packages)")
             result.baseline_run_id, result.baseline_reused = reuse, True
             return self.store.trials.load(reuse)
-        self.ctx.log(f"baseline: {len(self.planned)} trials at {result.base.commit[:12]}")
-        run = self.run(self.planned, self.base_root, kind="baseline", label="baseline")
+        recorded = self.recorded
+        wanted = [key for item in self.planned if (key := (item.suite.name, item.task.id, item.index)) in recorded]
+        run_id = self.store.runs.find_unfinished(self.spec, "baseline")
+        if wanted and run_id is None:
+            run_id = new_run_id()
+            self.store.runs.start(RunResult(run_id=run_id, started_at=datetime.now(timezone.utc),
+                                            settings=self.settings.model_dump(), fingerprints=self.spec), "baseline")
+        if wanted:
+            done = self.store.trials.recorded(run_id)
+            for key in wanted:
+                if key not in done:
+                    self.store.trials.record(run_id, recorded[key])
+            self.store.flush()
+        ran = len(self.planned) - len(wanted)
+        self.ctx.log(f"baseline: {ran} trials at {result.base.commit[:12]}"
+                     + (f" ({len(wanted)} more recorded with the same prompts, taken in)" if wanted else ""))
+        run = self.run(self.planned, self.base_root, kind="baseline", label="baseline", run_id=run_id)
         finish(run, self.store)
         result.baseline_run_id = run.run_id
-        result.rollouts += len(self.planned)
-        result.model_rollouts += called_model(run.trials)
+        taken = set(wanted)
+        result.rollouts += ran
+        result.model_rollouts += called_model([t for t in run.trials if (t.suite, t.task_id, t.index) not in taken])
         return run.trials
 
-    def evidence(self, baseline: list[Trial]) -> list[Trial]:
-        """The baseline's trials and every other recorded trial of an agent with its base prompt,
-        the same code, models and packages, of a task whose spec is the baseline's: an accepted
-        candidate's gate and screening trials (its prompt is now the base prompt), earlier
-        confirmation trials. What target selection ranks headroom on: a bucket a patch has just
-        fixed has dozens of fresh trials there and ranks by them, not by its baseline's two.
-        Trials at the baseline's indexes come from the baseline; errored ones are left out.
-
-        Only runs finished before the first iteration on this base commit started count: every
-        iteration on one base ranks on the same trials, so it keeps the targets (and continues
-        their search pool) until they are set aside or skipped, and a job killed and resumed
-        ranks as an uninterrupted one would."""
+    @functools.cached_property
+    def recorded(self) -> dict[tuple[str, str, int], Trial]:
+        """Every recorded trial, by (suite, task, index), of an agent with its base prompt, the
+        same code, graders, models and packages, of a task whose spec is the baseline's, from runs
+        finished before the first iteration on this base commit started (an accepted candidate's
+        gate and screening trials: its prompt is now the base prompt; earlier baselines of an
+        agent whose prompt did not change). Errored trials are left out."""
         spec = self.spec
         tasks = spec.get("tasks") or {}
-        found = {(t.suite, t.task_id, t.index): t for t in baseline}
         decided = self.store.iterations.first_start(self.result.base.commit)
         if decided is None:
-            return list(found.values())
+            return {}
         suites_of: dict[str, set[str]] = {}
         for suite in self.suites:
             suites_of.setdefault(suite.spec.agent_name, set()).add(suite.name)
+        found: dict[tuple[str, str, int], Trial] = {}
         for run_id, other, agents in self.store.runs.of_agent_setup(spec, suites_of, finished_by=decided):
             names = set().union(*(suites_of[agent] for agent in agents))
             other_tasks = other.get("tasks") or {}
@@ -146,6 +161,21 @@ class Stage:
                         tasks.get(key), other_tasks.get(key)):
                     continue
                 found.setdefault((trial.suite, trial.task_id, trial.index), trial)
+        return found
+
+    def evidence(self, baseline: list[Trial]) -> list[Trial]:
+        """The baseline's trials and every other recorded trial of the base prompts (`recorded`):
+        what target selection ranks headroom on. A bucket a patch has just fixed has dozens of
+        fresh trials there and ranks by them, not by its baseline's two. Trials at the baseline's
+        indexes come from the baseline.
+
+        Only runs finished before the first iteration on this base commit started count: every
+        iteration on one base ranks on the same trials, so it keeps the targets (and continues
+        their search pool) until they are set aside or skipped, and a job killed and resumed
+        ranks as an uninterrupted one would."""
+        found = {(t.suite, t.task_id, t.index): t for t in baseline}
+        for key, trial in self.recorded.items():
+            found.setdefault(key, trial)
         return list(found.values())
 
     def base_pool(self) -> int:
@@ -205,6 +235,18 @@ class Stage:
         self.result.model_rollouts += calls
         self.result.screen_rollouts += count
         return run.trials
+
+
+def unseen_from(trials: list[Trial], *, low: int = 0, high: float = math.inf) -> dict[tuple[str, str], int]:
+    """Per (suite, task), the index after the highest of `trials` in [`low`, `high`): where
+    fresh trials of that range start, so a fresh trial is never a recorded one served again
+    (the response cache answers a prompt, task and index it has seen with the same output)."""
+    out: dict[tuple[str, str], int] = {}
+    for trial in trials:
+        if low <= trial.index < high:
+            key = (trial.suite, trial.task_id)
+            out[key] = max(out.get(key, low), trial.index + 1)
+    return out
 
 
 def _same_task(one: dict | None, other: dict | None) -> bool:

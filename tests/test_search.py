@@ -384,6 +384,51 @@ def test_the_gate_never_judges_on_a_screening_trial(cli, repo, tmp_path, monkeyp
     assert code == 0 and "search candidate" in out
 
 
+def test_after_an_accept_the_baseline_takes_in_the_gates_trials_and_fresh_trials_are_fresh(cli, repo, tmp_path,
+                                                                                            monkeypatch):
+    """The accepted candidate's gate ran its prompt, now the base prompt, at the baseline's
+    indexes of most tasks: the next baseline takes those trials in and runs only the rest. Every
+    trial of the base prompt that the next iteration's screening or gate runs is at an index no
+    recorded trial of it holds, so none is an answer target selection saw served again by the
+    response cache (each makes its own model call)."""
+    from optimizer.config import load_settings
+    from optimizer.store import open_store
+
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SKILL", "1.0")
+    code, out, err = cli("run", "--json", str(tmp_path / "first.json"))
+    first = json.loads((tmp_path / "first.json").read_text())
+    assert code == 0 and first["status"] == "accepted", out + err[-3000:]
+    code, out, err = cli("review", "--merge")
+    assert code == 0, out + err
+    store = open_store(load_settings(repo), repo)
+    accepted = next(row for row in store.proposals.rows() if row["status"] == "accepted")
+
+    def runs_of(prompt):
+        """(run id, kind) of every run of the card agent with `prompt`."""
+        return [(row["run_id"], row["kind"]) for row in store.runs.rows("run_id", "kind", "fingerprints_json")
+                if row["fingerprints"]["agents"]["card_agent"]["prompt"] == prompt]
+
+    prompt = store.runs.get(accepted["candidate_run_id"])["fingerprints"]["agents"]["card_agent"]["prompt"]
+    gate_trials = {(t.suite, t.task_id, t.index): t for t in store.trials.load(accepted["candidate_run_id"])}
+    before = runs_of(prompt)
+    seen = {(t.suite, t.task_id, t.index) for run_id, _ in before for t in store.trials.load(run_id)}
+
+    code, out, err = cli("run", "--json", str(tmp_path / "second.json"))
+    assert code == 0, out + err[-3000:]
+    second = json.loads((tmp_path / "second.json").read_text())
+    baseline = store.trials.load(second["baseline_run_id"])
+    taken = [t for t in baseline if (t.suite, t.task_id, t.index) in gate_trials]
+    assert taken and len(taken) < len(baseline)
+    assert all(t.score == gate_trials[(t.suite, t.task_id, t.index)].score for t in taken)
+    assert f"({len(taken)} more recorded with the same prompts, taken in)" in err.replace("\n", " ")
+    fresh = [t for run_id, kind in runs_of(prompt) if (run_id, kind) not in before and kind in ("confirm", "screen")
+             for t in store.trials.load(run_id)]
+    indexes = {t.index for t in fresh}
+    assert min(indexes) < SCREEN_INDEX <= max(indexes), "the second iteration screened and gated"
+    assert not {(t.suite, t.task_id, t.index) for t in fresh} & seen
+    assert all(t.transcript.usage.calls > 0 for t in fresh), "a fresh trial was served from the cache"
+
+
 def test_a_target_whose_fresh_confirmation_passes_is_skipped(cli, repo, tmp_path, monkeypatch):
     real_confirm = ScreeningAdapter.confirm
     first: list[str] = []

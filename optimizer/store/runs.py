@@ -90,10 +90,12 @@ class Runs(Repository):
     def of_agent_setup(self, fingerprints: dict[str, Any], agents: Iterable[str], *,
                        finished_by: datetime) -> list[tuple[str, dict[str, Any], set[str]]]:
         """Runs, oldest first, last finished by `finished_by`, with the models, packages and
-        optimizer source of `fingerprints` and some of `agents` set up as there (the same agent
-        spec: its code and system prompt); each with its fingerprints and those agents. The
-        project's commit and the tasks may differ: a trial's task is checked against the run's."""
+        optimizer source of `fingerprints`, its graders where both have them, and some of
+        `agents` set up as there (the same agent spec: its code and system prompt); each with its
+        fingerprints and those agents. The project's commit and the tasks may differ: a trial's
+        task is checked against the run's."""
         same = {key: fingerprints.get(key) for key in ("models", "packages", "optimizer_source")}
+        graders = fingerprints.get("graders") or {}
         wanted = {agent: spec for agent in agents if (spec := (fingerprints.get("agents") or {}).get(agent))}
         if not wanted:
             return []
@@ -105,7 +107,8 @@ class Runs(Repository):
         found = []
         for run_id, stored in rows:
             spec = json.loads(stored)
-            if any(spec.get(key) != value for key, value in same.items()):
+            if any(spec.get(key) != value for key, value in same.items()) or any(
+                    graders.get(name, version) != version for name, version in (spec.get("graders") or {}).items()):
                 continue
             matching = {agent for agent, wants in wanted.items() if (spec.get("agents") or {}).get(agent) == wants}
             if matching:
