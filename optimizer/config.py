@@ -47,6 +47,10 @@ class Settings(BaseModel):
     """Model behind the LLM graders."""
     patcher_model: str = DEFAULT_MODEL
     """Model that proposes prompt patches."""
+    patcher_temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    """Sampling temperature of the llm proposer when an iteration asks for several proposals (a
+    search's candidates, `candidates` > 1), each drawn with a seed of its own so they differ and
+    a rerun reproduces them; a single proposal is greedy (temperature 0)."""
     suites: list[str] = Field(default_factory=lambda: ["card_agent"])
     """Suites evaluated when no --suite is given (names under suites/ or paths)."""
     concurrency: int = Field(default=8, ge=1, le=256)

@@ -363,7 +363,7 @@ class _Iteration:
             target.write_text(parent, encoding="utf-8")
             proposal = proposer.propose(ProposalRequest(
                 request=request_path.read_text(encoding="utf-8"), request_path=request_path, prompt_file=prompt_path,
-                workdir=box.workdir, ordinal=number, check=check, box=box))
+                workdir=box.workdir, ordinal=number, check=check, box=box, sample=True))
             patched = target.read_text(encoding="utf-8") if target.is_file() else None
         if proposal.log:
             write_text(request_path.with_name(f"proposal-{number}.log"), proposal.log)
@@ -408,7 +408,8 @@ class _Iteration:
         before = checkout_state(self.repo)
         proposal: Proposal = proposer.propose(ProposalRequest(
             request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,
-            prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal, check=check, box=box))
+            prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal, check=check, box=box,
+            sample=self.settings.candidates > 1))
         record.rationale, record.usage = proposal.rationale, proposal.usage
         if proposal.log:
             write_text(result.run_dir / f"proposal-{record.ordinal}.log", proposal.log)

@@ -21,6 +21,7 @@ then checks, commits and evaluates it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -77,6 +78,9 @@ class ProposalRequest:
     box: Box | None = None
     """The box `workdir` is in: its folder is all a confined proposer command may write to, and
     its scratch HOME the command's. None runs a command with the caller's HOME."""
+    sample: bool = False
+    """One of several proposals the iteration asks for (a search's candidates, `candidates` > 1):
+    a proposer that can sample draws it at its sampling temperature, so they differ."""
 
 
 @dataclass
@@ -105,15 +109,27 @@ class LLMProposer:
     confined = True
 
     def __init__(self, model: str, *, script: str | None = None, skill: float | None = None, seed: int = 0,
-                 temperature: float = 0.0, retry_attempts: int = 4, patch_format: str = "edits"):
-        """`script`, or `skill` and `seed`, are passed on to `mock/patcher` (other models ignore them)."""
+                 temperature: float = 0.0, sample_temperature: float = 0.0, retry_attempts: int = 4,
+                 patch_format: str = "edits"):
+        """`script`, or `skill` and `seed`, are passed on to `mock/patcher` (other models ignore
+        them). A proposal is greedy (`temperature`) unless the request asks for a sample
+        (`ProposalRequest.sample`): then it is drawn at `sample_temperature` with a seed of its
+        own, from `seed`, the request text and its ordinal, so a rerun of the same request draws
+        the same answer."""
         self.model = model
         self.patch_format = patch_format
         self.script = script
         self.skill = skill
         self.seed = seed
         self.temperature = temperature
+        self.sample_temperature = sample_temperature
         self.retry_attempts = retry_attempts
+
+    def _sampling(self, request: ProposalRequest) -> dict:
+        if not request.sample:
+            return {"temperature": self.temperature}
+        digest = hashlib.sha256(f"{self.seed}:{request.ordinal}:{request.request}".encode()).digest()
+        return {"temperature": self.sample_temperature, "seed": int.from_bytes(digest[:4], "little") >> 1}
 
     def propose(self, request: ProposalRequest) -> Proposal:
         metadata = {PROPOSAL_KEY: request.ordinal}
@@ -122,8 +138,8 @@ class LLMProposer:
         if self.skill is not None:
             metadata.update({SKILL_KEY: self.skill, SEED_KEY: self.seed})
         max_tokens = MAX_ANSWER_TOKENS[self.patch_format]
-        lm = dspy_lm(self.model, metadata=metadata, max_tokens=max_tokens,
-                     retry_attempts=self.retry_attempts, temperature=self.temperature)
+        lm = dspy_lm(self.model, metadata=metadata, max_tokens=max_tokens, retry_attempts=self.retry_attempts,
+                     **self._sampling(request))
         import dspy
 
         from optimizer.patch_signature import signature
@@ -315,6 +331,7 @@ def make_proposer(settings) -> Proposer:
                                confinement=confinement())
     return LLMProposer(settings.patcher_model, script=settings.mock_patcher_script,
                        skill=settings.mock_patcher_skill, seed=settings.seed,
+                       sample_temperature=settings.patcher_temperature,
                        retry_attempts=settings.retry_attempts, patch_format=patch_format(settings))
 
 

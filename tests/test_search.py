@@ -365,8 +365,17 @@ def test_the_gate_never_judges_on_a_screening_trial(cli, repo, tmp_path, monkeyp
                 return sides.ran()
         return real_compare(Spy(), **kwargs)
 
+    from optimizer.proposers import LLMProposer
+
+    real_propose, sampled = LLMProposer.propose, []
+
+    def spy_propose(self, request):
+        sampled.append(request.sample)
+        return real_propose(self, request)
+
     monkeypatch.setattr(ScreeningAdapter, "plan", spy_plan)
     monkeypatch.setattr(loop_module, "compare", spy_compare)
+    monkeypatch.setattr(LLMProposer, "propose", spy_propose)
     monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SKILL", "1.0")  # the right rule every time: some candidate is gated
     code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
     assert code == 0, out + err
@@ -377,6 +386,7 @@ def test_the_gate_never_judges_on_a_screening_trial(cli, repo, tmp_path, monkeyp
                for c in search["candidates"]), "some candidate reached the gate"
     assert screened and judged
     assert not screened & judged, "the gate judged on screening trials"
+    assert sampled and all(sampled), "every search candidate is a sample of the patcher"
     assert summary["screen_rollouts"] >= 120
     report = Path(summary["report"]).read_text()
     assert "## Search:" in report and "| # | status |" in report
@@ -427,6 +437,29 @@ def test_after_an_accept_the_baseline_takes_in_the_gates_trials_and_fresh_trials
     assert min(indexes) < SCREEN_INDEX <= max(indexes), "the second iteration screened and gated"
     assert not {(t.suite, t.task_id, t.index) for t in fresh} & seen
     assert all(t.transcript.usage.calls > 0 for t in fresh), "a fresh trial was served from the cache"
+
+
+def test_a_sampled_proposal_draws_at_the_patcher_temperature_with_a_seed_of_its_own(tmp_path):
+    """Several proposals for one iteration are sampled (`patcher_temperature`), each with its own
+    seed from the settings' seed, the request and its ordinal: they differ, and a rerun of the same
+    request draws the same. A single proposal is greedy."""
+    from optimizer.config import load_settings
+    from optimizer.proposers import ProposalRequest, make_proposer
+
+    settings = load_settings(PROJECT_ROOT).model_copy(update={"patcher_temperature": 0.9, "seed": 3})
+    proposer = make_proposer(settings)
+
+    def request(ordinal, sample=True, text="the request"):
+        return ProposalRequest(request=text, request_path=tmp_path / "request.md", prompt_file="prompt.md",
+                               workdir=tmp_path, ordinal=ordinal, sample=sample)
+
+    assert proposer._sampling(request(1, sample=False)) == {"temperature": 0.0}
+    first, second = proposer._sampling(request(1)), proposer._sampling(request(2))
+    assert first["temperature"] == second["temperature"] == 0.9
+    assert first["seed"] != second["seed"] and first == proposer._sampling(request(1))
+    assert first["seed"] != proposer._sampling(request(1, text="another request"))["seed"]
+    other_seed = make_proposer(settings.model_copy(update={"seed": 4}))
+    assert other_seed._sampling(request(1))["seed"] != first["seed"]
 
 
 def test_a_target_whose_fresh_confirmation_passes_is_skipped(cli, repo, tmp_path, monkeypatch):

@@ -7,16 +7,19 @@ from typing import Any
 from optimizer.types import Usage
 
 
-def dspy_lm(model: str, *, metadata: dict[str, Any], max_tokens: int, retry_attempts: int, temperature: float = 0.0):
+def dspy_lm(model: str, *, metadata: dict[str, Any], max_tokens: int, retry_attempts: int, temperature: float = 0.0,
+            seed: int | None = None):
     """A dspy LM on `model` through litellm, with our providers registered first and dspy's own
-    cache off (callers cache what they need in the store)."""
+    cache off (callers cache what they need in the store). `seed`, when given, is sent with every
+    call (providers that sample by seed then reproduce)."""
     from optimizer.models import litellm_module
 
     litellm_module()
     import dspy
 
+    extra = {} if seed is None else {"seed": seed}
     return dspy.LM(model, cache=False, temperature=temperature, num_retries=retry_attempts, metadata=metadata,
-                   max_tokens=max_tokens)
+                   max_tokens=max_tokens, **extra)
 
 
 def lm_usage(lm) -> Usage:
