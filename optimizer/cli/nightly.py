@@ -35,8 +35,7 @@ def nightly_command(
     target_buckets: Optional[int] = typer.Option(
         None, help="Failure buckets targeted at once, each must improve (default 1; 4 with a search: docs/search.md)."),
     min_bucket_pairs: Optional[int] = typer.Option(
-        None, help="Pairs every other bucket gets before its harm test looks (default 8; 12 with a search: "
-                   "docs/search.md)."),
+        None, help="Pairs every other bucket gets before its harm test looks (default 8; docs/gate.md)."),
     day: Optional[str] = typer.Option(None, "--date", help="Date in the branch name (default today), YYYY-MM-DD."),
     resume: bool = typer.Option(False, "--resume", help="Continue the newest night that did not finish (its "
                                                         "limits, suites and branch; finished trials are kept)."),
