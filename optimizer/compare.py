@@ -72,7 +72,8 @@ class Comparison:
 
 class _Plan:
     """Trial indexes for more pairs per task: the baseline's reserve first (base side already run),
-    then fresh indexes after the baseline's."""
+    then fresh indexes after the baseline's and after `seen` (where the base prompt's recorded
+    trials end)."""
 
     def __init__(self, planned: list[PlannedTrial], baseline: list[Trial],
                  seen: dict[tuple[str, str], int] | None = None):
