@@ -11,7 +11,8 @@ Cases, per suite (each repeat draws a fresh baseline as the loop plans it: 4 tri
 * **good**: the candidate adds the simulator's rule for bucket B, and B is the target. Power.
 * **harmful**: the rule for the target plus a sentence contradicting a one-task bucket (the
   smallest buckets, when a suite has none of one task) whose true mean score falls by at least
-  0.2. Every acceptance is a harmful accept.
+  0.2; with `--victims all`, every other bucket whose true mean falls by at least 0.05. Every
+  acceptance is a harmful accept.
 
 Trials are drawn from `mock/sim`'s own model, not run through the agents: a trial passes with the
 probability the sim's rule machinery gives its prompt (`SimProfile.pass_probability`), each draw
@@ -28,7 +29,9 @@ indexes earlier proposals already ran (the loop's base pool: only the candidate'
 used before (fixed 12 fresh pairs, a Bonferroni second look, a permutation test per bucket at
 0.20 uncorrected, a -0.10 point limit; kept in benchmarks/legacy_gate.py); `gepa` is the default
 acceptance of the `gepa` package's reflective mutation (the child's score summed over a minibatch
-of 3 train examples must beat the parent's on the same minibatch, both evaluated afresh).
+of 3 train examples must beat the parent's on the same minibatch, both evaluated afresh);
+`unweighted` is `new` with plain Bonferroni harm thresholds, not weighted toward the buckets the
+patch names.
 """
 
 from __future__ import annotations
@@ -47,10 +50,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import legacy_gate  # noqa: E402
 
-from optimizer.compare import compare  # noqa: E402
+from optimizer.compare import buckets_named, compare  # noqa: E402
 from optimizer.config import Settings  # noqa: E402
 from optimizer.gate import GatePolicy  # noqa: E402
 from optimizer.noise import CaseTally  # noqa: E402
+from optimizer.patch import unified_diff  # noqa: E402
 from optimizer.registry import get_agent  # noqa: E402
 from optimizer.request import select_targets  # noqa: E402
 from optimizer.runner import PlannedTrial, Runner, plan  # noqa: E402
@@ -138,9 +142,11 @@ class FastSides:
 
 
 # ---------------------------------------------------------------- the three arms
-def new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy, pooled=False):
+def new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy, pooled=False, weighted=True):
     sides = FastSides(sim, base, candidate, rng, pooled)
-    result = compare(sides, planned=planned, baseline=baseline, targets=targets, agent=agent, policy=policy)
+    named = buckets_named(unified_diff(base, candidate, "prompt.md"), planned, agent) if weighted else ()
+    result = compare(sides, planned=planned, baseline=baseline, targets=targets, agent=agent, policy=policy,
+                     named=named)
     return result.decision.accepted, result.rollouts, result.decision.capped
 
 
@@ -219,7 +225,10 @@ def main() -> None:
     parser.add_argument("--lone-task-factor", type=int, default=Settings.model_fields["lone_task_factor"].default,
                         help="times the trials of a task alone in its train bucket (the loop's setting)")
     parser.add_argument("--arms", nargs="*", default=["new", "pooled", "previous", "gepa"],
-                        help="arms to run (default: all)")
+                        help="arms to run: new pooled previous gepa unweighted (default: the first four)")
+    parser.add_argument("--victims", choices=["lone", "all"], default="lone",
+                        help="harmful cases: contradict the smallest buckets (lone, default) or every bucket whose "
+                             "true mean falls at least 0.05 (all)")
     parser.add_argument("--policy", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="override GatePolicy fields, e.g. max_rollouts=400")
     args = parser.parse_args()
@@ -259,10 +268,10 @@ def main() -> None:
                 targets = targets_for(baseline)
                 if targets is None:
                     continue
-                for arm in ("new", "pooled"):
+                for arm in ("new", "pooled", "unweighted"):
                     if arm in tallies:
                         tallies[arm].add(*new_gate(sim, planned, baseline, base, candidate, targets, agent, rng,
-                                                   policy, pooled=arm == "pooled"))
+                                                   policy, pooled=arm == "pooled", weighted=arm != "unweighted"))
                 if "previous" in tallies:
                     tallies["previous"].add(*previous_gate(sim, planned, baseline, base, candidate, targets, agent,
                                                            rng))
@@ -288,12 +297,13 @@ def main() -> None:
             run_case(f"good: {bucket} (+{gain:.2f})", good, args.good, lambda _, b=bucket: {(suite_name, b)})
         target = min(by_bucket, key=lambda b: sim.true_mean(by_bucket[b], base))
         smallest = min(len(items) for bucket, items in by_bucket.items() if bucket != target)
+        least = 0.2 if args.victims == "lone" else 0.05
         for bucket, items in sorted(by_bucket.items()):
-            if len(items) != smallest or bucket == target:
+            if (args.victims == "lone" and len(items) != smallest) or bucket == target:
                 continue
             harmful = with_lines(base, texts.rules[target], texts.contradictions[bucket])
             drop = sim.true_mean(items, base) - sim.true_mean(items, harmful)
-            if drop < 0.2:
+            if drop < least:
                 print(f"{suite_name:<11} (harmful: {bucket} falls only {drop:.2f}; not a planted case)")
                 continue
             label = f"harm: {target} + !{bucket}{'' if smallest == 1 else f' [{smallest} tasks]'} (-{drop:.2f})"

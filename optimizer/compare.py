@@ -14,9 +14,11 @@ spend on them.
    holdout, regression) at the baseline's trial indexes; each trial pairs with the baseline's.
    A task alone in its bucket pairs here only its usual trial count; the baseline's extra trials
    of it (`PlannedTrial.reserve`) wait for step 3.
-3. **Harm, by power.** Every harm group gets at least `min_bucket_pairs` pairs. Then, half a
-   batch at a time, the open group whose mean score fell most (open: some pair changed, its bets
-   on a drop have not lost half their stake, and it has fewer than `max_bucket_pairs` pairs)
+3. **Harm, by power.** Every harm group gets at least `min_bucket_pairs` pairs, a bucket the
+   patch names twice that. Its test's threshold is weighted toward the buckets the patch names
+   (`gate.harm_thresholds`). Then, half a batch at a time, the open group whose mean score fell
+   most (open: some pair changed, its bets on a drop have not lost half their stake, and it has
+   fewer than `max_bucket_pairs` pairs; a fallen bucket the patch names goes before any other)
    gets more pairs, until no group is open, one is shown harmed, or the proposal's budget
    (`max_rollouts` trials, plus `extra_target_rollouts` per target after the first) is spent.
    More pairs of a task come from the baseline's reserve first (the candidate's trial is the only
@@ -34,11 +36,14 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
 from optimizer.gate import (Decision, GatePolicy, PairTable, decide, group_stats, groups_of, harm_group,
-                            harm_threshold, improvement_status, suspicious)
+                            harm_thresholds, improvement_status, named_buckets, suspicious)
+from optimizer.patch import changed_lines
 from optimizer.runner import PlannedTrial
 from optimizer.types import Trial
 
 Log = Callable[[str], None]
+NAMED_FLOOR = 2
+"""A harm group the patch names gets this many times `min_bucket_pairs` before its test looks."""
 
 
 def policy_from(settings) -> GatePolicy:
@@ -48,6 +53,17 @@ def policy_from(settings) -> GatePolicy:
                       max_target_pairs=settings.max_target_pairs, min_bucket_pairs=settings.min_bucket_pairs,
                       max_bucket_pairs=settings.max_bucket_pairs, max_rollouts=settings.max_rollouts,
                       extra_target_rollouts=settings.extra_target_rollouts)
+
+
+def buckets_named(diff: str, planned: list[PlannedTrial], agent: str,
+                  asked: Iterable[tuple[str, str]] = ()) -> frozenset[tuple[str, str]]:
+    """The train buckets of `agent` that a patch (a unified diff) names in the lines it adds or
+    removes (`gate.named_buckets`), less the ones its request `asked` it to change: `compare`'s
+    `named`."""
+    added, removed = changed_lines(diff)
+    named = named_buckets(added + removed, {(item.suite.name, item.task.bucket) for item in planned
+                                            if item.suite.spec.agent_name == agent and item.task.split == "train"})
+    return named - frozenset(asked)
 
 
 class Sides(Protocol):
@@ -122,8 +138,15 @@ class _Plan:
         return sum(1 if (item.suite.name, item.task.id, item.index) in self.reserved else 2 for item in items)
 
 
-def _floor_cost(rest: list[PlannedTrial], regression: set[str], plan: _Plan, policy: GatePolicy) -> int:
-    """Trials the harm groups' pairs up to `min_bucket_pairs` cost (in whole rounds per task)."""
+def floor_pairs(policy: GatePolicy, named: bool) -> int:
+    """The pairs a harm group gets before its test looks: `min_bucket_pairs`, twice that for a
+    bucket the patch names (one bet that goes the wrong way would otherwise clear it)."""
+    return policy.min_bucket_pairs * (NAMED_FLOOR if named else 1)
+
+
+def _floor_cost(rest: list[PlannedTrial], regression: set[str], plan: _Plan, policy: GatePolicy,
+                named: frozenset[tuple[str, str]]) -> int:
+    """Trials the harm groups' pairs up to their floor cost (in whole rounds per task)."""
     if policy.mode != "strict":
         return 0
     groups: dict[tuple[str, str, str], dict[tuple[str, str], int]] = {}
@@ -133,8 +156,8 @@ def _floor_cost(rest: list[PlannedTrial], regression: set[str], plan: _Plan, pol
         key = (item.suite.name, item.task.id)
         tasks[key] = tasks.get(key, 0) + 1
     need = 0
-    for tasks in groups.values():
-        missing = policy.min_bucket_pairs - sum(tasks.values())
+    for (suite, label, kind), tasks in groups.items():
+        missing = floor_pairs(policy, kind == "bucket" and (suite, label) in named) - sum(tasks.values())
         if missing > 0:
             need += plan.cost(plan.fresh(sorted(tasks), missing))
     return need
@@ -143,10 +166,12 @@ def _floor_cost(rest: list[PlannedTrial], regression: set[str], plan: _Plan, pol
 def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial], targets: Iterable[tuple[str, str]],
             agent: str, regression_suites: Iterable[str] = (), policy: GatePolicy = GatePolicy(),
             non_voting: Iterable[str] = (), log: Log = lambda message: None,
-            seen: dict[tuple[str, str], int] | None = None) -> Comparison:
+            seen: dict[tuple[str, str], int] | None = None, named: Iterable[tuple[str, str]] = ()) -> Comparison:
     """Compare the candidate with the base prompt; see the module docstring for the order.
     `seen`: per (suite, task), the first trial index no recorded trial of the base prompt holds
-    (fresh pairs start there, so a fresh base trial is never one that target selection saw)."""
+    (fresh pairs start there, so a fresh base trial is never one that target selection saw).
+    `named`: the (suite, bucket)s the patch's changed lines name (`buckets_named`), whose harm
+    tests get a larger share of `alpha_harm`, twice the floor of pairs and the next pairs first."""
     targets = sorted(set(targets))
     budget = policy.budget(len(targets))
     regression = set(regression_suites)
@@ -181,7 +206,8 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         return budget - sides.ran()
 
     # 1. targets, in batches, until each is settled; what the rest and the harm floor need is held back
-    held_back = len(rest) + _floor_cost(rest, regression, plan, policy)
+    named = frozenset(named)
+    held_back = len(rest) + _floor_cost(rest, regression, plan, policy, named)
     capped = False
     while True:
         status = improvement_status(table, targets, policy) if table.pairs else {
@@ -211,7 +237,7 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
     if not passing:
         result.rollouts = sides.ran()
         result.decision = decide(table, targets=targets, policy=policy, stage="targeted", rollouts=result.rollouts,
-                                 capped=capped)
+                                 capped=capped, named=named)
         return result
 
     # 2. the rest of the changed agent's suites, paired with the baseline's own trials
@@ -221,21 +247,22 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         table.add_all(baseline, after, regression)
 
     # 3. harm groups: a floor of pairs each, then more for the likeliest harmed
-    groups = groups_of(table, targets)
-    threshold = harm_threshold(groups, policy)
-    tested = [(label, keys) for _, label, kind, keys in groups.harm]
+    groups = groups_of(table, targets, named)
+    tested = [(label, keys, threshold, kind == "bucket" and (suite, label) in groups.named)
+              for (suite, label, kind, keys), threshold in zip(groups.harm, harm_thresholds(groups, policy))]
     floor_done = False
     while policy.mode == "strict":
-        states = [(name, keys, group_stats(table, keys)) for name, keys in tested]
-        if any(stats.harm_evalue >= threshold for _, _, stats in states):
+        states = [(name, keys, group_stats(table, keys)) for name, keys, _, _ in tested]
+        if any(stats.harm_evalue >= threshold for (_, _, stats), (_, _, threshold, _) in zip(states, tested)):
             break  # a significant drop: the candidate is rejected whatever else is found
         if not floor_done:
             floor_done = True
-            batch = [item for _, keys, stats in states if not stats.unjudged
-                     for item in plan.fresh(keys, policy.min_bucket_pairs - sum(table.count(k) for k in keys))]
+            batch = [item for (_, keys, stats), (_, _, _, is_named) in zip(states, tested) if not stats.unjudged
+                     for item in plan.fresh(keys, floor_pairs(policy, is_named) - sum(table.count(k) for k in keys))]
             label = "harm check: pairs up to the floor"
         else:
-            leaning = [(-stats.change, name, keys) for name, keys, stats in states
+            leaning = [((is_named and stats.change < 0, -stats.change), name, keys)
+                       for (name, keys, stats), (_, _, _, is_named) in zip(states, tested)
                        if suspicious(stats) and sum(table.count(k) for k in keys) < policy.max_bucket_pairs]
             if not leaning:
                 break
@@ -256,5 +283,6 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         log(f"{label}: {len(batch)} more pairs")
         run_pairs(batch, "harm check")
     result.rollouts = sides.ran()
-    result.decision = decide(table, targets=targets, policy=policy, rollouts=result.rollouts, capped=capped)
+    result.decision = decide(table, targets=targets, policy=policy, rollouts=result.rollouts, capped=capped,
+                             named=named)
     return result

@@ -18,8 +18,10 @@ Strict mode (the default):
    the mean).
 2. **No harm.** For every other train bucket of the changed agent, the holdout split, the whole
    split and each regression suite, a one-sided betting test of a drop. A group is *harmed* when
-   its wealth reaches m / `alpha_harm` (m = groups tested: Bonferroni over e-values, so the chance
-   that noise vetoes a patch that harms nothing is at most `alpha_harm` in all). A group still
+   its wealth reaches its threshold: m / `alpha_harm` (m = groups tested: Bonferroni over
+   e-values, so the chance that noise vetoes a patch that harms nothing is at most `alpha_harm`
+   in all), or, when the patch names some of the buckets (`named_buckets`), a weighted
+   Bonferroni that spends `NAMED_SHARE` of `alpha_harm` on those (`harm_thresholds`). A group still
    open when the comparison ends (some pair changed and its drop bets have not lost half their
    stake, see `suspicious`), whose detectable drop is larger than `max_bucket_drop`, is reported
    as *not shown safe*; it does not reject.
@@ -39,6 +41,8 @@ from __future__ import annotations
 
 import functools
 import math
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
@@ -55,7 +59,11 @@ FUTILE_AFTER = 16
 CLEARED_BELOW = 0.5
 """A harm group whose bets on a drop fall to this wealth is cleared: the evidence favours no drop
 two to one (the lower boundary of Wald's sequential probability ratio test; the upper one is
-m / alpha_harm)."""
+the group's harm threshold)."""
+NAMED_SHARE = 0.5
+"""Share of `alpha_harm` spent on the buckets a patch names, when it names some but not all
+(`harm_thresholds`): a change is likeliest to break the behaviour its own words are about."""
+WORD = re.compile(r"[a-z]+")
 
 
 @dataclass(frozen=True)
@@ -321,6 +329,8 @@ class Groups:
     targets: list[tuple[str, str]]
     harm: list[tuple[str, str, str, list[tuple[str, str]]]]
     """(suite, label, kind, task keys) per group tested for harm."""
+    named: frozenset[tuple[str, str]] = frozenset()
+    """(suite, bucket) of the train buckets the patch names (`named_buckets`)."""
 
 
 KIND_ORDER = {"bucket": 0, "holdout": 1, "regression": 2}
@@ -336,9 +346,24 @@ def harm_group(suite: str, bucket: str, split: str, regression: bool) -> tuple[s
     return suite, bucket, "bucket"
 
 
-def groups_of(table: PairTable, targets: Iterable[tuple[str, str]]) -> Groups:
+def named_buckets(changed: Iterable[str], buckets: Iterable[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+    """The (suite, bucket)s that a patch's changed lines name: some line holds, as a word (or
+    with a plural `s`), a word of three letters or more of the bucket's name that no other bucket
+    of its suite has in its name (`template_mood`: `mood`; `template` is in many)."""
+    buckets = sorted(set(buckets))
+    words = {bucket: set(WORD.findall(bucket[1].lower())) for bucket in buckets}
+    shared = Counter((suite, word) for (suite, _), own in words.items() for word in own)
+    text = set(WORD.findall(" ".join(changed).lower()))
+    return frozenset(bucket for bucket, own in words.items()
+                     if any(len(word) >= 3 and shared[(bucket[0], word)] == 1 and (word in text or word + "s" in text)
+                            for word in own))
+
+
+def groups_of(table: PairTable, targets: Iterable[tuple[str, str]],
+              named: Iterable[tuple[str, str]] = ()) -> Groups:
     """The targeted buckets, and every harm group with its tasks: the other train buckets (by
-    suite and bucket), then the holdout split, then each regression suite."""
+    suite and bucket), then the holdout split, then each regression suite. `named`: the buckets
+    the patch names (`named_buckets`), for the harm thresholds."""
     targets = sorted(set(targets))
     members: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
     for key in sorted(table.tasks):
@@ -348,7 +373,8 @@ def groups_of(table: PairTable, targets: Iterable[tuple[str, str]]) -> Groups:
             continue
         members.setdefault(group, []).append(key)
     order = sorted(members, key=lambda group: (KIND_ORDER[group[2]], group[0], group[1]))
-    return Groups(targets, [(suite, label, kind, members[(suite, label, kind)]) for suite, label, kind in order])
+    return Groups(targets, [(suite, label, kind, members[(suite, label, kind)]) for suite, label, kind in order],
+                  frozenset(named))
 
 
 def improvement_status(table: PairTable, targets: list[tuple[str, str]], policy: GatePolicy
@@ -377,10 +403,9 @@ def improvement_status(table: PairTable, targets: list[tuple[str, str]], policy:
 
 
 def harm_rows(table: PairTable, groups: Groups, policy: GatePolicy) -> list[tuple[list[tuple[str, str]], BucketChange]]:
-    """Per harm group: its task keys and its row with a verdict. The threshold is m / alpha_harm."""
-    threshold = max(1, len(groups.harm)) / policy.alpha_harm
+    """Per harm group: its task keys and its row with a verdict (thresholds: `harm_thresholds`)."""
     out = []
-    for suite, label, kind, keys in groups.harm:
+    for (suite, label, kind, keys), threshold in zip(groups.harm, harm_thresholds(groups, policy)):
         stats = group_stats(table, keys)
         row = _change(suite, label, stats, kind=kind)
         row.mde = stats.detectable_drop(threshold)
@@ -396,8 +421,20 @@ def harm_rows(table: PairTable, groups: Groups, policy: GatePolicy) -> list[tupl
     return out
 
 
-def harm_threshold(groups: Groups, policy: GatePolicy) -> float:
-    return max(1, len(groups.harm)) / policy.alpha_harm
+def harm_thresholds(groups: Groups, policy: GatePolicy) -> list[float]:
+    """Per harm group, the wealth that shows harm: a weighted Bonferroni over e-values. With m
+    groups of which the patch names k buckets (0 < k < m), each named one gets
+    k / (`NAMED_SHARE` * alpha_harm) and each other one (m - k) / ((1 - `NAMED_SHARE`) * alpha_harm);
+    otherwise every group gets m / alpha_harm. The levels 1/threshold sum to alpha_harm either
+    way, so the chance that noise vetoes a harmless patch stays at most alpha_harm; the weights
+    come from the patch's text, fixed before any pair is run."""
+    m = len(groups.harm)
+    flags = [kind == "bucket" and (suite, label) in groups.named for suite, label, kind, _ in groups.harm]
+    k = sum(flags)
+    if k in (0, m):
+        return [max(1, m) / policy.alpha_harm] * m
+    return [k / (NAMED_SHARE * policy.alpha_harm) if flag else (m - k) / ((1 - NAMED_SHARE) * policy.alpha_harm)
+            for flag in flags]
 
 
 def suspicious(stats: GroupStats) -> bool:
@@ -408,10 +445,11 @@ def suspicious(stats: GroupStats) -> bool:
 
 # ---------------------------------------------------------------- the decision
 def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: GatePolicy = GatePolicy(),
-           stage: str = "full", rollouts: int = 0, capped: bool = False) -> Decision:
+           stage: str = "full", rollouts: int = 0, capped: bool = False,
+           named: Iterable[tuple[str, str]] = ()) -> Decision:
     """The gate's decision on the pairs collected. `stage="targeted"` judges the targeted buckets
-    only (the comparison stopped before running the rest)."""
-    groups = groups_of(table, targets)
+    only (the comparison stopped before running the rest). `named`: the buckets the patch names."""
+    groups = groups_of(table, targets, named)
     status = improvement_status(table, groups.targets, policy)
     target_rows = [row for _, row in status.values()]
     harmed = harm_rows(table, groups, policy) if stage != "targeted" else []
@@ -429,7 +467,9 @@ def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: Gate
     else:
         rules.append(_improvement(status, policy))
         if stage != "targeted":
-            rules.append(_no_harm([row for _, row in harmed], harm_threshold(groups, policy), policy))
+            named_groups = [f"{suite}/{label}" for suite, label, kind, _ in groups.harm
+                            if kind == "bucket" and (suite, label) in groups.named]
+            rules.append(_no_harm([row for _, row in harmed], harm_thresholds(groups, policy), policy, named_groups))
     if stage != "targeted":
         rules.append(_errored_rule(worse, better, policy))
     return Decision(accepted=all(rule.passed for rule in rules), mode=policy.mode, stage=stage, rules=rules,
@@ -475,18 +515,22 @@ def _improvement(status: dict, policy: GatePolicy) -> RuleResult:
     return RuleResult("improvement", True, "; ".join(wins), numbers)
 
 
-def _no_harm(rows: list[BucketChange], threshold: float, policy: GatePolicy) -> RuleResult:
+def _no_harm(rows: list[BucketChange], thresholds: list[float], policy: GatePolicy,
+             named: list[str]) -> RuleResult:
     harmed = [f"{_label(r)} fell {r.change:+.2f}, significant (p={r.p_harm:.4f}, {r.pairs} pairs)"
               for r in rows if r.verdict == "harmed"]
-    numbers = {"alpha_harm": policy.alpha_harm, "groups": len(rows), "evalue_threshold": threshold,
-               "max_bucket_drop": policy.max_bucket_drop}
+    numbers = {"alpha_harm": policy.alpha_harm, "groups": len(rows),
+               "evalue_threshold": max(thresholds, default=1 / policy.alpha_harm),
+               "evalue_thresholds": {_label(row): value for row, value in zip(rows, thresholds)},
+               "max_bucket_drop": policy.max_bucket_drop, "named": named}
     if harmed:
         return RuleResult("no_harm", False, "; ".join(harmed), numbers)
     unsure = [f"{_label(r)} ({r.change:+.2f}, detectable drop {r.mde:.2f})" for r in rows
               if r.verdict == "not shown safe"]
     note = f"; not shown safe at these pairs: {', '.join(unsure)}" if unsure else ""
+    weighted = f", half of it on {', '.join(named)}, which the patch names" if named else ""
     return RuleResult("no_harm", True, f"no significant drop in {len(rows)} group(s) "
-                                       f"(family-wise alpha {policy.alpha_harm}){note}", numbers)
+                                       f"(family-wise alpha {policy.alpha_harm}{weighted}){note}", numbers)
 
 
 def _errored_rule(worse: int, better: int, policy: GatePolicy) -> RuleResult:

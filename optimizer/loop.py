@@ -27,7 +27,7 @@ from optimizer.box import Box, open_box
 from optimizer.checkout_state import CheckoutChanged, changes, checkout_state, stop_message
 from optimizer.config import Settings, check_search_budget
 from optimizer.errors import ConfigError
-from optimizer.compare import compare, policy_from
+from optimizer.compare import buckets_named, compare, policy_from
 from optimizer.evaluate import finish, judges_used, non_voting_graders
 from optimizer.files import write_json, write_text
 from optimizer.gate import Decision
@@ -451,11 +451,13 @@ class _Iteration:
         """The candidate (its prompts under `prompt_root`) against the base, recorded in a run of its own."""
         result = self.result
         targets = {(t.suite, t.bucket) for t in selection.targets}
+        asked = {(t.suite, t.bucket) for t in result.selection.targets}
         record.candidate_run_id = run_id = new_run_id()
         sides = LoopSides(self.stage, prompt_root, run_id)
         comparison = compare(sides, planned=self.planned, baseline=self.baseline, targets=targets,
                              agent=selection.agent, regression_suites=self.regression, policy=self.policy,
-                             non_voting=self.non_voting, log=self.log, seen=self.seen)
+                             non_voting=self.non_voting, log=self.log, seen=self.seen,
+                             named=buckets_named(record.diff, self.planned, selection.agent, asked))
         decision = comparison.decision
         record.batches = comparison.batches
         record.rollouts, record.model_rollouts = sides.ran(), sides.model_calls

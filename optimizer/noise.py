@@ -23,10 +23,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optimizer.compare import compare, policy_from
+from optimizer.compare import buckets_named, compare, policy_from
 from optimizer.evaluate import finish, judges_used, non_voting_graders
 from optimizer.loop import LoopContext, loop_settings
 from optimizer.models import validate_model
+from optimizer.patch import unified_diff
 from optimizer.registry import get_agent
 from optimizer.request import select_targets
 from optimizer.runner import PlannedTrial, Runner, plan, read_prompt
@@ -151,9 +152,10 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(prompt, encoding="utf-8")
                 sides = _NoiseSides(run, base_cache, Path(folder))
+                named = buckets_named(unified_diff(base_prompt, prompt, entry.prompt_file), planned, selection.agent)
                 comparison = compare(sides, planned=planned, baseline=baseline, targets=targets,
                                      agent=selection.agent, regression_suites=regression, policy=policy,
-                                     non_voting=non_voting)
+                                     non_voting=non_voting, named=named)
             result.cases[case].add(comparison.decision.accepted, comparison.rollouts, comparison.decision.capped)
             outcome[case] = comparison.decision.summary
         result.details.append(outcome)

@@ -7,8 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from optimizer.compare import compare
-from optimizer.gate import CLEARED_BELOW, GatePolicy, GroupStats, PairTable, decide, suspicious
+from optimizer.compare import buckets_named, compare
+from optimizer.gate import (CLEARED_BELOW, NAMED_SHARE, GatePolicy, GroupStats, PairTable, decide, groups_of,
+                            harm_thresholds, named_buckets, suspicious)
 from optimizer.runner import PlannedTrial, plan
 from optimizer.stats import (HARM_GRID, IMPROVE_GRID, anytime_p, clopper_pearson, detectable_share, evalue, holm,
                              sign_test_p, signs, wealth_path)
@@ -131,6 +132,60 @@ def test_the_harm_threshold_is_bonferroni_over_the_groups_tested():
     rule = next(rule for rule in decision.rules if rule.rule == "no_harm")
     assert rule.numbers["groups"] == 12 and rule.numbers["evalue_threshold"] == pytest.approx(120)
     assert rule.passed
+
+
+def test_a_bucket_is_named_by_a_word_of_its_own_name_in_a_changed_line():
+    buckets = {("card", name) for name in ("template_mood", "template_metric", "fact_preservation", "multi_fact_day")}
+    assert named_buckets(["Do not use mood for how the user feels."], buckets) == {("card", "template_mood")}
+    assert named_buckets(["Record metrics with their unit."], buckets) == {("card", "template_metric")}  # plural
+    # `template` and `fact` are in two names each: they name neither; `moody` is another word
+    assert named_buckets(["Pick the template that keeps every fact.", "A moody note"], buckets) == set()
+    assert named_buckets(["One card per day."], buckets) == {("card", "multi_fact_day")}
+    assert named_buckets(["mood"], {("other", "template_mood")} | buckets) == {("card", "template_mood"),
+                                                                             ("other", "template_mood")}
+
+
+def test_a_patch_names_the_buckets_of_its_changed_lines_but_not_the_ones_it_was_asked_to_change():
+    planned = planned_items({"mood": 1, "metric": 2, "quote": 1})
+    diff = "--- a/p.md\n+++ b/p.md\n@@ -1 +1,2 @@\n-Keep quotes short.\n+Record a metric with its unit.\n+Mood is x.\n"
+    assert buckets_named(diff, planned, "card_agent") == {("s", "mood"), ("s", "metric"), ("s", "quote")}
+    assert buckets_named(diff, planned, "card_agent", asked={("s", "metric")}) == {("s", "mood"), ("s", "quote")}
+    assert buckets_named(diff, planned, "pkm_agent") == set(), "another agent's buckets"
+
+
+def test_named_buckets_get_half_the_harm_level_and_the_family_keeps_alpha_harm():
+    drops = {"b1": [(1, 0)] * 8}  # p = 1/E about 0.02: not significant among 12 groups at Bonferroni
+    table = table_of({"a1": [(0, 1)] * 10, **drops, **{f"x{i}_1": [(1, 1)] * 8 for i in range(11)}})
+    policy = GatePolicy()
+    plain = decide(table, targets={("s", "a")})
+    named = decide(table, targets={("s", "a")}, named={("s", "b")})
+    assert plain.accepted and not named.accepted
+    weighted = decide(table, targets={("s", "a")}, named={("s", "x0_")})
+    rule = next(r for r in weighted.rules if r.rule == "no_harm")
+    assert rule.passed and "half of it on s/x0_, which the patch names" in rule.reason
+    assert rule.numbers["named"] == ["s/x0_"]
+    assert "s/b fell -1.00, significant" in next(r for r in named.rules if r.rule == "no_harm").reason
+    thresholds = harm_thresholds(groups_of(table, {("s", "a")}, {("s", "b")}), policy)
+    assert sorted(thresholds)[0] == pytest.approx(1 / (NAMED_SHARE * policy.alpha_harm))  # the named one: 20
+    assert sorted(thresholds)[1:] == pytest.approx([11 / ((1 - NAMED_SHARE) * policy.alpha_harm)] * 11)
+    assert sum(1 / value for value in thresholds) == pytest.approx(policy.alpha_harm)
+    # a target named by the patch is not a harm group; naming every group is plain Bonferroni
+    every = {("s", "b")} | {("s", f"x{i}_") for i in range(11)}
+    assert harm_thresholds(groups_of(table, {("s", "a")}, every), policy) == pytest.approx([120] * 12)
+
+
+def test_the_weighted_harm_thresholds_keep_the_false_veto_rate_under_alpha_harm():
+    rng = np.random.default_rng(11)
+    policy = GatePolicy()
+    table = table_of({"a1": [(0, 1)]} | {f"g{i}_1": [(1, 1)] for i in range(12)})
+    thresholds = np.array(harm_thresholds(groups_of(table, {("s", "a")}, {("s", "g0_")}), policy))
+    assert thresholds.min() == pytest.approx(20)
+    runs, vetoes = 3000, 0
+    for _ in range(runs):  # no harm anywhere: every group's changes are symmetric
+        changes = rng.choice([-1.0, 0.0, 1.0], size=(12, 48), p=[0.25, 0.5, 0.25])
+        wealth = [wealth_path(signs(row, down=True), HARM_GRID).max(initial=1.0) for row in changes]
+        vetoes += any(np.array(wealth) >= thresholds)
+    assert vetoes / runs <= policy.alpha_harm
 
 
 def test_an_insignificant_rise_is_not_enough_but_lenient_accepts_it():
@@ -286,6 +341,21 @@ def test_compare_a_harmful_patch_is_caught_on_a_one_task_bucket():
     assert caught >= 36
 
 
+def test_a_bucket_the_patch_names_gets_twice_the_floor_of_pairs():
+    planned = planned_items({"a": 1, "b": 1, "c": 1})
+    pairs = {}
+    for named in (set(), {("s", "b")}):
+        sides = ScriptedSides({"a": 0.1, "b": 1.0, "c": 1.0}, {"a": 0.95, "b": 1.0, "c": 1.0})
+        baseline = sides._draw("base", planned)
+        result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent",
+                         named=named)
+        assert result.decision.accepted, result.decision.reasons
+        pairs[bool(named)] = {row.bucket: row.pairs for row in result.decision.buckets}
+    floor = GatePolicy().min_bucket_pairs
+    assert pairs[False]["b"] == pairs[False]["c"] == floor  # nothing moved: no group asked for more
+    assert pairs[True]["b"] == 2 * floor and pairs[True]["c"] == floor
+
+
 def test_a_task_alone_in_its_train_bucket_gets_its_own_trial_count():
     tasks = [Task.model_construct(id=f"{bucket}{number}", metadata={"failure_bucket": bucket, "split": split})
              for bucket, number, split in (("a", 0, "train"), ("b", 0, "train"), ("b", 1, "train"),
@@ -361,6 +431,13 @@ def test_the_harm_group_that_fell_most_gets_the_next_pairs():
     compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent", log=lines.append)
     checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "floor" not in line]
     assert checks[:1] == ["c"]
+    # a patch that names b: b fell too, so it is checked before c, which fell more
+    lines.clear()
+    sides.count = 0
+    compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent", log=lines.append,
+            named={("s", "b")})
+    checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "floor" not in line]
+    assert checks[:1] == ["b"]
 
 
 @pytest.mark.parametrize("signs_seen, leaning", [([1.0], True), ([1.0, -1.0], True), ([], False),
