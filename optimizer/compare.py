@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
 from optimizer.gate import (Decision, GatePolicy, PairTable, decide, group_stats, groups_of, harm_group,
-                            harm_thresholds, improvement_status, named_buckets, suspicious)
+                            harm_thresholds, improvement_status, is_named, named_buckets, suspicious)
 from optimizer.patch import changed_lines
 from optimizer.runner import PlannedTrial
 from optimizer.types import Trial
@@ -157,7 +157,7 @@ def _floor_cost(rest: list[PlannedTrial], regression: set[str], plan: _Plan, pol
         tasks[key] = tasks.get(key, 0) + 1
     need = 0
     for (suite, label, kind), tasks in groups.items():
-        missing = floor_pairs(policy, kind == "bucket" and (suite, label) in named) - sum(tasks.values())
+        missing = floor_pairs(policy, is_named((suite, label, kind), named)) - sum(tasks.values())
         if missing > 0:
             need += plan.cost(plan.fresh(sorted(tasks), missing))
     return need
@@ -248,21 +248,22 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
 
     # 3. harm groups: a floor of pairs each, then more for the likeliest harmed
     groups = groups_of(table, targets, named)
-    tested = [(label, keys, threshold, kind == "bucket" and (suite, label) in groups.named)
+    tested = [(label, keys, threshold, is_named((suite, label, kind), groups.named))
               for (suite, label, kind, keys), threshold in zip(groups.harm, harm_thresholds(groups, policy))]
     floor_done = False
     while policy.mode == "strict":
-        states = [(name, keys, group_stats(table, keys)) for name, keys, _, _ in tested]
-        if any(stats.harm_evalue >= threshold for (_, _, stats), (_, _, threshold, _) in zip(states, tested)):
+        states = [(name, keys, threshold, named_group, group_stats(table, keys))
+                  for name, keys, threshold, named_group in tested]
+        if any(stats.harm_evalue >= threshold for _, _, threshold, _, stats in states):
             break  # a significant drop: the candidate is rejected whatever else is found
         if not floor_done:
             floor_done = True
-            batch = [item for (_, keys, stats), (_, _, _, is_named) in zip(states, tested) if not stats.unjudged
-                     for item in plan.fresh(keys, floor_pairs(policy, is_named) - sum(table.count(k) for k in keys))]
+            batch = [item for _, keys, _, named_group, stats in states if not stats.unjudged
+                     for item in plan.fresh(keys, floor_pairs(policy, named_group) - sum(table.count(k) for k in keys))]
             label = "harm check: pairs up to the floor"
         else:
-            leaning = [((is_named and stats.change < 0, -stats.change), name, keys)
-                       for (name, keys, stats), (_, _, _, is_named) in zip(states, tested)
+            leaning = [((named_group and stats.change < 0, -stats.change), name, keys)
+                       for name, keys, _, named_group, stats in states
                        if suspicious(stats) and sum(table.count(k) for k in keys) < policy.max_bucket_pairs]
             if not leaning:
                 break

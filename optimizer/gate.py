@@ -346,6 +346,12 @@ def harm_group(suite: str, bucket: str, split: str, regression: bool) -> tuple[s
     return suite, bucket, "bucket"
 
 
+def is_named(group: tuple[str, str, str], named: Iterable[tuple[str, str]]) -> bool:
+    """Whether a harm group (suite, label, kind) is a train bucket among `named` (suite, bucket)s."""
+    suite, label, kind = group
+    return kind == "bucket" and (suite, label) in named
+
+
 def named_buckets(changed: Iterable[str], buckets: Iterable[tuple[str, str]]) -> frozenset[tuple[str, str]]:
     """The (suite, bucket)s that a patch's changed lines name: some line holds, as a word (or
     with a plural `s`), a word of three letters or more of the bucket's name that no other bucket
@@ -429,7 +435,7 @@ def harm_thresholds(groups: Groups, policy: GatePolicy) -> list[float]:
     way, so the chance that noise vetoes a harmless patch stays at most alpha_harm; the weights
     come from the patch's text, fixed before any pair is run."""
     m = len(groups.harm)
-    flags = [kind == "bucket" and (suite, label) in groups.named for suite, label, kind, _ in groups.harm]
+    flags = [is_named((suite, label, kind), groups.named) for suite, label, kind, _ in groups.harm]
     k = sum(flags)
     if k in (0, m):
         return [max(1, m) / policy.alpha_harm] * m
@@ -468,7 +474,7 @@ def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: Gate
         rules.append(_improvement(status, policy))
         if stage != "targeted":
             named_groups = [f"{suite}/{label}" for suite, label, kind, _ in groups.harm
-                            if kind == "bucket" and (suite, label) in groups.named]
+                            if is_named((suite, label, kind), groups.named)]
             rules.append(_no_harm([row for _, row in harmed], harm_thresholds(groups, policy), policy, named_groups))
     if stage != "targeted":
         rules.append(_errored_rule(worse, better, policy))
