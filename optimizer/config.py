@@ -281,7 +281,12 @@ def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settin
             raise ConfigError(error["msg"], path=source, field=field,
                               fix="correct the value (see `optimizer --help`)") from None
         merged = candidate
-    settings = Settings.model_validate(merged)
+    return put_in_use(Settings.model_validate(merged), root)
+
+
+def put_in_use(settings: Settings, root: Path) -> Settings:
+    """Make the checks validation alone cannot, and apply what is shared by the whole process:
+    for settings `load_settings` read, and for a resumed night's stored ones."""
     _check_workspace_dir(settings)
     check_search_budget(settings)
     from optimizer.models import local  # the embedded model's server is shared by the whole process
