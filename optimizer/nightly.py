@@ -18,7 +18,8 @@ PostgreSQL store.
 Crash safety: the night's state (iterations done, the one under way, the branch tip) is saved in
 the store before and after every iteration, each finished trial and proposal is in the store as
 soon as it exists, and the nightly branch only ever moves by a fast-forward to an accepted
-commit. `--resume` picks up the newest night that did not finish: it removes the worktrees and
+commit. `--resume` picks up the newest night of this repository that did not finish, with the
+settings it started with (`optimizer.night_settings`): it removes the worktrees and
 proposal branches a killed process left, completes the bookkeeping of an iteration that had
 finished (e.g. fast-forwards the branch to a patch that was accepted just before the kill), or
 runs an interrupted iteration again, keeping every trial already recorded (see
@@ -28,19 +29,21 @@ runs an interrupted iteration again, keeping every trial already recorded (see
 from __future__ import annotations
 
 import math
-import socket
 import time
 from dataclasses import dataclass, field
 from datetime import date as Date
-from typing import Any
+from typing import Any, Collection
 
 from optimizer import gitops
 from optimizer.box import remove_stray_boxes
+from optimizer.config import put_in_use
 from optimizer.errors import InputError
 from optimizer.ledger import Budget, BudgetExceeded, Ledger, charging
 from optimizer.models import answered_in_process, is_embedded
 from optimizer.lock import repository_identity, repository_lock
 from optimizer.loop import LoopContext, run_iteration
+from optimizer.night_settings import (night_values, override_names, owned, restore, resumable, settings_of,
+                                      stored_values)
 from optimizer.registry import get_agent
 from optimizer.runner import new_run_id
 from optimizer.store.iterations import VERDICTS
@@ -120,44 +123,43 @@ def branch_name(day: Date, repo) -> str:
 
 def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_ref: str | None = None,
                 limits: NightlyLimits = NightlyLimits(), merge: bool = False, day: Date | None = None,
-                resume: bool = False) -> NightlyResult:
-    settings = ctx.settings
+                resume: bool = False, given: Collection[str] = (), overrides: Collection[str] = ()) -> NightlyResult:
+    """Run a night; with `resume`, go on with the newest unfinished night of this repository, with
+    the settings it stored (`optimizer.night_settings`, which become `ctx.settings`). `given`
+    names the flags this invocation's command line set: on a resume each must agree with the
+    night's value unless named in `overrides`."""
     root = ctx.project_root
     repo = gitops.open_repo(root)
-    state_dir = root / settings.state_dir
+    state_dir = root / ctx.settings.state_dir
     gitops.ignore_state_dir(state_dir)
-    with repository_lock(ctx.store, state_dir / "nightly.lock", repository_identity(repo), "optimizer nightly",
-                         ctx.log):
-        if resume:
-            result, limits = _resumable(ctx)
-            base = gitops.Base(ref=result.base_ref, commit=result.base_commit)
-        else:
-            base = gitops.resolve_base(repo, base_ref)
-            result = None
-        merge = result.merge if result else merge
+    if overrides and not resume:
+        raise InputError("--override changes a night being resumed", field="--override",
+                         fix="add --resume, or drop --override")
+    overrides = override_names(overrides)
+    requested = night_values(ctx.settings, {"suite": suite_names, "merge": merge, "base": base_ref,
+                                            "date": day.isoformat() if day else None, **_limits_values(limits)})
+    identity = repository_identity(repo)
+    with repository_lock(ctx.store, state_dir / "nightly.lock", identity, "optimizer nightly", ctx.log):
+        result, values = _resume(ctx, repo, identity, requested, given, overrides) if resume else (None, requested)
+        limits, merge = _limits_of(values), values["merge"]
+        base = gitops.Base(ref=result.base_ref, commit=result.base_commit) if result else \
+            gitops.resolve_base(repo, base_ref)
         if merge:
             gitops.require_checked_out(repo, base.ref)
-        if merge and settings.gate != "strict":
+        if merge and ctx.settings.gate != "strict":
             raise InputError("--merge needs the strict gate", field="--merge",
                              fix="drop --gate lenient, or merge by hand after review")
-        names = result.suites if result else (suite_names or capability_suites(root))
+        names = values["suite"] or capability_suites(root)
         agents = sorted({load_suite(name, root).spec.agent_name for name in names})
         for agent in agents:
             get_agent(agent)
-        _check_budget_can_bind(settings, limits)
+        _check_budget_can_bind(ctx.settings, limits)
         stray = gitops.remove_stray_worktrees(repo, state_dir / "worktrees") + remove_stray_boxes(state_dir / "boxes")
         if stray:
             ctx.log(f"removed {len(stray)} proposer folder(s) left by an earlier process")
         if result is None:
-            branch = branch_name(day or Date.today(), repo)
-            result = NightlyResult(nightly_id=new_run_id(), branch=branch, base_ref=base.ref,
-                                   base_commit=base.commit, tip_commit=base.commit, suites=list(names), merge=merge)
-            ctx.store.nightlies.start(result.nightly_id, branch=branch, base_ref=base.ref, base_commit=base.commit,
-                                      settings={**settings.model_dump(), "limits": _limits_dict(limits),
-                                                "host": socket.gethostname()},
-                                      state=result.as_dict())
-            repo.create_head(branch, base.commit)
-            ctx.log(f"nightly {result.nightly_id}: branch {branch} at {base.commit[:12]} ({base.ref})")
+            result = _start(ctx, repo, base, identity, {**values, "suite": list(names), "base": base.ref,
+                                                         "date": (day or Date.today()).isoformat()})
         else:
             result.resumed += 1
             result.status = "running"
@@ -165,7 +167,8 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
                 repo.create_head(result.branch, result.tip_commit)
             ctx.log(f"resuming nightly {result.nightly_id} on {result.branch}: {len(result.iterations)} "
                     f"iteration(s) done")
-        ledger = Ledger(ctx.store, budget=limits.budget, prices=dict(settings.model_prices),
+        result.suites, result.merge = list(names), merge
+        ledger = Ledger(ctx.store, budget=limits.budget, prices=dict(ctx.settings.model_prices),
                         scope={"nightly_id": result.nightly_id})
         ledger.spent_usd, ledger.spent_tokens = ctx.store.ledger.total(nightly_id=result.nightly_id)
         try:
@@ -186,6 +189,28 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
         return result
 
 
+def _start(ctx: LoopContext, repo, base: gitops.Base, identity: str, values: dict[str, Any]) -> NightlyResult:
+    """A new night: its record, with every value it runs with, and its branch at the base."""
+    branch = branch_name(Date.fromisoformat(values["date"]), repo)
+    result = NightlyResult(nightly_id=new_run_id(), branch=branch, base_ref=base.ref, base_commit=base.commit,
+                           tip_commit=base.commit, suites=values["suite"], merge=values["merge"])
+    ctx.store.nightlies.start(result.nightly_id, branch=branch, base_ref=base.ref, base_commit=base.commit,
+                              settings=owned(values, identity, ctx.project_root), state=result.as_dict())
+    repo.create_head(branch, base.commit)
+    ctx.log(f"nightly {result.nightly_id}: branch {branch} at {base.commit[:12]} ({base.ref})")
+    return result
+
+
+def _resume(ctx: LoopContext, repo, identity: str, requested: dict[str, Any], given: Collection[str],
+            overrides: Collection[str]) -> tuple[NightlyResult, dict[str, Any]]:
+    """The night to resume and the values it goes on with, saved back (with its overrides)."""
+    record = resumable(ctx.store.nightlies.rows(), repo, identity, ctx.project_root)
+    values = restore(stored_values(record), requested, given=given, overrides=overrides, log=ctx.log)
+    ctx.settings = put_in_use(settings_of(values), ctx.project_root)
+    ctx.store.nightlies.save_settings(record["nightly_id"], owned(values, identity, ctx.project_root))
+    return NightlyResult.from_record(record), values
+
+
 def _check_budget_can_bind(settings, limits: NightlyLimits) -> None:
     """A USD budget counts dollars, and a model without a price spends none on paper: refuse a
     budget that such a model could overrun unnoticed."""
@@ -202,19 +227,6 @@ def _check_budget_can_bind(settings, limits: NightlyLimits) -> None:
                          field="model_prices",
                          fix='give its price per million tokens, e.g. model_prices = {"<model>": [0.4, 1.6]}, '
                              "or use --budget-tokens")
-
-
-def _resumable(ctx: LoopContext) -> tuple[NightlyResult, NightlyLimits]:
-    unfinished = [row for row in ctx.store.nightlies.rows() if row["status"] in ("running", "crashed")]
-    if not unfinished:
-        raise InputError("there is no unfinished nightly job to resume", field="--resume",
-                         fix="start a new night without --resume")
-    record = unfinished[-1]
-    stored = (record.get("settings") or {}).get("limits") or {}
-    limits = NightlyLimits(max_iterations=stored.get("max_iterations", 10), time_limit_s=stored.get("time_limit_s"),
-                           budget=Budget(usd=stored.get("budget_usd"), tokens=stored.get("budget_tokens")),
-                           patience=stored.get("patience", 3), order=stored.get("order", "worst-first"))
-    return NightlyResult.from_record(record), limits
 
 
 def _reconcile(ctx: LoopContext, repo, result: NightlyResult) -> None:
@@ -348,10 +360,16 @@ def _save(ctx: LoopContext, result: NightlyResult, ledger: Ledger) -> None:
     ctx.store.nightlies.save(result.nightly_id, result.status, result.tip_commit, result.as_dict())
 
 
-def _limits_dict(limits: NightlyLimits) -> dict[str, Any]:
-    return {"max_iterations": limits.max_iterations, "time_limit_s": limits.time_limit_s,
+def _limits_values(limits: NightlyLimits) -> dict[str, Any]:
+    return {"max_iterations": limits.max_iterations, "time_limit": limits.time_limit_s,
             "budget_usd": limits.budget.usd, "budget_tokens": limits.budget.tokens, "patience": limits.patience,
             "order": limits.order}
+
+
+def _limits_of(values: dict[str, Any]) -> NightlyLimits:
+    return NightlyLimits(max_iterations=values["max_iterations"], time_limit_s=values["time_limit"],
+                         budget=Budget(usd=values["budget_usd"], tokens=values["budget_tokens"]),
+                         patience=values["patience"], order=values["order"])
 
 
 def parse_duration(text: str) -> float:

@@ -13,7 +13,12 @@ import typer
 from optimizer.cli._paths import output_file
 
 
+NOT_NIGHT_SETTINGS = ("resume", "override", "plain", "json_path")
+"""The nightly command's parameters that are not part of a night (`optimizer.night_settings`)."""
+
+
 def nightly_command(
+    command: typer.Context,
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable; "
                                                                          "default: every capability suite)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit the night starts from (default HEAD)."),
@@ -37,8 +42,12 @@ def nightly_command(
     min_bucket_pairs: Optional[int] = typer.Option(
         None, help="Pairs every other bucket gets before its harm test looks (default 8; docs/gate.md)."),
     day: Optional[str] = typer.Option(None, "--date", help="Date in the branch name (default today), YYYY-MM-DD."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the newest night that did not finish (its "
-                                                        "limits, suites and branch; finished trials are kept)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the newest night of this repository that did not "
+                                                        "finish, with every setting it started with (finished "
+                                                        "trials are kept); a flag given again must agree."),
+    override: Optional[list[str]] = typer.Option(
+        None, "--override", help="With --resume: run the rest of the night with this invocation's value of this "
+                                 "flag or setting, e.g. --override trials --trials 3 (repeatable)."),
     plain: bool = typer.Option(False, "--plain", help="No progress bars: timestamped log lines (cron, CI)."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the night's summary as JSON here."),
 ) -> None:
@@ -69,7 +78,7 @@ def nightly_command(
         ctx.log = lambda message: err_console.print(f"{datetime.now().isoformat(timespec='seconds')} {message}",
                                                     highlight=False, markup=False, soft_wrap=True)
     result = run_nightly(ctx, suite_names=suite or None, base_ref=base, limits=limits, merge=merge, day=when,
-                         resume=resume)
+                         resume=resume, given=_given(command), overrides=override or ())
     summary = result.as_dict()
     if json_path:
         write_json(json_path, summary)
@@ -82,3 +91,10 @@ def nightly_command(
                       f"{'  ' + row['commit'][:12] if row.get('commit') else ''}", highlight=False, markup=False)
     if result.accepted:
         console.print(f"review it: git log -p {result.base_commit[:12]}..{result.branch}", highlight=False)
+
+
+def _given(command: typer.Context) -> set[str]:
+    """The night's flags set on this command line, by their stored names (`--date` is `date`).
+    Typer vendors its own click, so the source is compared by its name."""
+    return {"date" if name == "day" else name for name in command.params if name not in NOT_NIGHT_SETTINGS
+            and getattr(command.get_parameter_source(name), "name", None) == "COMMANDLINE"}

@@ -29,6 +29,10 @@ class Nightlies(Repository):
         self._update_job(schema.nightlies.c.nightly_id, nightly_id,
                          dict(status=status, tip_commit=tip_commit, state=state))
 
+    def save_settings(self, nightly_id: str, settings: dict[str, Any]) -> None:
+        """The settings a resumed job runs with from now on (its `--override`s, this machine's folders)."""
+        self._update_job(schema.nightlies.c.nightly_id, nightly_id, dict(settings=settings))
+
     def rows(self) -> list[dict[str, Any]]:
         """Every nightly job, oldest first, its JSON columns decoded (`settings`, `state`)."""
         with self._reading() as conn:
