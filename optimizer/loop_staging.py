@@ -45,11 +45,11 @@ def run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_roo
                label: str, run_id: str | None = None) -> RunResult:
     """Run `planned` as (part of) a run. Trials already recorded are kept, not redone: those of
     `run_id` when it exists, or of an unfinished run of this kind with the same fingerprints (a
-    job killed mid-run and resumed), whose id is then adopted."""
+    job killed mid-run and resumed), whose id is then adopted (never one another live job runs)."""
     store = ctx.store
     exists = run_id is not None and store.runs.exists(run_id)
     if not exists:
-        unfinished = store.runs.find_unfinished(fingerprints(suites, settings, prompt_root, planned), kind)
+        unfinished = store.runs.adopt(fingerprints(suites, settings, prompt_root, planned), kind)
         if unfinished:
             run_id, exists = unfinished, True
     kept: list[Trial] = []
@@ -114,7 +114,7 @@ class Stage:
             return self.store.trials.load(reuse)
         recorded = self.recorded
         wanted = [key for item in self.planned if (key := (item.suite.name, item.task.id, item.index)) in recorded]
-        run_id = self.store.runs.find_unfinished(self.spec, "baseline")
+        run_id = self.store.runs.adopt(self.spec, "baseline")
         if wanted and run_id is None:
             run_id = new_run_id()
             self.store.runs.start(RunResult(run_id=run_id, started_at=datetime.now(timezone.utc),

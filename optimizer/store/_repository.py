@@ -23,6 +23,9 @@ class Owner(Protocol):
     def enqueue(self, kind: str, payload: Any) -> None:
         """Queue a record for the background writer."""
 
+    def owned(self) -> dict[str, Any]:
+        """The owner columns of a row this process starts running (see `optimizer.store.ownership`)."""
+
 
 class Repository:
     """The reads and writes of one table (with its child tables), through the engine and the

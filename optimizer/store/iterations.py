@@ -23,7 +23,7 @@ class Iterations(Repository):
                                                 base_commit=base_commit, targets=[], settings=settings))
         with self._writing() as conn:
             conn.execute(insert(schema.iterations).values(status="running", started_at=datetime.now(timezone.utc),
-                                                          **values))
+                                                          **values, **self._store.owned()))
 
     def set_targets(self, iteration_id: str, *, agent: str, targets: list[str], baseline_run_id: str | None,
                     request_path: str | None = None, manual_sha256: str | None = None) -> None:

@@ -10,6 +10,7 @@ from sqlalchemy import func, insert, select, update
 
 from optimizer.store import schema
 from optimizer.store._repository import Repository, decode
+from optimizer.store.ownership import is_gone, owner_rows, same_owner
 from optimizer.types import RunResult
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ class Runs(Repository):
             conn.execute(insert(schema.runs).values(
                 run_id=run.run_id, kind=kind, status="running", started_at=run.started_at,
                 settings_json=json.dumps(run.settings, default=str),
-                fingerprints_json=json.dumps(run.fingerprints, default=str)))
+                fingerprints_json=json.dumps(run.fingerprints, default=str), **self._store.owned()))
 
     def finish(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
         with self._writing() as conn:
@@ -61,19 +62,32 @@ class Runs(Repository):
                     return run_id
         return None
 
-    def find_unfinished(self, fingerprints: dict[str, Any], kind: str) -> str | None:
+    def adopt(self, fingerprints: dict[str, Any], kind: str) -> str | None:
         """The newest run of this kind that never finished (its process was killed, interrupted,
-        stopped by a budget or crashed) and has exactly these fingerprints: its recorded trials
-        can be kept and only the rest run."""
-        wanted = _canonical(fingerprints)
-        with self._reading() as conn:
-            rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.fingerprints_json)
-                                .where(schema.runs.c.status.in_(UNFINISHED), schema.runs.c.kind == kind)
-                                .order_by(schema.runs.c.started_at.desc())).all()
-        for run_id, stored in rows:
-            if _canonical(json.loads(stored)) == wanted:
-                return run_id
+        stopped by a budget or crashed) and has exactly these fingerprints, made this process's
+        (`running`, owned here): its recorded trials can be kept and only the rest run. A run
+        whose owner is alive (another job running it now, here or on another machine) is never
+        taken; two jobs that find the same run take it by compare-and-set, the second moving on
+        to the next, or to none."""
+        table = schema.runs
+        for row in self._unfinished(fingerprints, kind):
+            with self._writing() as conn:
+                taken = conn.execute(update(table).where(table.c.run_id == row["run_id"],
+                                                         table.c.status == row["status"], *same_owner(table, row))
+                                     .values(status="running", finished_at=None, **self._store.owned()))
+            if taken.rowcount:
+                return row["run_id"]
         return None
+
+    def _unfinished(self, fingerprints: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+        """Unfinished runs of this kind with these fingerprints, newest first, but those whose
+        owner is alive: each with its status and owner."""
+        wanted, table = _canonical(fingerprints), schema.runs
+        with self._reading() as conn:
+            rows = owner_rows(conn, table.c.run_id, table.c.status.in_(UNFINISHED), table.c.kind == kind,
+                              extra=(table.c.fingerprints_json,), order=table.c.started_at.desc())
+        return [row for row in rows if _canonical(json.loads(row["fingerprints_json"])) == wanted
+                and (row["status"] != "running" or is_gone(row))]
 
     def of_spec(self, fingerprints: dict[str, Any], kind: str, *, started_before: datetime) -> list[str]:
         """Runs of this kind started before `started_before`, oldest first, whose run spec is these

@@ -29,6 +29,10 @@ runs = Table(
     Column("settings_json", Text, nullable=False),
     Column("fingerprints_json", Text, nullable=False),
     Column("summary_json", Text),
+    Column("owner_host", String),
+    Column("owner_pid", Integer),
+    Column("owner_start", String),
+    Column("heartbeat_at", DateTime(timezone=True)),
 )
 
 trials = Table(
@@ -90,6 +94,10 @@ iterations = Table(
     Column("manual_sha256", String),
     Column("settings_json", Text, nullable=False),
     Column("summary_json", Text),
+    Column("owner_host", String),
+    Column("owner_pid", Integer),
+    Column("owner_start", String),
+    Column("heartbeat_at", DateTime(timezone=True)),
 )
 
 proposals = Table(

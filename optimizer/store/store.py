@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ from optimizer.store.cache import CachedResponses
 from optimizer.store.calibrations import Calibrations
 from optimizer.store.iterations import Iterations
 from optimizer.store.ledger import LedgerEntries
-from optimizer.store.migrations import migrate
+from optimizer.store.migrations import migrate, sqlite_lock
 from optimizer.store.nightlies import Nightlies
+from optimizer.store.ownership import Heartbeat, close_gone, stamp_heartbeat, this_process
 from optimizer.store.proposals import Proposals
 from optimizer.store.runs import Runs
 from optimizer.store.trials import Trials
@@ -50,7 +52,21 @@ def open_store(settings, project_root: Path) -> "Store":
     except (OperationalError, OSError) as exc:
         reason = first_line(str(exc), type(exc).__name__)
         raise ConfigError(f"cannot open the store at {store_location(url)}: {reason}", field=field,
-                          fix="point it at a writable folder or a reachable database") from None
+                          fix=_open_fix(exc, reason)) from None
+
+
+UNREACHED = ("unable to open", "readonly", "read-only", "permission", "connect", "does not exist", "host name",
+             "authentication", "no such file")
+"""Words of a database error that say the store could not be reached or written at all (a
+folder, a file, a server), as opposed to a fault met once it was open."""
+
+
+def _open_fix(exc: BaseException, reason: str) -> str:
+    """What to do about a store that failed to open: another place when it cannot be reached or
+    written, else the database itself (a fault that another try may not meet)."""
+    if isinstance(exc, OSError) or any(word in reason.lower() for word in UNREACHED):
+        return "point it at a writable folder or a reachable database"
+    return "run the command again; if it fails the same way, check the database (free disk space, the server)"
 
 
 CORRUPTION = ("malformed", "not a database", "corrupt")
@@ -121,9 +137,10 @@ class Store:
             event.listen(self.engine, "connect", _postgresql_session)
         self._lock = threading.Lock()
         try:
-            self._check_integrity()
-            with self.engine.begin() as conn:
-                migrate(conn)
+            with sqlite_lock(url):  # a new file's switch to WAL, and its migration, one opener at a time
+                self._check_integrity()
+                with self.engine.begin() as conn:
+                    migrate(conn)
         except DatabaseError as exc:
             if not any(marker in _reason(exc).lower() for marker in CORRUPTION):
                 raise  # e.g. a folder it cannot write: `open_store` names the setting to change
@@ -141,10 +158,30 @@ class Store:
         self.nightlies = Nightlies(self)
         self.calibrations = Calibrations(self)
         self.cache = CachedResponses(self)
+        self.heartbeat = Heartbeat(self._beat)
+        self._close_orphans()
 
     def close(self) -> None:
+        self.heartbeat.stop()
         self.flush()
         self.engine.dispose()
+
+    def owned(self) -> dict[str, Any]:
+        """The owner columns of a row this process starts or adopts; its heartbeat runs from now."""
+        self.heartbeat.start()
+        return {**this_process(), "heartbeat_at": datetime.now(timezone.utc)}
+
+    def _beat(self) -> None:
+        with self.engine.begin() as conn:
+            for table in (schema.runs, schema.iterations):
+                stamp_heartbeat(conn, table)
+
+    def _close_orphans(self) -> None:
+        """Close as `interrupted` every running run and iteration whose owner is gone (killed, or
+        its machine silent past the lease): whichever command opens the store next does it."""
+        with self.engine.begin() as conn:
+            close_gone(conn, schema.runs.c.run_id)
+            close_gone(conn, schema.iterations.c.iteration_id)
 
     def _check_integrity(self) -> None:
         """Refuse a SQLite file with damaged pages before anything reads it. `quick_check` reads
@@ -223,9 +260,9 @@ class Store:
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
