@@ -29,6 +29,7 @@ run: model
 
 # One iteration on mock/sim in a throw-away copy of the project (.optimizer/demo), with a
 # stand-in coding agent that appends the simulator's rule for the targeted bucket. No model needed.
+# It fails (exit 1) when the demo's patch is not accepted; the console then shows why.
 DEMO := .optimizer/demo
 demo: setup
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
@@ -38,7 +39,7 @@ demo: setup
 		git -c user.name=demo -c user.email=demo@example.com commit -qm "demo base"
 	cd $(DEMO) && OPTIMIZER_ROOT=$(CURDIR)/$(DEMO) OPTIMIZER_PROPOSER=command \
 		OPTIMIZER_PROPOSER_COMMAND="$(CURDIR)/$(BIN)/python $(CURDIR)/benchmarks/sim_patcher.py {request} {workdir} agents/prompts/card_agent.md" \
-		$(CURDIR)/$(BIN)/optimizer run --agent-model mock/sim
+		$(CURDIR)/$(BIN)/optimizer run --agent-model mock/sim --fail-on-reject
 	@echo "the demo is its own project: cd $(DEMO) && $(CURDIR)/$(BIN)/optimizer review"
 
 eval: setup

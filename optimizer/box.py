@@ -10,13 +10,16 @@ wrote into the box's `.git` runs or counts.
 
 Both proposers work in the box: `llm` writes the prompt file in process, `command` runs in it.
 When `bwrap` works on this machine the command runs under it: the whole filesystem read-only,
-its own `/dev`, `/proc` and pid namespace, a private `/tmp`, and only the box's clone and a
-scratch HOME writable; the network is left as is (coding agents call their API). Without
-`bwrap` the command runs unconfined, and `checkout_state` is what notices what it changed.
+its own `/dev`, `/proc` and pid namespace, a private `/tmp` (the folders of the host's /tmp
+that the command line names bound read-only), and only the box's clone and a scratch HOME
+writable; the network is left as is (coding agents call their API). Without `bwrap` the
+command runs unconfined, `optimizer.reaper` ends every process it leaves, and `checkout_state`
+is what notices what it changed.
 """
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -109,10 +112,33 @@ def confinement() -> Confinement:
     return Confinement(bwrap)
 
 
+def under_private_tmp(command: str) -> list[Path]:
+    """The folders of the host's /tmp that a proposer command line names: its program (as given
+    or found on the PATH) and every absolute path among its words (`--flag=/tmp/...` included).
+    bwrap's private /tmp would hide them and the command would fail with 127 (a checkout or a
+    venv under /tmp), so they are bound read-only. Each is the top folder under /tmp that holds
+    the path, since a file there needs its siblings (a venv's python its `pyvenv.cfg` and
+    packages, a checkout's script its package). A path the command only computes is not seen."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: bash will say so
+        words = command.split()
+    program = shutil.which(words[0]) if words else None
+    candidates = [word.split("=", 1)[-1] for word in words] + ([program] if program else [])
+    found = set()
+    for candidate in candidates:
+        for path in {Path(candidate), Path(candidate).resolve()} if candidate.startswith("/") else ():
+            top = Path(*path.parts[:3])
+            if len(path.parts) >= 3 and path.parts[1] == "tmp" and top.exists():
+                found.add(top)
+    return sorted(found)
+
+
 def confined(bwrap: list[str], argv: list[str], *, writable: list[Path], readable: list[Path],
              workdir: Path) -> list[str]:
     """`argv` under bwrap: `/` read-only, fresh `/dev`, `/proc` and `/tmp`, then `readable` and
-    `writable` bound at their own paths (after the private `/tmp`, so a box under /tmp is there)."""
+    `writable` bound at their own paths, in that order (after the private `/tmp`, so a box under
+    /tmp is there, writable even inside a folder bound read-only)."""
     command = [*bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
                "--unshare-pid", "--die-with-parent"]
     for path in readable:

@@ -4,6 +4,8 @@ The proposer works in a box of its own (`optimizer.box`), under bubblewrap when 
 bubblewrap, or through a hole in it, it could still write to the user's repository by absolute
 path. So the loop compares this state before and after every proposer, and stops the iteration on
 any difference (`CheckoutChanged`), before any git command of ours runs with the user's config.
+"After" is once the proposer and every process it left are gone (`optimizer.reaper`), so nothing
+it started writes after the check.
 
 Cheap by design: one `git ls-files` (tracked and untracked, not ignored) and one
 `git for-each-ref`, file hashes, and the few files of `.git` that decide what git runs. Files git

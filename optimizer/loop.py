@@ -39,7 +39,7 @@ from optimizer.loop_staging import LoopSides, Stage, export_prompts, unseen_from
 from optimizer.models import context_window, validate_model
 from optimizer.models.mock import check_patcher_script
 from optimizer.patch import LintIndex, check_change, check_prompt_text
-from optimizer.proposers import FixedProposer, Proposal, ProposalRequest, make_proposer
+from optimizer.proposers import LOG_TAIL_LINES, FixedProposer, Proposal, ProposalRequest, make_proposer
 from optimizer.registry import get_agent
 from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
                                render_request, select_targets)
@@ -365,8 +365,7 @@ class _Iteration:
                 request=request_path.read_text(encoding="utf-8"), request_path=request_path, prompt_file=prompt_path,
                 workdir=box.workdir, ordinal=number, check=check, box=box, sample=True))
             patched = target.read_text(encoding="utf-8") if target.is_file() else None
-        if proposal.log:
-            write_text(request_path.with_name(f"proposal-{number}.log"), proposal.log)
+        self._keep_log(request_path.with_name(f"proposal-{number}.log"), proposal, proposer)
         changed = changes(before, checkout_state(self.repo))
         if changed:
             record = ProposalRecord(ordinal=len(self.store.proposals.rows()) + 1, branch=branch, status="stopped",
@@ -375,6 +374,16 @@ class _Iteration:
             store_proposal(self.store, result, record, selection.agent, proposer.name, self.settings, manual_sha)
             self._stop(record, confined=proposer.confined)
         return (None if proposal.error else patched), proposal.rationale, proposal.error
+
+    def _keep_log(self, path: Path, proposal: Proposal, proposer) -> None:
+        """The proposer's log beside its request; a proposer command that failed also gets the end
+        of it on the console, where the reason usually is (`command not found`, a missing key)."""
+        if not proposal.log:
+            return
+        write_text(path, proposal.log)
+        if proposal.error and proposer.name == "command":
+            tail = proposal.log.rstrip().splitlines()[-LOG_TAIL_LINES:]
+            self.log("\n".join([f"{proposal.error}; the end of its log ({path}):", *("  " + line for line in tail)]))
 
     def _text_check(self, prompt: str, prompt_path: str, lint_index: LintIndex) -> Callable[[str], str | None]:
         """The checks a patched prompt text meets before any rollout (size, hard-coded answers), as
@@ -411,8 +420,7 @@ class _Iteration:
             prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal, check=check, box=box,
             sample=self.settings.candidates > 1))
         record.rationale, record.usage = proposal.rationale, proposal.usage
-        if proposal.log:
-            write_text(result.run_dir / f"proposal-{record.ordinal}.log", proposal.log)
+        self._keep_log(result.run_dir / f"proposal-{record.ordinal}.log", proposal, proposer)
         changed = changes(before, checkout_state(self.repo))
         if changed:  # checked before any git command of ours reads the user's (maybe changed) config
             record.status, record.reason = "stopped", stop_message(changed)

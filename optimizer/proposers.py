@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from optimizer.box import Box, Confinement, confined, confinement
+from optimizer.box import Box, Confinement, confined, confinement, under_private_tmp
 from optimizer.errors import ConfigError, first_line
 from optimizer.ledger import charged, estimate_tokens
 from optimizer.models import is_embedded, mock
 from optimizer.models._context import PROPOSAL_KEY, SCRIPT_KEY, SEED_KEY, SKILL_KEY
 from optimizer.models._dspy import dspy_lm, lm_usage
 from optimizer.patch import Edit, EditError, apply_edits
+from optimizer.reaper import Reaper
 from optimizer.types import Usage
 from optimizer.weak_patcher import weak_answer
 
@@ -61,6 +62,8 @@ STOP_GRACE_S = 2.0
 process group is killed."""
 LOG_CHARS = 20000
 """The end of a proposer command's output kept as its log."""
+LOG_TAIL_LINES = 12
+"""The lines of a failed proposer command's log shown on the console."""
 
 
 @dataclass
@@ -252,17 +255,19 @@ class CommandProposer:
         if self.bwrap:
             writable = request.box.folder if request.box else request.workdir
             argv = confined([self.bwrap], argv, writable=[writable.resolve()],
-                            readable=[request.request_path.resolve()], workdir=request.workdir.resolve())
+                            readable=[*under_private_tmp(self.template), request.request_path.resolve()],
+                            workdir=request.workdir.resolve())
         env = {**os.environ, "HOME": str(request.box.home)} if request.box else None
-        with tempfile.TemporaryFile() as output:
+        with Reaper() as reaper, tempfile.TemporaryFile() as output:
             process = subprocess.Popen(argv, cwd=request.workdir, stdin=subprocess.DEVNULL, env=env,
                                        stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 code = process.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
                 code = None
-            finally:  # also on Ctrl-C: the command's own session does not get the terminal's signal
+            finally:  # also on Ctrl-C, SIGTERM, SIGHUP: the command's own session does not get those signals
                 _stop_group(process)
+                strays = reaper.stop_strays(group=process.pid)
             proposal.log = _tail(output)
         if code is None:
             proposal.error = f"the proposer command timed out after {self.timeout_s:g} s; its changes are not used"
@@ -271,6 +276,7 @@ class CommandProposer:
         elif code != 0:
             proposal.error = f"the proposer command failed with exit code {code}; its changes are not used"
         proposal.rationale = _last_paragraph(proposal.log)
+        proposal.log += _strays_note(strays)
         return proposal
 
 
@@ -293,6 +299,13 @@ def _stop_group(process: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     process.wait()
+
+
+def _strays_note(strays: list[int]) -> str:
+    if not strays:
+        return ""
+    return (f"\n[optimizer] the proposer command left {len(strays)} process(es) running outside its process "
+            f"group (pids {', '.join(map(str, strays))}); they were killed before its clone was read\n")
 
 
 def _tail(output) -> str:

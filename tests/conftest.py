@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +17,15 @@ from pathlib import Path
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    """Ctrl-C works in the tests and in every process they start, also when the suite was started
+    with SIGINT ignored (`make test &` from a non-interactive shell: an ignored signal is
+    inherited, and Python then keeps it ignored). A handler, unlike SIG_IGN, is reset to the
+    default in a child process."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,3 +83,21 @@ def run_forked(context: Any, target: Any, arguments: list[tuple], timeout: float
     for process in processes:
         process.join(timeout)
     return [process.exitcode for process in processes]
+
+
+def stopped_by(stop: int, args: list[str], cwd: Path, started: Callable[[subprocess.Popen], None]) -> tuple[int, str]:
+    """Run `optimizer *args` in a process of its own (plain progress lines), send it the signal
+    `stop` once `started(process)` returns, and give back its exit code and stderr (it is killed
+    if it has not ended 60 s later)."""
+    process = subprocess.Popen([str(Path(sys.executable).parent / "optimizer"), *args], cwd=cwd,
+                               env={**os.environ, "OPTIMIZER_PLAIN": "1"}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        started(process)
+        process.send_signal(stop)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, err

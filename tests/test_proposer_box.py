@@ -16,7 +16,7 @@ import pytest
 from optimizer.box import confinement
 from tests.helpers import git, project_repo
 from tests.test_loop import FACT_RULE, PROMPT, optimizer_branches
-from tests.test_proposer_isolation import APPEND_RULE, propose_with
+from tests.test_proposer_isolation import APPEND_RULE, command_request, propose_with
 
 needs_bwrap = pytest.mark.skipif(confinement().bwrap is None,
                                  reason="bubblewrap is not installed or cannot make a sandbox here")
@@ -128,3 +128,19 @@ def test_the_checkout_state_names_every_kind_of_change_a_proposer_could_make(tmp
     assert changes(before, checkout_state(repo)) == [
         ".git/config (user.email)", ".git/hooks/pre-commit", ".git/info/exclude", "refs/heads/moved", "HEAD",
         ".git/index", "README.md", "new.txt", "scratch.txt"]
+
+
+@needs_bwrap
+def test_a_proposer_command_kept_under_tmp_runs_under_bubblewrap(tmp_path):
+    """bwrap's private /tmp would hide a script, a venv or a checkout kept under the host's /tmp."""
+    from optimizer.proposers import CommandProposer
+
+    agent = tmp_path / "tools" / "agent.sh"
+    agent.parent.mkdir()
+    agent.write_text('printf -- "- a rule\\n" >> "$1/prompt.md"\n')
+    request = command_request(tmp_path)
+    (request.workdir / "prompt.md").write_text("base\n")
+    proposer = CommandProposer(f"sh {agent} {{workdir}} {{request}}", timeout_s=60, confinement=confinement())
+    proposal = proposer.propose(request)
+    assert proposal.error is None, proposal.log
+    assert (request.workdir / "prompt.md").read_text() == "base\n- a rule\n"

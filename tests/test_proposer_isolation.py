@@ -1,5 +1,6 @@
 """A proposal is the proposer's final clone against the base commit, whatever it committed, and
-a proposer command that fails, hangs or is interrupted leaves no patch and no process behind.
+a proposer command that fails, hangs or is interrupted (Ctrl-C, SIGTERM, SIGHUP) leaves no patch
+and no process behind, a daemon it started with `setsid` included.
 
 End to end with the `command` proposer on a throw-away repository (see tests/test_loop.py), plus
 `CommandProposer` on its own for what needs no iteration around it."""
@@ -8,8 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
+import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -17,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import git
+from tests.helpers import git, stopped_by
 from tests.test_loop import FACT_RULE, PROMPT, optimizer_branches, repo, snapshot  # noqa: F401
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TASK = "suites/card_agent/tasks/positive/card_event_standup_zoom.json"
 BASELINE_ROLLOUTS = 100
 """What `optimizer run` spends on the card suite before any proposal (see tests/test_loop.py)."""
@@ -234,3 +240,64 @@ def test_ctrl_c_during_a_proposer_stops_all_of_its_processes(tmp_path):
         proposer.propose(command_request(tmp_path))
     assert child.read_text().strip().isdigit()
     assert marked_processes(marker) == []
+
+
+def test_the_ctrl_c_test_holds_when_the_suite_starts_with_sigint_ignored(tmp_path):
+    """`make test &` from a non-interactive shell starts the tests with SIGINT ignored."""
+    test = f"{Path(__file__).relative_to(PROJECT_ROOT)}::test_ctrl_c_during_a_proposer_stops_all_of_its_processes"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp",
+                           str(tmp_path / "inner"), test], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=300, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["sigterm", "sighup"])
+def test_sigterm_or_sighup_during_a_proposer_ends_the_iteration_interrupted_with_nothing_left(
+        repo, isolated, monkeypatch, stop, code):
+    marker = f"proposer-stopped-{uuid.uuid4().hex}"
+    propose_with(monkeypatch, marked_sleeps(marker, Path("/dev/stdout")))
+
+    def proposer_running(process):
+        deadline = time.monotonic() + 120
+        while not marked_processes(marker, wait_s=0) and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.1)
+
+    exit_code, err = stopped_by(stop, ["run"], repo, proposer_running)
+    name = signal.Signals(stop).name
+    assert exit_code == code, err
+    assert f"stopped by {name}" in err
+    assert marked_processes(marker) == []
+    assert not any((isolated / "boxes").iterdir()), "the box is removed"
+    with sqlite3.connect(isolated / "optimizer.db") as db:
+        [(status, summary)] = db.execute("select status, summary_json from iterations").fetchall()
+    assert status == "interrupted"
+    assert json.loads(summary)["stop_reason"] == f"{name}: the process was asked to stop"
+
+
+def test_a_daemon_the_proposer_started_with_setsid_is_killed_before_it_writes_to_the_checkout(
+        cli, repo, tmp_path, monkeypatch, isolated):
+    monkeypatch.setattr("optimizer.box.find_bwrap", lambda: None)  # unconfined: bubblewrap's pid namespace
+    marker = f"proposer-daemon-{uuid.uuid4().hex}"                   # would end the daemon by itself
+    daemon = f"sleep 2; echo {marker} >> {shlex.quote(str(repo / PROMPT))}"
+    # the proposer goes on for a second after starting the daemon, so the daemon is out of its group when it exits
+    propose_with(monkeypatch, f"{APPEND_RULE}; setsid sh -c {shlex.quote(daemon)} & sleep 1; exit 0")
+    before = (repo / PROMPT).read_text()
+    summary, proposal = run(cli, tmp_path)
+    assert proposal["status"] == "accepted", proposal
+    time.sleep(3)  # past the daemon's sleep
+    assert (repo / PROMPT).read_text() == before
+    assert marked_processes(marker) == []
+    log = next(isolated.glob("runs/*/proposal-1.log")).read_text()
+    assert re.search(r"the proposer command left [12] process\(es\) running outside its process group", log)
+
+
+def test_a_proposer_command_that_fails_shows_the_end_of_its_log_on_the_console(cli, repo, tmp_path, monkeypatch,
+                                                                              isolated):
+    propose_with(monkeypatch, "no-such-coding-agent --prompt {request}")
+    code, out, err = cli("run")
+    assert code == 0, out + err
+    log = next(isolated.glob("runs/*/proposal-1.log"))
+    shown = f"the proposer command failed with exit code 127; its changes are not used; the end of its log ({log}):"
+    assert shown in err
+    assert "no-such-coding-agent: command not found" in err.split(shown, 1)[1]

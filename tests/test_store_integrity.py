@@ -7,12 +7,10 @@ are SQLite's own and are skipped on PostgreSQL with the reason."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from optimizer.ledger import BudgetExceeded
 from optimizer.store import Store, default_url, schema
 from optimizer.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from optimizer.types import Trial
+from tests.helpers import stopped_by
 from tests.test_loop import FACT_RULE, after_data_line, repo, script  # noqa: F401 - `repo` is a fixture
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -176,24 +175,17 @@ def _wait_for_trials(url: str, process: subprocess.Popen, timeout: float = 60.0)
     raise AssertionError("the eval recorded no trial in time")
 
 
-def test_ctrl_c_in_eval_leaves_the_run_interrupted_not_running(database):
-    env = {**os.environ, "OPTIMIZER_PLAIN": "1"}
-    optimizer = str(Path(sys.executable).parent / "optimizer")
-    process = subprocess.Popen([optimizer, "eval", "--suite", "card_agent", "--agent-model", "mock/oracle@200ms",
-                                "--trials", "20", "--concurrency", "2"], cwd=PROJECT_ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for_trials(database, process)
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 130, err
+@pytest.mark.parametrize("stop, code, reason", [
+    (signal.SIGINT, 130, "KeyboardInterrupt"), (signal.SIGTERM, 143, "SIGTERM"), (signal.SIGHUP, 129, "SIGHUP"),
+], ids=["ctrl-c", "sigterm", "sighup"])
+def test_ctrl_c_sigterm_or_sighup_in_eval_leaves_the_run_interrupted_not_running(database, stop, code, reason):
+    eval_args = ["eval", "--suite", "card_agent", "--agent-model", "mock/oracle@200ms", "--trials", "20",
+                 "--concurrency", "2"]
+    exit_code, err = stopped_by(stop, eval_args, PROJECT_ROOT, lambda process: _wait_for_trials(database, process))
+    assert exit_code == code, err
     runs = rows(database, "select status, summary_json from runs")
     assert [status for status, _ in runs] == ["interrupted"], runs
-    assert "KeyboardInterrupt" in json.loads(runs[0][1])["stop_reason"]
+    assert json.loads(runs[0][1])["stop_reason"] == f"{reason}: the process was asked to stop"
     assert len(trials_in(database)) < 60  # it stopped before the end
 
 
