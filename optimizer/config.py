@@ -7,7 +7,7 @@ import difflib
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -38,6 +38,22 @@ def _removed(name: str, source: str, field: str) -> ConfigError:
     return ConfigError(f"the setting {name!r} was removed", path=source, field=field, fix=REMOVED_SETTINGS[name])
 
 
+MAX_TRIALS = 1000
+"""Trials per task (`trials`, `loop_trials`): pass^k and the gate's pairs need tens; a thousand
+per task is a study, and the largest plan (times `lone_task_factor`) still fits in memory."""
+MAX_PAIRS = 10_000
+"""Pairs of one bucket (`min_bucket_pairs`, `max_bucket_pairs`, `max_target_pairs`): the gate
+decides on tens; the bound keeps its plans small (each pair is a planned trial of each prompt)."""
+MAX_ROLLOUTS = 100_000
+"""Trials of one proposal's gate or one search (`max_rollouts`, `extra_target_rollouts`,
+`search_rollouts`): 400 times the default gate."""
+MAX_PRICE = 10_000.0
+"""USD per million tokens: the dearest hosted models cost well under a thousand."""
+Price = Annotated[float, Field(ge=0.0, le=MAX_PRICE)]
+"""One price of `model_prices`: non-negative and finite (a negative one would make spending look
+like income, and a budget never stop)."""
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -51,13 +67,13 @@ class Settings(BaseModel):
     """Sampling temperature of the llm proposer when an iteration asks for several proposals (a
     search's candidates, `candidates` > 1), each drawn with a seed of its own so they differ and
     a rerun reproduces them; a single proposal is greedy (temperature 0)."""
-    suites: list[str] = Field(default_factory=lambda: ["card_agent"])
+    suites: list[str] = Field(default_factory=lambda: ["card_agent"], min_length=1)
     """Suites evaluated when no --suite is given (names under suites/ or paths)."""
     concurrency: int = Field(default=8, ge=1, le=256)
     """Trials run at once."""
-    trials: int | None = Field(default=None, ge=1)
+    trials: int | None = Field(default=None, ge=1, le=MAX_TRIALS)
     """Trials per task, overriding the task and suite defaults."""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
     """Seed passed to models that accept one (and to mock/sim)."""
     sim_noise: Literal["paired", "independent"] = "paired"
     """Where `mock/sim` draws a trial's outcome from (see `optimizer.sim`). `paired`: seed, task
@@ -79,36 +95,37 @@ class Settings(BaseModel):
     on it. Each slot holds a context of its own (~340 MB of memory). On 2 cores one slot runs the
     card suite fastest; more pay on more cores (see docs/scale-out.md)."""
     retry_attempts: int = Field(default=4, ge=1, le=20)
-    retry_base_delay: float = Field(default=1.0, ge=0.0)
+    retry_base_delay: float = Field(default=1.0, ge=0.0, le=30.0)
+    """Base of the exponential backoff, in seconds; a delay is never longer than 30 s (`RetryPolicy`)."""
     cache: bool = True
     """Serve identical requests from the response cache."""
 
     # ---- the loop (`optimizer run`, `optimizer noise`)
-    loop_trials: int = Field(default=4, ge=1)
+    loop_trials: int = Field(default=4, ge=1, le=MAX_TRIALS)
     """Trials per task in `optimizer run` and `optimizer noise` unless `trials` is set: the gate
     pairs trials, and one trial per task is too few pairs to show a bucket improved."""
-    lone_task_factor: int = Field(default=5, ge=1)
+    lone_task_factor: int = Field(default=5, ge=1, le=20)
     """In `optimizer run` and `optimizer noise`, a train task alone in its bucket runs this many
     times the trials of the others in the baseline (20 for 4): that bucket's score is one task's,
     so a drop shows only in its pairs, and the harm test needs about 40 of them to catch a large
     one. The extra trials are the comparison's reserve: paired only when a harm check asks for
     more of the task's pairs, at the cost of the candidate's trial alone (docs/gate.md)."""
-    batch_pairs: int = Field(default=8, ge=1)
+    batch_pairs: int = Field(default=8, ge=1, le=1000)
     """Fresh pairs per targeted bucket between two looks of the gate's sequential test (spread
     evenly over the bucket's train tasks); a harm group that needs more pairs gets half as many
     at a time. See docs/gate.md."""
-    max_target_pairs: int = Field(default=64, ge=1)
+    max_target_pairs: int = Field(default=64, ge=1, le=MAX_PAIRS)
     """Fresh pairs per targeted bucket after which the improvement test stops, shown or not."""
-    min_bucket_pairs: int = Field(default=8, ge=0)
+    min_bucket_pairs: int = Field(default=8, ge=0, le=MAX_PAIRS)
     """Pairs every other bucket, the holdout split and each regression suite get before the harm
     test looks (a group with fewer baseline trials gets fresh pairs for both prompts)."""
-    max_bucket_pairs: int = Field(default=48, ge=1)
+    max_bucket_pairs: int = Field(default=48, ge=1, le=MAX_PAIRS)
     """Pairs after which a harm group still open (its drop bets have not lost half their stake)
     gets no more."""
-    max_rollouts: int = Field(default=250, ge=2)
+    max_rollouts: int = Field(default=250, ge=2, le=MAX_ROLLOUTS)
     """Trials the gate may run per proposal, both prompts counted (cached base-prompt trials
     excepted). About twice a full staged rerun of the card suite."""
-    extra_target_rollouts: int = Field(default=50, ge=0)
+    extra_target_rollouts: int = Field(default=50, ge=0, le=MAX_ROLLOUTS)
     """Trials added to a proposal's `max_rollouts` for each targeted bucket after the first."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
@@ -117,10 +134,10 @@ class Settings(BaseModel):
     several deployments through a litellm Router: llama-server, vLLM, any OpenAI-compatible
     endpoint, hosted APIs (see docs/models.md). A missing default file routes nothing; any other
     missing file is an error."""
-    model_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    model_prices: dict[str, tuple[Price, Price]] = Field(default_factory=dict)
     """USD per million input and output tokens, by model string (overrides litellm's price map;
     how a self-hosted model gets a price). Environment: JSON, e.g. '{"mock/sim": [1, 2]}'."""
-    bucket_patience: int = Field(default=2, ge=1)
+    bucket_patience: int = Field(default=2, ge=1, le=100)
     """Rejected proposals for a bucket at the same base commit after which the loop targets the
     next failing bucket instead (the prompt must change before it tries that bucket again). A
     search that promoted no candidate counts as one rejected proposal for its targets."""
@@ -128,14 +145,14 @@ class Settings(BaseModel):
     proposer_command: str | None = None
     """Coding-agent command line for `--proposer command`; `{request}` and `{workdir}` are
     replaced by the (shell-quoted) request file and worktree paths."""
-    proposer_timeout: float = Field(default=900.0, gt=0)
+    proposer_timeout: float = Field(default=900.0, gt=0, le=86400.0)
     patch_format: Literal["auto", "edits", "rule"] = "auto"
     """What the `llm` proposer asks the patcher for: exact search/replace `edits`, or one new
     `rule` appended to the prompt. `auto`: `rule` for the embedded (`local/*`) models, else `edits`."""
     candidates: int = Field(default=1, ge=1, le=20)
     """Proposals per iteration (the best accepted one is kept); with a search, how many of its
     candidates go to the gate at most (up to 2)."""
-    search_rollouts: int = Field(default=0, ge=0, le=100000)
+    search_rollouts: int = Field(default=0, ge=0, le=MAX_ROLLOUTS)
     """Screening budget of an iteration, in trials: when above 0 the loop runs a search on the
     `gepa` engine over the targeted buckets first (a pool of candidates from the proposer,
     screened on minibatches at trial indexes of their own) and sends only its best one or two
@@ -156,8 +173,8 @@ class Settings(BaseModel):
     alpha_harm: float = Field(default=0.10, gt=0.0, lt=1.0)
     """Family-wise level of the harm tests: the chance that noise vetoes a patch that harms
     nothing, over every bucket, the holdout split and the regression suites together."""
-    max_changed_lines: int = Field(default=40, ge=1)
-    request_token_budget: int = Field(default=12000, ge=1000)
+    max_changed_lines: int = Field(default=40, ge=1, le=10000)
+    request_token_budget: int = Field(default=12000, ge=1000, le=1000000)
     """Size cap of request.md, in tokens (estimated as characters / 4)."""
     mock_patcher_script: str | None = None
     """JSON file of scripted proposals answered by the `mock/patcher` model (tests, demos)."""
@@ -278,10 +295,36 @@ def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settin
                 field = "--" + field.split(".")[0].replace("_", "-")
             elif source.startswith("environment"):
                 field = f"OPTIMIZER_{field.split('.')[0].upper()}"
-            raise ConfigError(error["msg"], path=source, field=field,
-                              fix="correct the value (see `optimizer --help`)") from None
+            raise ConfigError(error["msg"], path=source, field=field, fix=_fix(error)) from None
         merged = candidate
     return put_in_use(Settings.model_validate(merged), root)
+
+
+def _fix(error: dict[str, Any]) -> str:
+    """The fix of a setting's validation `error`: its whole range when a bound refused it."""
+    name = str(error["loc"][0])
+    if name == "model_prices":
+        return (f"give each model [input, output] prices in USD per million tokens, each from 0 to "
+                f"{MAX_PRICE:,.0f}")
+    if error["type"] == "too_short":
+        return "name at least one (or unset it for the default)"
+    allowed = _allowed(name)
+    if error["type"] in ("greater_than", "greater_than_equal", "less_than", "less_than_equal") and allowed:
+        return f"use a value {allowed} (docs/settings.md#bounds says why)"
+    return "correct the value (see `optimizer --help`)"
+
+
+def _allowed(name: str) -> str | None:
+    """The range of setting `name` in words ("at least 1 and at most 1,000"); None when it has no
+    upper bound."""
+    words = {"ge": "at least", "gt": "above", "le": "at most", "lt": "below"}
+    parts = [(key, f"{words[key]} {_number(value)}") for rule in Settings.model_fields[name].metadata
+             for key in words if (value := getattr(rule, key, None)) is not None]
+    return " and ".join(text for _, text in parts) if any(key in ("le", "lt") for key, _ in parts) else None
+
+
+def _number(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
 def put_in_use(settings: Settings, root: Path) -> Settings:
@@ -293,7 +336,20 @@ def put_in_use(settings: Settings, root: Path) -> Settings:
 
     local.configure(settings.local_slots)
     _use_models_file(settings, root)
+    _check_model_strings(settings)
     return settings
+
+
+def _check_model_strings(settings: Settings) -> None:
+    """Every model setting names a model some provider knows, whether or not this command uses it
+    (`--judge-model nope/x` on a suite without judges is a typo all the same). Plugins load first:
+    a plugin may register a provider."""
+    from optimizer.models import check_model_string
+    from optimizer.registry import load_plugins
+
+    load_plugins()
+    for field in ("agent_model", "judge_model", "patcher_model"):
+        check_model_string(getattr(settings, field), field=field)
 
 
 def _use_models_file(settings: Settings, root: Path) -> None:

@@ -22,11 +22,11 @@ _NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 
 
 def read_input(path: Path, error: type[Exception], field: str | None = None, max_bytes: int = MAX_INPUT_BYTES) -> str:
-    """The text of an input file (UTF-8); a file that cannot be read, or is larger than
+    """The text of an input file (UTF-8, with or without a byte-order mark); a file that cannot be read, or is larger than
     `max_bytes`, raises `error` (an `OptimizerError` class) naming the file, the setting that named
     it (`field`) and the fix. No more than `max_bytes` are read, whatever the file claims to hold."""
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding="utf-8-sig") as handle:  # a byte-order mark (Windows editors) is read past
             if os.fstat(handle.fileno()).st_size > max_bytes:
                 raise _too_large(path, error, field, max_bytes)
             text = handle.read(max_bytes + 1)  # a character is at least a byte

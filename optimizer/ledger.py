@@ -91,8 +91,9 @@ class Ledger:
         its deployments' model (`model_name: openai/x`, `model: openai/x`), and would recurse."""
         if model in self.prices:
             per_million = self.prices[model]
-            return per_million[0] / 1e6, per_million[1] / 1e6
-        return _catalog(model) or (0.0, 0.0)
+            return _charged(per_million[0] / 1e6), _charged(per_million[1] / 1e6)
+        price_in, price_out = _catalog(model) or (0.0, 0.0)
+        return _charged(price_in), _charged(price_out)
 
     def has_price(self, model: str) -> bool:
         """Whether `model` has a price: in `model_prices` or in litellm's cost map (which enters
@@ -125,7 +126,7 @@ class Ledger:
     def settle(self, reservation: Reservation | None, role: str, model: str, usage: Usage,
                run_id: str | None = None) -> float:
         """Replace the reservation by what the call used, and record it; returns the call's cost."""
-        cost = usage.cost_usd
+        cost = _charged(usage.cost_usd)
         if not cost and model in self.prices:
             price_in, price_out = self.price(model)
             cost = usage.prompt_tokens * price_in + usage.completion_tokens * price_out
@@ -147,6 +148,12 @@ class Ledger:
         with self._lock:
             self._reserved_usd -= reservation.usd
             self._reserved_tokens -= reservation.tokens
+
+
+def _charged(amount: float | None) -> float:
+    """An amount as charged: a negative or NaN one (a price map's or a provider's mistake) as 0,
+    never as income that would let spending pass a budget. Settings' prices are checked before."""
+    return amount if amount is not None and amount > 0 else 0.0
 
 
 def _no_catalog(model: str) -> tuple[float, float] | None:

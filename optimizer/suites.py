@@ -48,6 +48,7 @@ def load_suite(name_or_path: str, project_root: Path) -> Suite:
             raise TaskFileError(f"duplicate task id {task.id!r} (also in {seen[task.id]})", path=path, field="id",
                                 fix="give every task in a suite its own id")
         seen[task.id] = path
+        _check_input(task, path)
         _check_fixtures(task, path, root, project_root)
         _check_graders(task, path, spec.agent_name)
         _check_reference_tools(task, path, agent)
@@ -136,6 +137,17 @@ def _find_base_fixture(name: str, suite_root: Path, project_root: Path) -> Path:
         if candidate.is_dir():
             return candidate
     return suite_root / name
+
+
+def _check_input(task: Task, path: Path) -> None:
+    """A task states its note: without `input.content` it would run as an empty note, which a
+    task means only when it says `"content": ""`."""
+    for field, given in (("input", "input" in task.model_fields_set),
+                         ("input.content", "content" in task.input.model_fields_set)):
+        if not given:
+            raise TaskFileError("required, but missing: without it the task runs as an empty note", path=path,
+                                field=field, fix='add "input": {"content": "<the note>"} ("" for a task that means '
+                                                 f"an empty note); {FORMAT_HELP}")
 
 
 def _check_fixtures(task: Task, path: Path, suite_root: Path, project_root: Path) -> None:

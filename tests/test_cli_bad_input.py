@@ -308,3 +308,108 @@ def test_the_removed_processes_setting_is_refused_with_what_replaced_it(cli, iso
     monkeypatch.setenv("OPTIMIZER_ROOT", str(tmp_path))
     assert_rejected(cli, isolated, ["history"], "optimizer.toml", "the setting 'processes' was removed",
                     "delete the setting")
+
+
+def bounded_settings() -> list[tuple[str, str]]:
+    """(setting, a value past its upper bound) for every number a user sets."""
+    from optimizer.config import Settings
+
+    rows = []
+    for name, field in Settings.model_fields.items():
+        high = next((getattr(rule, key) for rule in field.metadata for key in ("le", "lt")
+                     if getattr(rule, key, None) is not None), None)
+        if high is not None:
+            rows.append((name, "inf" if isinstance(high, float) else str(high + 1)))
+    return rows
+
+
+def test_every_number_a_user_sets_has_an_upper_bound():
+    from optimizer.config import Settings
+
+    numeric = {name for name, field in Settings.model_fields.items()
+               if any(kind in str(field.annotation) for kind in ("int", "float")) and name != "model_prices"}
+    assert numeric == {name for name, _ in bounded_settings()}
+
+
+@pytest.mark.parametrize("name, value", bounded_settings())
+def test_a_setting_past_its_bound_is_refused_with_its_range(cli, isolated, monkeypatch, name, value):
+    variable = f"OPTIMIZER_{name.upper()}"
+    monkeypatch.setenv(variable, value)
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], variable, "fix: use a value ",
+                    "and below" if name.startswith("alpha") else "and at most", "docs/settings.md#bounds")
+
+
+@pytest.mark.parametrize("args, field, bound", [
+    (["eval", "--suite", "card_agent", "--trials", "1000000000"], "--trials", "at most 1,000"),
+    (["run", "--min-bucket-pairs", "1000000000"], "--min-bucket-pairs", "at most 10,000"),
+    (["run", "--batch-pairs", "1000000000"], "--batch-pairs", "at most 1,000"),
+    (["run", "--max-rollouts", "1000000000"], "--max-rollouts", "at most 100,000"),
+    (["nightly", "--trials", "1000000000"], "--trials", "at most 1,000"),
+], ids=["eval-trials", "min-bucket-pairs", "batch-pairs", "max-rollouts", "nightly-trials"])
+def test_a_count_flag_past_its_bound_is_refused_before_anything_runs(cli, isolated, args, field, bound):
+    assert_rejected(cli, isolated, args, f"field '{field}'", bound)
+
+
+@pytest.mark.parametrize("args, flag", [(["nightly", "--max-iterations", "1000000000"], "--max-iterations"),
+                                        (["nightly", "--patience", "1000000000"], "--patience"),
+                                        (["noise", "--repeats", "1000000000"], "--repeats")])
+def test_a_count_option_past_its_bound_is_a_usage_error(cli, isolated, args, flag):
+    code, out, err = cli(*args)
+    assert code == 2 and flag in err and "less than or equal to" in err and "Traceback" not in err, (code, err)
+    assert not (isolated / "optimizer.db").exists()
+
+
+@pytest.mark.parametrize("prices", ['{"mock/sim": [-1, 2]}', '{"mock/sim": [1, -0.5]}', '{"mock/sim": [NaN, 1]}',
+                                    '{"mock/sim": [1, Infinity]}'])
+def test_a_model_price_that_is_negative_or_not_a_number_is_refused(cli, isolated, monkeypatch, prices):
+    monkeypatch.setenv("OPTIMIZER_MODEL_PRICES", prices)
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "OPTIMIZER_MODEL_PRICES",
+                    "USD per million tokens, each from 0 to 10,000")
+
+
+@pytest.mark.parametrize("flag, variable", [("--judge-model", None), (None, "OPTIMIZER_PATCHER_MODEL")])
+def test_a_model_of_an_unknown_provider_is_refused_even_when_nothing_uses_it(cli, isolated, monkeypatch, flag,
+                                                                              variable):
+    args = ["eval", "--suite", "card_agent", "--agent-model", "mock/oracle", "--trials", "1"]
+    if flag:
+        args += [flag, "nope/x"]
+    else:
+        monkeypatch.setenv(variable, "nope/x")
+    field = "judge_model" if flag else "patcher_model"
+    assert_rejected(cli, isolated, args, f"field '{field}'", "does not know the provider of 'nope/x'")
+
+
+@pytest.mark.parametrize("missing", ["input", "input.content"])
+def test_a_task_without_its_note_is_refused_not_run_as_an_empty_note(cli, isolated, tmp_path, missing):
+    task = event_task()
+    if missing == "input":
+        del task["input"]
+        task["reference_solution"]["tool_calls"][0]["arguments"].pop("fact_id")
+    else:
+        del task["input"]["content"]
+    suite = write_suite(tmp_path / "s", [task])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite), "--agent-model", "mock/oracle"],
+                    "card_event_standup.json", f"field '{missing}'", "runs as an empty note", 'fix: add "input": {"content":')
+
+
+def test_an_explicitly_empty_note_runs(cli, isolated, tmp_path):
+    task = event_task()
+    task["input"]["content"] = ""
+    suite = write_suite(tmp_path / "s", [task])
+    code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "mock/oracle", "--trials", "1")
+    assert code == 0, err
+
+
+def test_an_empty_list_of_suites_is_refused_not_read_as_the_default(cli, isolated, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_SUITES", ",,")
+    assert_rejected(cli, isolated, ["eval"], "OPTIMIZER_SUITES", "at least 1 item", "fix: name at least one")
+
+
+def test_files_that_start_with_a_byte_order_mark_are_read(cli, isolated, tmp_path, monkeypatch):
+    suite = write_suite(tmp_path / "s", [event_task()])
+    bom = "\ufeff"
+    for path in (suite / "suite.json", suite / "tasks" / "card_event_standup.json"):
+        path.write_text(bom + path.read_text(encoding="utf-8"), encoding="utf-8")
+    code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "mock/oracle", "--trials", "1")
+    assert code == 0, err
+    assert "1 trials, 1 passed" in out

@@ -47,3 +47,9 @@ def test_a_file_larger_than_the_limit_is_refused_without_reading_it_whole(tmp_pa
 def test_a_file_that_never_ends_is_read_no_further_than_the_limit():
     with pytest.raises(TaskFileError, match="too large"):
         read_input(Path("/dev/zero"), TaskFileError, max_bytes=1000)
+
+
+def test_a_byte_order_mark_is_read_past_not_reported_as_bad_json(tmp_path):
+    path = tmp_path / "task.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "with_bom"}).encode())
+    assert parse_json(read_input(path, TaskFileError), path, TaskFileError) == {"id": "with_bom"}

@@ -9,7 +9,7 @@ import typer
 
 def graduate_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Capability suites to look at."),
-    runs: int = typer.Option(5, min=1, help="Consecutive recent runs that must each pass the threshold."),
+    runs: int = typer.Option(5, min=1, max=1000, help="Consecutive recent runs that must each pass the threshold."),
     threshold: float = typer.Option(0.95, min=0.0, max=1.0, help="Share of trials that must pass in each run."),
     bucket: Optional[list[str]] = typer.Option(None, "--bucket", help="Only these buckets (suite/bucket or bucket)."),
     apply_: bool = typer.Option(False, "--apply", help="Write the regression suite and commit it."),

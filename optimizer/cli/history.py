@@ -12,7 +12,7 @@ from optimizer.cli._paths import output_file
 
 
 def history_command(
-    limit: int = typer.Option(20, min=1, help="Most recent nightly jobs, iterations and runs to show."),
+    limit: int = typer.Option(20, min=1, max=100000, help="Most recent nightly jobs, iterations and runs to show."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the tables as JSON here."),
 ) -> None:
     """Nightly jobs, iterations and their decisions, runs with per-bucket scores, and cost per role."""

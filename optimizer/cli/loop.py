@@ -102,7 +102,8 @@ def review_command(
 
 def noise_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
-    repeats: int = typer.Option(20, min=1, help="Repeats: each draws a baseline and compares its candidates."),
+    repeats: int = typer.Option(20, min=1, max=10000,
+                                help="Repeats: each draws a baseline and compares its candidates (at most 10,000)."),
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),

@@ -22,11 +22,11 @@ def nightly_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable; "
                                                                          "default: every capability suite)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit the night starts from (default HEAD)."),
-    max_iterations: int = typer.Option(10, min=1, help="Stop after this many iterations."),
+    max_iterations: int = typer.Option(10, min=1, max=1000, help="Stop after this many iterations (at most 1,000)."),
     time_limit: Optional[str] = typer.Option(None, help="Stop starting iterations after this long: 90m, 8h, 3600s."),
     budget_usd: Optional[float] = typer.Option(None, min=0, help="Refuse any model call that would pass this cost."),
     budget_tokens: Optional[int] = typer.Option(None, min=0, help="Refuse any model call that would pass this many tokens."),
-    patience: int = typer.Option(3, min=1, help="Stop after this many consecutive rejected iterations."),
+    patience: int = typer.Option(3, min=1, max=1000, help="Stop after this many consecutive rejected iterations."),
     order: str = typer.Option("worst-first", help="worst-first (most failing trials) or alternate between agents."),
     merge: bool = typer.Option(False, "--merge", help="Merge the nightly branch into the base branch when every "
                                                      "commit on it passed the strict gate."),

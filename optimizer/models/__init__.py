@@ -19,7 +19,7 @@ from optimizer.models.client import (Completion, MalformedResponse, ModelClient,
                                      ToolCallRequest)
 
 __all__ = ["Completion", "MalformedResponse", "ModelClient", "ResponseCache", "RetryPolicy", "ToolCallRequest",
-           "TrialContext", "answer_variant", "answered_in_process", "concurrency_limit", "context_window", "is_embedded", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
+           "TrialContext", "answer_variant", "answered_in_process", "check_model_string", "concurrency_limit", "context_window", "is_embedded", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
 
 
 def is_embedded(model: str) -> bool:
@@ -48,19 +48,38 @@ def context_window(model: str) -> int | None:
     return local.N_CTX if is_embedded(model) else None
 
 
-def validate_model(model: str, *, field: str = "model") -> None:
-    """Fail with a clear message when `model` cannot be called from here."""
+def check_model_string(model: str, *, field: str = "model") -> None:
+    """Fail when `model` names no model this process knows how to reach (a typo in the provider or
+    the name), without looking for its key, install or server: so a model setting no grader or
+    proposer will use is still checked."""
     if routing.routes(model):  # a name of the models file (`optimizer.models.routing`)
-        routing.validate(model, field=field)
         return
     if not model or "/" not in model:
         raise ModelConfigError(f"{model!r} is not a model string", field=field,
                                fix="use provider/name, e.g. mock/sim, openai/gpt-4o-mini")
     prefix, name = model.split("/", 1)
+    if prefix == "mock" and mock.parse_mock_model(name) is None:
+        raise ModelConfigError(f"unknown mock model {model!r}", field=field,
+                               fix=f"use one of: {', '.join('mock/' + n for n in mock.MOCK_NAMES)}")
+    if prefix == local.PREFIX and model != local.MODEL:
+        raise ModelConfigError(f"unknown local model {model!r}", field=field, fix=f"use {local.MODEL}")
+    if prefix in ("mock", local.PREFIX) or prefix in registered_prefixes():
+        return
+    try:
+        litellm_module().get_llm_provider(model)
+    except Exception:
+        raise ModelConfigError(f"litellm does not know the provider of {model!r}", field=field,
+                               fix="use a litellm model string such as openai/gpt-4o-mini or ollama/llama3") from None
+
+
+def validate_model(model: str, *, field: str = "model") -> None:
+    """Fail with a clear message when `model` cannot be called from here."""
+    check_model_string(model, field=field)
+    if routing.routes(model):
+        routing.validate(model, field=field)
+        return
+    prefix = model.split("/", 1)[0]
     if prefix == "mock":
-        if mock.parse_mock_model(name) is None:
-            raise ModelConfigError(f"unknown mock model {model!r}", field=field,
-                                   fix=f"use one of: {', '.join('mock/' + n for n in mock.MOCK_NAMES)}")
         price_as_free("mock", model)
         return
     if prefix == local.PREFIX:
@@ -69,11 +88,6 @@ def validate_model(model: str, *, field: str = "model") -> None:
     if prefix in registered_prefixes():
         return
     litellm = litellm_module()
-    try:
-        litellm.get_llm_provider(model)
-    except Exception:
-        raise ModelConfigError(f"litellm does not know the provider of {model!r}", field=field,
-                               fix="use a litellm model string such as openai/gpt-4o-mini or ollama/llama3") from None
     missing = litellm.validate_environment(model).get("missing_keys") or []
     if missing:
         raise ModelConfigError(f"{model!r} needs {', '.join(missing)} in the environment", field=field,
