@@ -41,6 +41,7 @@ from optimizer.models.mock import check_patcher_script
 from optimizer.patch import LintIndex, check_change, check_prompt_text
 from optimizer.proposers import LOG_TAIL_LINES, FixedProposer, Proposal, ProposalRequest, make_proposer
 from optimizer.registry import get_agent
+from optimizer.store.digest import StoreChanged, StoreWatch
 from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
                                render_request, select_targets)
 from optimizer.runner import PlannedTrial, new_run_id, plan, record_ending
@@ -98,7 +99,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
             iteration = _Iteration(ctx, settings, repo, suites, prompt_paths, prompt_files, planned, result, base_root)
             iteration.search_dir = search_dir or state_dir / "search"
             iteration.run(dry_run=dry_run, agent=agent)
-    except CheckoutChanged:  # already recorded as stopped, with the proposal that did it
+    except (CheckoutChanged, StoreChanged):  # already recorded as stopped
         raise
     except BaseException as exc:
         record_ending(exc, lambda status, reason: ctx.store.iterations.finish(
@@ -155,6 +156,7 @@ class _Iteration:
         self.evidence = self.stage.evidence(self.baseline)
         self.seen = unseen_from(self.evidence, high=SCREEN_INDEX)
         pooled = self.stage.base_pool()
+        self.watch = StoreWatch(self.store, [result.baseline_run_id, *self.stage.sources])
         if pooled:
             self.log(f"base prompt: {pooled} trials at fresh indexes that earlier iterations ran on this base are "
                      f"reused")
@@ -373,6 +375,7 @@ class _Iteration:
             result.proposals.append(record)
             store_proposal(self.store, result, record, selection.agent, proposer.name, self.settings, manual_sha)
             self._stop(record, confined=proposer.confined)
+        self._check_store("while the proposer ran", confined=proposer.confined)
         return (None if proposal.error else patched), proposal.rationale, proposal.error
 
     def _keep_log(self, path: Path, proposal: Proposal, proposer) -> None:
@@ -410,6 +413,16 @@ class _Iteration:
                               fix=f"undo those changes by hand (they are still there; nothing was merged) and check "
                                   f"the proposer; {fix}")
 
+    def _check_store(self, when: str, *, confined: bool) -> None:
+        """Stop the iteration, recorded as stopped, when the completed runs it rests on changed in
+        the store (`StoreWatch`): only a process outside the harness writes to those."""
+        try:
+            self.watch.check(when, confined=confined)
+        except StoreChanged as exc:
+            self.result.status = "stopped"
+            self.store.iterations.finish(self.result.iteration_id, "stopped", {"stop_reason": exc.message})
+            raise
+
     def _proposal(self, proposer, record: ProposalRecord, box: Box, selection: Selection, prompt: str,
                   prompt_path: str, lint_index: LintIndex) -> None:
         result, base, workdir = self.result, self.result.base, box.workdir
@@ -425,6 +438,7 @@ class _Iteration:
         if changed:  # checked before any git command of ours reads the user's (maybe changed) config
             record.status, record.reason = "stopped", stop_message(changed)
             return
+        self._check_store("while the proposer ran", confined=proposer.confined)
         try:
             change = gitops.final_change(self.repo, workdir, base.commit)
         except gitops.WorktreeError as exc:
@@ -447,6 +461,7 @@ class _Iteration:
         with tempfile.TemporaryDirectory(prefix="optimizer-candidate-") as folder:
             decision = self._compare(record, selection,
                                      export_prompts(self.repo, record.commit_sha, self.prompt_files, Path(folder)))
+        self._check_store("before the gate decided", confined=proposer.confined)
         record.decision = decision
         record.status = "accepted" if decision.accepted else "rejected_gate"
         record.reason = decision.summary

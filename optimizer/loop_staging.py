@@ -86,6 +86,8 @@ class Stage:
         self.fresh_base: dict[tuple[str, str, int], Trial] = {}
         """Base-prompt trials at fresh indexes, shared by every candidate of the iteration."""
         self.confirm_run_id: str | None = None
+        self.sources: set[str] = set()
+        """The runs whose recorded trials the iteration took in (`recorded`, `base_pool`)."""
         self.screen_runs: dict[str, str] = {}
         """Per prompt (text sha), the run its screening trials are recorded in."""
 
@@ -153,6 +155,7 @@ class Stage:
             suites_of.setdefault(suite.spec.agent_name, set()).add(suite.name)
         found: dict[tuple[str, str, int], Trial] = {}
         for run_id, other, agents in self.store.runs.of_agent_setup(spec, suites_of, finished_by=decided):
+            self.sources.add(run_id)
             names = set().union(*(suites_of[agent] for agent in agents))
             other_tasks = other.get("tasks") or {}
             for trial in self.store.trials.load(run_id):
@@ -194,6 +197,7 @@ class Stage:
             counts[key] = max(counts.get(key, 0), item.index + 1)
         taken = 0
         for run_id in self.store.runs.of_spec(self.spec, "confirm", started_before=decided):
+            self.sources.add(run_id)
             for trial in self.store.trials.load(run_id):
                 key = (trial.suite, trial.task_id, trial.index)
                 if (trial.status != "errored" and trial.index >= counts.get(key[:2], math.inf)
