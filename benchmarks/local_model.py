@@ -17,6 +17,14 @@ it) and needs llama-cpp-python 0.3.36 in this virtualenv: `pip install llama-cpp
 with `CMAKE_ARGS` set to the flags in optimizer/models/install.py (or `--skip-baseline`).
 
     python benchmarks/local_model.py [--trials 1] [--slots 1,2,4] [--skip-baseline]
+
+`--load` measures instead how the server degrades on a busy machine: generation tokens/s of
+`llama-server` at 1 and 2 threads, quiet and beside one CPU-bound process that the script starts
+itself (`--load-threads`), and then a card eval beside that process (`--task` narrows it): its
+trials by ending, and how many had no completed model call yet were scored `failed` (the agent
+charged for the machine's slowness; `docs/models.md`, "A slow machine").
+
+    python benchmarks/local_model.py --load [--load-threads 1,2] [--task 'card_quote_*']
 """
 
 from __future__ import annotations
@@ -106,9 +114,94 @@ def run_suite(label: str, code_root: Path, trials: int, environment: dict[str, s
         trials_run = Store(default_url(state)).trials.load(summary["run_id"])
         prompt = sum(trial.transcript.usage.prompt_tokens for trial in trials_run)
         cached = sum(trial.transcript.usage.cached_prompt_tokens for trial in trials_run)
+        silent_failed = sum(1 for trial in trials_run if trial.status == "failed" and trial.transcript.usage.calls == 0)
     totals = summary["totals"]
     return {"label": label, "seconds": seconds, "trials": totals["trials"], "passed": totals["passed"],
-            "errored": totals["errored"], "prompt": prompt, "cached": cached, "peak_mb": peak_kb / 1024}
+            "errored": totals["errored"], "prompt": prompt, "cached": cached, "peak_mb": peak_kb / 1024,
+            "silent_failed": silent_failed, "endings": _endings(trials_run)}
+
+
+def _endings(trials) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for trial in trials:
+        counts[trial.status] = counts.get(trial.status, 0) + 1
+    return counts
+
+
+def generation_rate(binary: Path, gguf: Path, threads: int, requests: int = 3, tokens: int = 96) -> float:
+    """Median generation tokens/s (llama-server's own `predicted_per_second`) of `requests`
+    completions of `tokens` tokens each, from a server started here with `threads` threads."""
+    import socket
+    import statistics
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+                               "--threads", str(threads), "--threads-batch", str(threads), "--ctx-size", "2048",
+                               "--no-webui", "--verbosity", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit(f"llama-server with {threads} thread(s) did not start")
+            time.sleep(0.5)
+        rates = []
+        for number in range(requests + 1):  # the first one warms the server up
+            body = json.dumps({"prompt": f"Write a short story about lighthouse number {number}.",
+                               "n_predict": tokens, "temperature": 0, "cache_prompt": False}).encode()
+            request = urllib.request.Request(f"{url}/completion", data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=600) as answer:
+                timings = json.loads(answer.read())["timings"]
+            if number:
+                rates.append(timings["predicted_per_second"])
+        return statistics.median(rates)
+    finally:
+        server.terminate()
+        server.wait()
+
+
+class CpuLoad:
+    """One CPU-bound process beside the measurement, as another job on the machine would be."""
+
+    def __enter__(self) -> "CpuLoad":
+        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def measure_load(args) -> None:
+    from optimizer.models import install
+
+    binary, gguf = install.require_server(), install.require_ready()
+    threads = [int(value) for value in args.load_threads.split(",")]
+    print(f"llama-server generation, {len(os.sched_getaffinity(0))} cores: median tokens/s of 3 completions "
+          f"of 96 tokens")
+    print(f"{'threads':>7} {'quiet':>8} {'beside 1 CPU-bound process':>27} {'ratio':>6}")
+    for count in threads:
+        quiet = generation_rate(binary, gguf, count)
+        with CpuLoad():
+            loaded = generation_rate(binary, gguf, count)
+        print(f"{count:>7} {quiet:>8.1f} {loaded:>27.1f} {loaded / quiet:>5.2f}x", flush=True)
+    if args.skip_eval:
+        return
+    with CpuLoad():
+        row = run_suite("card eval beside 1 CPU-bound process", ROOT, args.trials, {}, args.task)
+    print(f"card eval beside one CPU-bound process ({row['trials']} trials, {row['seconds'] / 60:.1f} min): "
+          f"endings {row['endings']}; failed with no completed model call: {row['silent_failed']}")
 
 
 def baseline_worktree(ref: str, folder: Path) -> Path:
@@ -124,9 +217,17 @@ def main() -> None:
     parser.add_argument("--baseline-ref", default=BASELINE_REF)
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--task", action="append", default=[], help="only these tasks (patterns, for a quick look)")
+    parser.add_argument("--load", action="store_true", help="tokens/s quiet and beside a CPU-bound process, then "
+                                                           "a card eval beside it")
+    parser.add_argument("--load-threads", default="1,2", help="server threads to measure with --load")
+    parser.add_argument("--skip-eval", action="store_true", help="with --load: only the tokens/s table")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from optimizer.models import install
+
+    if args.load:
+        measure_load(args)
+        return
 
     status = install.status()
     if not status.ready:
