@@ -92,6 +92,7 @@ def _rss_kb(pid: int) -> int:
 
 
 def run_suite(label: str, code_root: Path, trials: int, environment: dict[str, str], tasks: list[str]) -> dict:
+    from optimizer.scoring import spoiled
     from optimizer.store import Store, default_url
 
     with tempfile.TemporaryDirectory() as folder:
@@ -114,11 +115,13 @@ def run_suite(label: str, code_root: Path, trials: int, environment: dict[str, s
         trials_run = Store(default_url(state)).trials.load(summary["run_id"])
         prompt = sum(trial.transcript.usage.prompt_tokens for trial in trials_run)
         cached = sum(trial.transcript.usage.cached_prompt_tokens for trial in trials_run)
-        silent_failed = sum(1 for trial in trials_run if trial.status == "failed" and trial.transcript.usage.calls == 0)
+        silent_failed = sum(1 for trial in trials_run if trial.status == "failed"
+                            and trial.transcript.usage.calls + trial.transcript.usage.cache_hits == 0)
+        spoiled_count = sum(1 for trial in trials_run if spoiled(trial))
     totals = summary["totals"]
     return {"label": label, "seconds": seconds, "trials": totals["trials"], "passed": totals["passed"],
             "errored": totals["errored"], "prompt": prompt, "cached": cached, "peak_mb": peak_kb / 1024,
-            "silent_failed": silent_failed, "endings": _endings(trials_run)}
+            "silent_failed": silent_failed, "spoiled": spoiled_count, "endings": _endings(trials_run)}
 
 
 def _endings(trials) -> dict[str, int]:
@@ -184,7 +187,7 @@ class CpuLoad:
 
 
 def measure_load(args) -> None:
-    from optimizer.models import install
+    from optimizer.models import install, local
 
     binary, gguf = install.require_server(), install.require_ready()
     threads = [int(value) for value in args.load_threads.split(",")]
@@ -200,8 +203,9 @@ def measure_load(args) -> None:
         return
     with CpuLoad():
         row = run_suite("card eval beside 1 CPU-bound process", ROOT, args.trials, {}, args.task)
-    print(f"card eval beside one CPU-bound process ({row['trials']} trials, {row['seconds'] / 60:.1f} min): "
-          f"endings {row['endings']}; failed with no completed model call: {row['silent_failed']}")
+    print(f"card eval beside one CPU-bound process ({row['trials']} trials, {row['seconds'] / 60:.1f} min, "
+          f"server threads {local.spec().threads}): endings {row['endings']}; errored as the infrastructure's: "
+          f"{row['spoiled']}; failed with no completed model call: {row['silent_failed']}")
 
 
 def baseline_worktree(ref: str, folder: Path) -> Path:
@@ -225,13 +229,12 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from optimizer.models import install
 
-    if args.load:
-        measure_load(args)
-        return
-
     status = install.status()
     if not status.ready:
         sys.exit("the local model is not ready:\n" + "\n".join(status.lines()))
+    if args.load:
+        measure_load(args)
+        return
     results = []
     with tempfile.TemporaryDirectory() as folder:
         if not args.skip_baseline:

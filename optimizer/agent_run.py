@@ -28,9 +28,11 @@ class AgentContext:
     deadline: float
 
     def check_deadline(self) -> None:
-        """Call between model calls: past the deadline the trial is cut short (failed, score 0).
-        The model client's deadline counts when it has one: it moves back by the time a call
-        waited for litellm's import (see `ModelClient`); a stand-in model in a test has none."""
+        """Call between model calls: past the deadline the trial is cut short: failed with score 0
+        when the agent used the time up, errored when the model answered nothing or far slower
+        than it normally does (`ModelClient.spoiled`). The model client's deadline counts when it
+        has one: it moves back by the time a call waited for litellm's import (see
+        `ModelClient`); a stand-in model in a test has none."""
         if time.monotonic() >= (getattr(self.model, "deadline", None) or self.deadline):
             raise DeadlinePassed(f"ran past timeout_seconds={self.task.timeout_seconds} "
                                  "while the model kept answering")

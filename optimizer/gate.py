@@ -27,7 +27,8 @@ Strict mode (the default):
    as *not shown safe*; it does not reject.
 3. **Errored trials.** Pairs with an errored side are left out; the candidate is rejected when it
    errors significantly more often than the base prompt on the same pairs (exact sign test at
-   `alpha_harm`).
+   `alpha_harm`). A trial the infrastructure spoiled (`scoring.spoiled`: a slow or silent model
+   server) leaves its pair out and counts for neither prompt here.
 
 Every group reports its pairs, change, a 95% t-interval over its rounds (descriptive), verdict,
 and the drop its harm test could detect at the pairs used (80% power). Graders listed as
@@ -48,7 +49,7 @@ from typing import Any, Iterable, Literal
 
 import numpy as np
 
-from optimizer.scoring import mean_interval, trial_value
+from optimizer.scoring import mean_interval, spoiled, trial_value
 from optimizer.stats import HARM_GRID, anytime_p, detectable_share, sign_test_p, signs, wealth_path
 from optimizer.types import Trial
 
@@ -183,6 +184,9 @@ class Pair:
     after: float | None
     before_errored: bool
     after_errored: bool
+    spoiled: bool = False
+    """A side was spoiled by the infrastructure (`scoring.spoiled`): left out, and not held
+    against either prompt by the errored rule."""
 
     @property
     def usable(self) -> bool:
@@ -217,7 +221,7 @@ class PairTable:
         self.added += 1
         self.pairs.setdefault(key, []).append(Pair(
             self.added, before.index, gate_value(before, self.non_voting), gate_value(after, self.non_voting),
-            before.status == "errored", after.status == "errored"))
+            before.status == "errored", after.status == "errored", spoiled(before) or spoiled(after)))
 
     def add_all(self, before: Iterable[Trial], after: Iterable[Trial], regression: set[str] = frozenset()) -> int:
         """Pair trials by (suite, task, index); returns how many pairs were added. Pairs are added
@@ -243,11 +247,13 @@ class PairTable:
                       and (regression is None or task.regression == regression))
 
     def errored_counts(self) -> tuple[int, int, int]:
-        """(pairs with an errored side, candidate-only errored, base-only errored)."""
+        """(pairs with an errored side, candidate-only errored, base-only errored); a spoiled pair
+        counts in the first only: a slow machine says nothing of either prompt."""
         pairs = [pair for group in self.pairs.values() for pair in group]
+        judged = [pair for pair in pairs if not pair.spoiled]
         return (sum(1 for p in pairs if p.before_errored or p.after_errored),
-                sum(1 for p in pairs if p.after_errored and not p.before_errored),
-                sum(1 for p in pairs if p.before_errored and not p.after_errored))
+                sum(1 for p in judged if p.after_errored and not p.before_errored),
+                sum(1 for p in judged if p.before_errored and not p.after_errored))
 
 
 @dataclass

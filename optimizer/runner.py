@@ -24,8 +24,8 @@ from typing import Callable
 
 from optimizer.agent_run import AgentContext
 from optimizer.config import Settings, find_project_root
-from optimizer.errors import (InputError, ModelCallError, OptimizerError, StoreError, TrialCutShort, TrialTimeout,
-                              first_line)
+from optimizer.errors import (DeadlinePassed, InputError, ModelCallError, OptimizerError, StoreError, TrialCutShort,
+                              TrialTimeout, first_line)
 from optimizer.judging import JudgeSettings, judging
 from optimizer.ledger import BudgetExceeded
 from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answer_variant, concurrency_limit,
@@ -33,7 +33,7 @@ from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answer_var
 from optimizer.provenance import (ModelSpec, RunSpec, TaskSpec, agent_spec, git_state, grader_spec,
                                  optimizer_source, package_versions, tree_hash)
 from optimizer.registry import AgentEntry, get_agent, get_grader, judges_of
-from optimizer.scoring import trial_verdict
+from optimizer.scoring import INFRASTRUCTURE_ENDING, trial_verdict
 from optimizer.store import Store
 from optimizer.suites import fixture_paths, task_fingerprint
 from optimizer.types import GraderResult, Outcome, RunResult, Suite, Task, Transcript, Trial, TrialStatus
@@ -214,7 +214,7 @@ class Runner:
                 raise  # the job stops; this trial is not a result
             except TrialCutShort as exc:  # before TrialTimeout: a passed deadline is both
                 return _cut_short(item, exc.message, time.monotonic() - begun, client,
-                                  getattr(exc, "partial_transcript", None))
+                                  getattr(exc, "partial_transcript", None), timed_out=isinstance(exc, DeadlinePassed))
             except (ModelCallError, TrialTimeout) as exc:
                 return _errored(item, f"{type(exc).__name__}: {exc}", time.monotonic() - begun, client,
                                 getattr(exc, "partial_transcript", None))
@@ -223,7 +223,7 @@ class Runner:
                 return _errored(item, f"agent crashed: {detail}", time.monotonic() - begun, client)
             if time.monotonic() > client.deadline:
                 return _cut_short(item, f"finished only after timeout_seconds={task.timeout_seconds} had passed",
-                                  time.monotonic() - begun, client, result.transcript, result.outcome)
+                                  time.monotonic() - begun, client, result.transcript, result.outcome, timed_out=True)
             result.transcript.usage = client.usage
             result.transcript.model = client.model
             trial = Trial(suite=suite.name, task_id=task.id, bucket=task.bucket, split=task.split,
@@ -355,9 +355,16 @@ def _errored(item: PlannedTrial, error: str, duration: float, client: ModelClien
 
 
 def _cut_short(item: PlannedTrial, ending: str, duration: float, client: ModelClient,
-               transcript: Transcript | None, outcome: Outcome | None = None) -> Trial:
+               transcript: Transcript | None, outcome: Outcome | None = None, *, timed_out: bool = False) -> Trial:
     """A trial the agent's own run ended unfinished (`TrialCutShort`): failed with score 0, its
-    graders not run, `error` saying how it ended, the conversation so far kept."""
+    graders not run, `error` saying how it ended, the conversation so far kept. One that ran out
+    of time (`timed_out`) while the model was far slower than it normally is, or had completed no
+    call, was cut by the infrastructure (`ModelClient.spoiled`): errored, and spoiled
+    (`scoring.spoiled`), so that no score or comparison rests on it."""
+    blame = client.spoiled(duration) if timed_out else None
+    if blame:
+        return _ungraded(item, "errored", None, f"{INFRASTRUCTURE_ENDING}{blame}; {ending}", duration, client,
+                         transcript, outcome or Outcome())
     return _ungraded(item, "failed", 0.0, f"ended: {ending}", duration, client, transcript, outcome or Outcome())
 
 

@@ -18,6 +18,15 @@ from optimizer.types import GraderResult, Trial, TrialStatus
 if TYPE_CHECKING:  # pandas is imported where a table is built: verdicts and intervals need none of it
     import pandas as pd
 
+INFRASTRUCTURE_ENDING = "infrastructure: "
+"""How the `error` of a trial the machine or the model server spoiled begins (its time ran out
+while the model was far slower than normal, or answered nothing): errored, not the agent's doing."""
+
+
+def spoiled(trial: Trial) -> bool:
+    """Whether the infrastructure, not the agent or the prompt, spoiled `trial` (see `INFRASTRUCTURE_ENDING`)."""
+    return trial.status == "errored" and (trial.error or "").startswith(INFRASTRUCTURE_ENDING)
+
 
 def trial_verdict(results: list[GraderResult]) -> tuple[TrialStatus, float | None]:
     if any(result.errored for result in results):

@@ -163,3 +163,31 @@ def test_a_state_file_whose_pid_now_names_another_process_is_stale():
     assert server._supervisor_alive({"pid": os.getpid(), "started": started})
     assert not server._supervisor_alive({"pid": os.getpid(), "started": str(int(started) + 1)})
     assert server._supervisor_alive({"pid": os.getpid()}), "a state file of before this field is taken at its word"
+
+
+def test_a_card_trial_on_a_server_too_slow_to_finish_one_reply_is_errored_as_the_infrastructures(fake, monkeypatch,
+                                                                                                 tmp_path):
+    """A busy machine: the first reply is still streaming at the deadline. Not the agent's failure."""
+    from optimizer.config import load_settings
+    from optimizer.evaluate import execute, prepare
+    from optimizer.store import open_store
+    from tests.helpers import event_task, write_suite
+
+    monkeypatch.setenv("FAKE_LLAMA_REPLY", '{"final": "' + "x" * 200 + '"}')
+    monkeypatch.setenv("FAKE_LLAMA_DELAY", "0.05")
+    suite = write_suite(tmp_path / "suite", [event_task("slow", timeout_seconds=1)])
+    settings = load_settings(PROJECT_ROOT, {"agent_model": local.MODEL, "cache": False})
+    run, summary = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    trial = run.trials[0]
+    assert (trial.status, trial.score) == ("errored", None), trial.error
+    assert trial.error.startswith(f"infrastructure: no call to {local.MODEL} completed in "), trial.error
+    assert summary["totals"]["errored"] == 1
+
+
+@pytest.mark.parametrize("cores, generating, reading", [(1, 1, 1), (2, 2, 2), (4, 3, 4), (8, 7, 8)])
+def test_the_server_generates_on_all_cores_but_one_beyond_two(monkeypatch, cores, generating, reading):
+    """A core left over keeps one other busy process from stalling every generated token."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    command = local.spec().command(Path("llama-server"), Path("model.gguf"), 8080)
+    assert command[command.index("--threads") + 1] == str(generating)
+    assert command[command.index("--threads-batch") + 1] == str(reading)

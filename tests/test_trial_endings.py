@@ -1,6 +1,8 @@
 """How a trial ends decides what it counts for. An agent that uses all its turns, or runs past its
-deadline while the model keeps answering, *failed* (score 0, counted in every mean); only a setup
-fault (a model that cannot answer) leaves a trial *errored* and out of the scores."""
+deadline while the model keeps answering at its normal rate, *failed* (score 0, counted in every
+mean); a setup fault (a model that cannot answer) or a deadline the infrastructure used up (no call
+completed, or the model far slower than it normally is) leaves a trial *errored* and out of the
+scores and of every comparison."""
 
 from __future__ import annotations
 
@@ -13,8 +15,12 @@ import pytest
 from optimizer.config import load_settings
 from optimizer.errors import DeadlinePassed, TrialTimeout
 from optimizer.evaluate import execute, prepare
+from optimizer.gate import PairTable, decide
 from optimizer.models import ModelClient, register_provider
+from optimizer.models.client import forget_rates
+from optimizer.scoring import spoiled
 from optimizer.store import open_store
+from optimizer.types import Trial
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import event_task, tool_call_reply, write_suite
 from tests.test_loop import after_data_line, repo, script  # noqa: F401 (repo is a fixture)
@@ -184,9 +190,103 @@ def _generating_model():
 register_provider("generating", _generating_model, ["generating/slow"])
 
 
-def test_a_generation_cut_by_the_deadline_is_the_agents_failure_not_a_provider_fault(tmp_path):
-    trials, summary, _, _ = run_suite(tmp_path, [event_task("slow", timeout_seconds=1)], "generating/slow")
+def test_a_trial_whose_model_completes_no_call_before_the_deadline_is_errored_as_the_infrastructures(tmp_path):
+    """The model was still generating its first reply at the deadline: the agent never had a turn."""
+    trials, summary, store, run_id = run_suite(tmp_path, [event_task("slow", timeout_seconds=1)], "generating/slow")
     trial = trials["slow"]
+    assert (trial.status, trial.score) == ("errored", None)
+    assert trial.error.startswith("infrastructure: no call to generating/slow completed in 1 s of waiting for it; "
+                                  "ran past timeout_seconds"), trial.error
+    assert spoiled(trial)
+    assert summary["totals"]["errored"] == 1 and summary["unfinished"] == []
+    assert store.trials.load(run_id)[0].error == trial.error
+
+
+def test_a_deadline_the_agents_own_work_used_up_is_never_blamed_on_the_model():
+    """No model call completed, but the agent's tools, not the model, took the time."""
+    client = ModelClient("m")
+    assert client.spoiled(120.0) is None
+    client.model_s = 119.0
+    assert client.spoiled(120.0) == "no call to m completed in 119 s of waiting for it"
+
+
+THROTTLE = {"delay": 0.0}
+"""Seconds `throttled/oracle` waits before each answer."""
+
+
+def _throttled_model():
+    """`throttled/oracle` plays mock/oracle, each answer after `THROTTLE["delay"]` seconds: a
+    server whose speed the test sets."""
+    import litellm
+    from litellm import CustomLLM
+
+    class Throttled(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            time.sleep(THROTTLE["delay"])
+            metadata = (kwargs.get("litellm_params") or {}).get("metadata")
+            return litellm.completion(model="mock/oracle", messages=messages, metadata=metadata, num_retries=0)
+
+    return Throttled()
+
+
+register_provider("throttled", _throttled_model, ["throttled/oracle"])
+
+
+@pytest.fixture
+def throttled(monkeypatch):
+    """The throttled model with no normal rate known yet; returns a setter of its delay."""
+    forget_rates()
+    monkeypatch.setitem(THROTTLE, "delay", 0.0)
+    yield lambda seconds: THROTTLE.__setitem__("delay", seconds)
+    forget_rates()
+
+
+def test_a_trial_cut_while_the_model_runs_far_below_its_normal_rate_is_errored_not_failed(tmp_path, throttled):
+    throttled(0.02)
+    run_suite(tmp_path / "quiet", [looping_task("warm")], "throttled/oracle")  # 8 calls at the normal rate
+    throttled(0.7)  # the machine got busy: each answer takes 35 times as long
+    trials, summary, _, _ = run_suite(tmp_path / "busy", [looping_task("loops", timeout_seconds=1)],
+                                      "throttled/oracle")
+    trial = trials["loops"]
+    assert (trial.status, trial.score) == ("errored", None), trial.error
+    assert trial.error.startswith("infrastructure: throttled/oracle delivered "), trial.error
+    assert "under 25% of its normal" in trial.error and trial.transcript.usage.calls >= 1
+    assert summary["totals"]["errored"] == 1
+
+
+def test_an_agent_looping_fast_turns_until_the_deadline_stays_failed(tmp_path, throttled):
+    """The agent's own loop, at the model's normal rate, used up the time: it pays for its loops."""
+    throttled(0.15)
+    run_suite(tmp_path / "warm", [looping_task("warm")], "throttled/oracle")
+    trials, summary, _, _ = run_suite(tmp_path / "loop", [looping_task("loops", timeout_seconds=1)],
+                                      "throttled/oracle")
+    trial = trials["loops"]
     assert (trial.status, trial.score) == ("failed", 0.0), trial.error
-    assert trial.error == "ended: ran past timeout_seconds while the model kept answering"
+    assert trial.error == "ended: ran past timeout_seconds=1 while the model kept answering"
+    assert 3 <= trial.transcript.usage.calls < 8
     assert summary["totals"]["errored"] == 0
+
+
+def _pair(index: int, after: Trial) -> tuple[Trial, Trial]:
+    before = Trial(suite="s", task_id="a1", bucket="a", split="train", index=index, status="failed", score=0.0)
+    return before, after.model_copy(update={"index": index})
+
+
+def test_the_gate_leaves_spoiled_pairs_out_and_holds_them_against_neither_prompt():
+    """Ten candidate trials a busy machine spoiled say nothing of the patch: their pairs are left
+    out, and the errored rule (candidate errors significantly more often) does not count them."""
+    table = PairTable()
+    improved = Trial(suite="s", task_id="a1", bucket="a", split="train", index=0, status="passed", score=1.0)
+    slow = Trial(suite="s", task_id="a1", bucket="a", split="train", index=0, status="errored",
+                 error="infrastructure: no call to m completed in 120 s of waiting for it; ran past timeout_seconds")
+    for index in range(10):
+        table.add(*_pair(index, improved))
+    for index in range(10, 20):
+        table.add(*_pair(index, slow))
+    decision = decide(table, targets={("s", "a")})
+    assert decision.excluded_pairs == 10
+    rule = next(rule for rule in decision.rules if rule.rule == "errored")
+    assert rule.passed and rule.numbers["candidate_only"] == 0, rule.reason
+    targeted = next(row for row in decision.buckets if row.targeted)
+    assert (targeted.pairs, targeted.after) == (10, 1.0), "only the unspoiled pairs are scored"
+    assert decision.accepted, decision.reasons

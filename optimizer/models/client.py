@@ -5,9 +5,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
@@ -19,6 +21,13 @@ from optimizer.models._litellm import litellm_loaded, litellm_module
 from optimizer.types import Usage
 
 RETRYABLE_STATUS = {408, 409, 425, 429}
+SLOW_SHARE = 1 / 4
+"""A trial whose model delivered under this share of its normal tokens/s was slowed by the
+machine or the server, not by the agent (see `ModelClient.spoiled`)."""
+RATE_WINDOW = 256
+"""Calls of a model whose tokens/s make its normal rate (the most recent ones)."""
+RATE_MIN_CALLS = 8
+"""Completed calls of a model before its normal rate is known."""
 
 
 class ResponseCache(Protocol):
@@ -118,6 +127,9 @@ class ModelClient:
     trial_index: int = 0
     deadline: float | None = None
     usage: Usage = field(default_factory=Usage)
+    model_s: float = 0.0
+    """Seconds this client spent inside model calls (waiting, generating, retrying), a call cut
+    by the deadline included; cache hits take none."""
     in_process: bool = False
     """Answer `mock/*` models here instead of through litellm (`suites validate`, which replays
     reference solutions and must not pay litellm's import)."""
@@ -129,12 +141,35 @@ class ModelClient:
     def bind(self, *, trial_key: str, trial_index: int, deadline: float | None,
              run_id: str | None = None) -> "ModelClient":
         return replace(self, trial_key=trial_key, trial_index=trial_index, deadline=deadline, run_id=run_id,
-                       usage=Usage(), _lock=threading.Lock())
+                       usage=Usage(), model_s=0.0, _lock=threading.Lock())
+
+    def spoiled(self, elapsed: float) -> str | None:
+        """Why the machine or the model server, not the agent, used up this trial's time (`elapsed`
+        seconds), or None.
+
+        Called when a trial's deadline has passed. The agent's share of the time is what it
+        controls: its turns and the tokens it asks for, at the rate this model normally delivers
+        them (`normal_rate`), and its own tools. When most of the time was spent in model calls,
+        not one call completing, or the calls delivering under `SLOW_SHARE` of that rate (a queued
+        server, a busy machine), means the time went to the infrastructure; an agent looping
+        through many turns at the normal rate pays for them."""
+        if self.model_s < elapsed / 2:
+            return None  # the time went to the agent's own work
+        completed = self.usage.calls + self.usage.cache_hits
+        if completed == 0:
+            return f"no call to {self.model} completed in {self.model_s:.0f} s of waiting for it"
+        normal = normal_rate(self.model)
+        rate = self.usage.completion_tokens / self.model_s if self.model_s > 0 else math.inf
+        if normal is not None and rate < SLOW_SHARE * normal:
+            return (f"{self.model} delivered {rate:.1f} tokens/s over this trial's {completed} call(s), "
+                    f"under {SLOW_SHARE:.0%} of its normal {normal:.1f} tokens/s")
+        return None
 
     def remaining(self, *, retrying: bool = False) -> float | None:
         """Seconds left before the trial's deadline. Past it, a first attempt means the model
         answered every earlier call and the agent used up the time (`DeadlinePassed`: the trial is
-        failed); a retry means the model was failing to answer (`TrialTimeout`: errored)."""
+        failed, unless `spoiled` finds the model far slower than normal); a retry means the model
+        was failing to answer (`TrialTimeout`: errored)."""
         if self.deadline is None:
             return None
         left = self.deadline - time.monotonic()
@@ -164,10 +199,15 @@ class ModelClient:
         direct = mock.served_in_process(self.model, self.in_process)
         if not direct:
             self._load_litellm()
-        with charged(self.role, self.model, estimate_tokens(messages, tools), max_tokens,
-                     run_id=self.run_id) as charge:
-            completion = self._call_with_retries(messages, tools, params, direct)
-            charge.usage = completion.usage
+        started = time.monotonic()
+        try:
+            with charged(self.role, self.model, estimate_tokens(messages, tools), max_tokens,
+                         run_id=self.run_id) as charge:
+                completion = self._call_with_retries(messages, tools, params, direct)
+                charge.usage = completion.usage
+        finally:
+            with self._lock:
+                self.model_s += time.monotonic() - started
         cost = charge.cost_usd
         if cost is not None and cost != completion.usage.cost_usd:  # priced by `model_prices`: the trial carries it too
             self._account(Usage(cost_usd=cost - completion.usage.cost_usd))
@@ -202,8 +242,8 @@ class ModelClient:
                 completion = _parse(response, offered)
             except Exception as exc:  # classified below; anything else is not retried
                 if attempt == 0 and _cut_by_deadline(exc, self.deadline):
-                    # the model was still answering when the trial's time ran out: the agent used
-                    # up the time (failed), as when the deadline passes between two calls
+                    # the model was still answering when the trial's time ran out: judged as when
+                    # the deadline passes between two calls (the runner asks `spoiled` whose time it was)
                     raise DeadlinePassed("ran past timeout_seconds while the model kept answering") from exc
                 if not _is_retryable(exc):
                     raise ModelCallError(f"{self.model}: {type(exc).__name__}: {_short(exc)}") from exc
@@ -213,6 +253,7 @@ class ModelClient:
                 continue
             completion.latency_s = time.monotonic() - started
             self._account(completion.usage)
+            _record_rate(self.model, completion.usage.completion_tokens, completion.latency_s)
             return completion
         raise ModelCallError(
             f"{self.model}: gave up after {self.retry.max_attempts} attempts; "
@@ -227,6 +268,34 @@ class ModelClient:
     def _account(self, usage: Usage) -> None:
         with self._lock:
             self.usage.add(usage)
+
+
+_rates_lock = threading.Lock()
+_rates: dict[str, deque[float]] = {}
+
+
+def _record_rate(model: str, tokens: int, seconds: float) -> None:
+    """Remember a completed call's tokens/s (latency included: a queued call is a slow call)."""
+    if tokens > 0 and seconds > 0:
+        with _rates_lock:
+            _rates.setdefault(model, deque(maxlen=RATE_WINDOW)).append(tokens / seconds)
+
+
+def normal_rate(model: str) -> float | None:
+    """The tokens/s `model` normally delivers to this process: the upper quartile of its last
+    `RATE_WINDOW` completed calls (it stays at the quiet rate while a quarter of those calls
+    were quiet ones), or None before `RATE_MIN_CALLS` calls."""
+    with _rates_lock:
+        rates = sorted(_rates.get(model, ()))
+    if len(rates) < RATE_MIN_CALLS:
+        return None
+    return rates[(3 * len(rates)) // 4]
+
+
+def forget_rates() -> None:
+    """Start every model's normal rate afresh (tests)."""
+    with _rates_lock:
+        _rates.clear()
 
 
 def _sender(model: str) -> Callable[..., Any]:

@@ -84,7 +84,9 @@ def slots() -> int:
 
 
 def spec() -> server.ServerSpec:
-    return server.ServerSpec(slots=_slots, slot_context=N_CTX, threads=len(os.sched_getaffinity(0)))
+    cores = len(os.sched_getaffinity(0))
+    return server.ServerSpec(slots=_slots, slot_context=N_CTX, threads=server.generation_threads(cores),
+                             batch_threads=cores)
 
 
 @dataclass
