@@ -184,8 +184,8 @@ def test_a_card_trial_on_a_server_too_slow_to_finish_one_reply_is_errored_as_the
     assert summary["totals"]["errored"] == 1
 
 
-@pytest.mark.parametrize("cores, generating, reading", [(1, 1, 1), (2, 2, 2), (4, 3, 4), (8, 7, 8)])
-def test_the_server_generates_on_all_cores_but_one_beyond_two(monkeypatch, cores, generating, reading):
+@pytest.mark.parametrize("cores, generating, reading", [(1, 1, 1), (2, 1, 2), (4, 3, 4), (8, 7, 8)])
+def test_the_server_generates_on_all_cores_but_one(monkeypatch, cores, generating, reading):
     """A core left over keeps one other busy process from stalling every generated token."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
     command = local.spec().command(Path("llama-server"), Path("model.gguf"), 8080)

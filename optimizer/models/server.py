@@ -81,13 +81,14 @@ class ServerSpec:
 
 
 def generation_threads(cores: int) -> int:
-    """Threads that generate tokens on a machine with `cores` cores: all of them on one or two
-    cores, else one fewer. Every generated token waits at a barrier for the slowest thread, so a
+    """Threads that generate tokens on a machine with `cores` cores: all but one (one on a one-
+    or two-core machine). Every generated token waits at a barrier for the slowest thread, so a
     thread sharing its core with another busy process stalls all of them: with a core left over,
-    one such process costs a share of the speed, not most of it. On two cores one thread is as
-    slow beside a busy process as two (4.8-5.0 against 4.6 tokens/s) and much slower alone, so
-    both are used. Prompts are read with every core (short, compute-bound bursts)."""
-    return cores if cores <= 2 else cores - 1
+    one such process costs a share of the speed, not most of it. Measured on 2 cores
+    (`benchmarks/local_model.py --load`, docs/models.md): 1 thread gave 0.86x its quiet rate
+    beside one CPU-bound process, 2 threads 0.39x, for 18% less speed alone. Prompts are read with
+    every core (short, compute-bound bursts)."""
+    return max(1, cores - 1)
 
 
 def serve_dir() -> Path:
