@@ -38,6 +38,16 @@ The noise mode (setting `sim_noise`) decides what u is drawn from:
 stating the rule and one it scores as contradicting it, plus distractors that touch no bucket:
 what stand-in patchers write (`benchmarks/sim_patcher.py`, the weak `mock/patcher`).
 `check_rule_texts` says whether the texts still score that way against the profile's rules.
+
+**Effects** (the file's optional `effects`): a library of lines whose effect on the pass rate
+does not follow from their words. Each effect moves one or several buckets' pass rates by a
+graded amount (e.g. -0.20 on three buckets for "keep every card short") and is written in
+several wordings: `named` (names a bucket it moves), `unnamed` (names no bucket), `other`
+(names a bucket it does not move). An effect is active when one of its wordings appears in the
+prompt (case-insensitive); its changes add to the rate the rules give, clipped to [0, 1]. None
+of the wordings states or contradicts a rule, so with no effect line in the prompt the profile
+plays as it always did. The file's `length` (`cost_per_100_words` past `free_words`) lowers every
+bucket a little for a long prompt.
 """
 
 from __future__ import annotations
@@ -104,8 +114,45 @@ class _RuleTextsFile(BaseModel):
         rule: str
         contradiction: str
 
+    class Effect(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        name: str
+        change: dict[str, float] = Field(min_length=1)
+        wordings: dict[str, str] = Field(min_length=1)
+
+    class Length(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        free_words: int = Field(ge=0)
+        cost_per_100_words: float = Field(ge=0.0, le=0.1)
+
     buckets: dict[str, Bucket]
     distractors: list[str] = Field(min_length=1)
+    effects: list[Effect] = Field(default_factory=list)
+    length: Length | None = None
+
+
+WORDING_KINDS = ("named", "unnamed", "other")
+"""How an effect's wordings relate to the buckets it moves: one names a moved bucket, one names
+no bucket, one names a bucket it does not move."""
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A line whose effect on pass rates does not follow from its words (see the module docstring)."""
+
+    name: str
+    change: dict[str, float]
+    """Per bucket, the change of its pass rate while the line is in the prompt."""
+    wordings: dict[str, str]
+    """Per kind (`WORDING_KINDS`), one way of writing the line."""
+
+    @property
+    def harmful(self) -> bool:
+        return any(value < 0 for value in self.change.values())
+
+    def active(self, prompt: str) -> bool:
+        lowered = prompt.lower()
+        return any(text.lower() in lowered for text in self.wordings.values())
 
 
 @dataclass(frozen=True)
@@ -119,6 +166,12 @@ class RuleTexts:
     distractors: tuple[str, ...]
     """Plausible rules that state or contradict no bucket's rule."""
     source: Path | None = None
+    effects: tuple[Effect, ...] = ()
+    """The effect library: lines whose effects do not follow from their words."""
+    free_words: int | None = None
+    """Words of prompt that cost nothing (None: length costs nothing)."""
+    cost_per_100_words: float = 0.0
+    """Pass-rate cost, every bucket, per 100 words past `free_words`."""
 
 
 def load_rule_texts(path: Path) -> RuleTexts:
@@ -130,9 +183,18 @@ def load_rule_texts(path: Path) -> RuleTexts:
         raise InputError(error["msg"], path=path, field=".".join(str(part) for part in error["loc"]),
                          fix='{"buckets": {"<bucket>": {"rule": "...", "contradiction": "..."}}, '
                              '"distractors": ["..."]}') from None
+    effects = tuple(Effect(item.name, dict(item.change), dict(item.wordings)) for item in data.effects)
+    for effect in effects:
+        unknown = sorted((set(effect.change) - set(data.buckets)) | (set(effect.wordings) - set(WORDING_KINDS)))
+        if unknown:
+            raise InputError(f"effect {effect.name!r} names unknown bucket(s) or wording kind(s): "
+                             f"{', '.join(unknown)}", path=path, field=f"effects.{effect.name}",
+                             fix=f"use the file's buckets and the wording kinds {', '.join(WORDING_KINDS)}")
     return RuleTexts(rules={bucket: texts.rule for bucket, texts in data.buckets.items()},
                      contradictions={bucket: texts.contradiction for bucket, texts in data.buckets.items()},
-                     distractors=tuple(data.distractors), source=path)
+                     distractors=tuple(data.distractors), source=path, effects=effects,
+                     free_words=data.length.free_words if data.length else None,
+                     cost_per_100_words=data.length.cost_per_100_words if data.length else 0.0)
 
 
 @dataclass(frozen=True)
@@ -150,8 +212,20 @@ class SimProfile:
     """What a stand-in patcher writes for this agent's buckets (None: it has nothing to write)."""
 
     def pass_probability(self, task: Task, system_prompt: str) -> float:
-        base = self.base_rates.get(task.bucket, self.default_rate)
-        rule = self.rules.get(task.bucket)
+        """The rule's rate (base, stated or contradicted), moved by the active effects and the
+        length cost of the rule texts' library, clipped to [0, 1]."""
+        rate = self._rule_rate(task.bucket, system_prompt)
+        texts = self.rule_texts
+        if texts is None:
+            return rate
+        rate += sum(effect.change.get(task.bucket, 0.0) for effect in texts.effects if effect.active(system_prompt))
+        if texts.free_words is not None:
+            rate -= texts.cost_per_100_words * max(0, len(system_prompt.split()) - texts.free_words) / 100
+        return min(1.0, max(0.0, rate))
+
+    def _rule_rate(self, bucket: str, system_prompt: str) -> float:
+        base = self.base_rates.get(bucket, self.default_rate)
+        rule = self.rules.get(bucket)
         if rule is None:
             return base
         status = rule.status(system_prompt)
@@ -170,7 +244,7 @@ class SimProfile:
 def check_rule_texts(profile: SimProfile) -> list[str]:
     """Why the profile's rule texts do not score as they claim (empty when they all do): every
     bucket's `rule` is stated and its `contradiction` contradicted for that bucket alone, and no
-    distractor touches any bucket."""
+    distractor or effect wording touches any bucket's rule."""
     texts = profile.rule_texts
     if texts is None:
         return ["the profile has no rule texts"]
@@ -180,6 +254,7 @@ def check_rule_texts(profile: SimProfile) -> list[str]:
     claims = [(text, bucket, "stated") for bucket, text in texts.rules.items()]
     claims += [(text, bucket, "contradicted") for bucket, text in texts.contradictions.items()]
     claims += [(text, None, "absent") for text in texts.distractors]
+    claims += [(text, None, "absent") for effect in texts.effects for text in effect.wordings.values()]
     for text, own, wanted in claims:
         for bucket, rule in profile.rules.items():
             expected = wanted if bucket == own else "absent"

@@ -8,8 +8,11 @@ settings' seed, the request text, the proposal ordinal and the attempt, so sever
 of one iteration differ and a rerun of the same request reproduces:
 
 * with probability `skill`, **right**: the targeted buckets' rules;
-* with probability (1 - skill) / 4, **harmful**: those rules plus the contradiction of another
-  bucket of the same agent, so the gate must catch the harm;
+* with probability (1 - skill) / 4, **harmful**: those rules plus one harmful line drawn evenly
+  from the contradictions of the agent's other buckets and every wording of the harmful effects
+  of its effect library (`optimizer.sim.Effect`) that move no targeted bucket: a harm named by
+  its line, named by nothing, named wrongly, or spread over several buckets, so the gate must
+  catch each kind;
 * otherwise **useless**: one distractor, a plausible rule the sim ignores.
 
 The texts are the profiles' `RuleTexts` (data files next to each profile), never written here.
@@ -58,6 +61,15 @@ class WeakAnswer:
     targets: list[str] = field(default_factory=list)
 
 
+def harmful_lines(texts: RuleTexts, targets: list[str]) -> list[str]:
+    """The lines a harmful answer adds one of: the other buckets' contradictions, then the
+    wordings of the library's harmful effects that leave the targets alone."""
+    lines = [texts.contradictions[bucket] for bucket in sorted(set(texts.contradictions) - set(targets))]
+    lines += [text for effect in texts.effects if effect.harmful and not set(effect.change) & set(targets)
+              for _, text in sorted(effect.wordings.items())]
+    return lines
+
+
 def draw(request: str, *, seed: int, ordinal: int, attempt: int) -> random.Random:
     """The generator one answer is drawn from: the same inputs give the same answer (the request
     without its surrounding whitespace, which prompt formats differ in). The skill is left out, so
@@ -79,7 +91,7 @@ def weak_answer(request: str, *, skill: float, seed: int, ordinal: int, attempt:
     right = [texts.rules[bucket] for bucket in targets]
     if value < skill:
         return WeakAnswer("right", right, targets)
-    others = sorted(set(texts.contradictions) - set(targets))
-    if value < skill + (1 - skill) * HARM_SHARE and others:
-        return WeakAnswer("harmful", right + [texts.contradictions[rng.choice(others)]], targets)
+    harms = harmful_lines(texts, targets)
+    if value < skill + (1 - skill) * HARM_SHARE and harms:
+        return WeakAnswer("harmful", right + [rng.choice(harms)], targets)
     return WeakAnswer("useless", [rng.choice(texts.distractors)], targets)

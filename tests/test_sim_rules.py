@@ -161,6 +161,70 @@ def test_the_rule_text_check_names_each_text_that_misscores():
     assert check_rule_texts(replace(PROFILE, rule_texts=None)) == ["the profile has no rule texts"]
 
 
+# ---- the effect library: harms and gains that do not follow from a line's words
+
+def pass_probabilities(profile, suite_name: str, prompt: str) -> dict[str, float]:
+    """Per bucket, the pass probability of its first task under `prompt`."""
+    tasks = {}
+    for task in load_suite(suite_name, PROJECT_ROOT).tasks:
+        tasks.setdefault(task.bucket, task)
+    return {bucket: profile.pass_probability(task, prompt) for bucket, task in tasks.items()}
+
+
+def test_a_spread_effect_moves_every_bucket_it_reaches_whatever_its_wording():
+    brevity = next(effect for effect in PROFILE.rule_texts.effects if effect.name == "brevity")
+    before = pass_probabilities(PROFILE, "card_agent", BASE_PROMPT)
+    for wording in brevity.wordings.values():
+        after = pass_probabilities(PROFILE, "card_agent", BASE_PROMPT + "\n- " + wording + "\n")
+        moved = {bucket: round(after[bucket] - before[bucket], 6) for bucket in before if after[bucket] != before[bucket]}
+        assert moved == {"multi_fact_day": -0.2, "fact_preservation": -0.2, "template_quote": -0.2}, wording
+
+
+def test_an_effect_adds_to_a_stated_rule_and_clips_at_zero():
+    brevity = next(effect for effect in PROFILE.rule_texts.effects if effect.name == "brevity")
+    rule, harm = PROFILE.rule_texts.rules["template_quote"], brevity.wordings["unnamed"]
+    stated = pass_probabilities(PROFILE, "card_agent", f"{BASE_PROMPT}\n- {rule}\n- {harm}\n")
+    assert stated["template_quote"] == pytest.approx(PROFILE.stated_rate - 0.2)
+    contradiction = PROFILE.rule_texts.contradictions["template_quote"]
+    worst = pass_probabilities(PROFILE, "card_agent", f"{BASE_PROMPT}\n- {contradiction}\n- {harm}\n")
+    assert worst["template_quote"] == 0.0
+
+
+@pytest.mark.parametrize("agent", ["card_agent", "pkm_agent"])
+def test_the_effect_library_has_every_graded_size_and_wording_kind(agent):
+    from optimizer.gate import named_buckets
+
+    texts = profiles()[agent].rule_texts
+    sizes = {round(value, 2) for effect in texts.effects for value in effect.change.values()}
+    assert {-0.3, -0.2, -0.15, -0.1, 0.1, 0.15, 0.2, 0.3} <= sizes
+    assert any(sum(value < 0 for value in effect.change.values()) >= 3 for effect in texts.effects)
+    buckets = {(agent, bucket) for bucket in texts.rules}
+    for effect in texts.effects:
+        assert set(effect.wordings) == {"named", "unnamed", "other"}, effect.name
+        named = {bucket: {b for _, b in named_buckets([text], buckets)} for bucket, text in effect.wordings.items()}
+        assert named["named"] and named["named"] <= set(effect.change), effect.wordings["named"]
+        assert named["unnamed"] == set(), effect.wordings["unnamed"]
+        assert named["other"] and not named["other"] & set(effect.change), effect.wordings["other"]
+
+
+def test_a_long_prompt_costs_every_bucket_a_little():
+    texts = PROFILE.rule_texts
+    before = pass_probabilities(PROFILE, "card_agent", BASE_PROMPT)
+    assert len(BASE_PROMPT.split()) <= texts.free_words
+    padding = " ".join(["word"] * (texts.free_words - len(BASE_PROMPT.split()) + 200))
+    after = pass_probabilities(PROFILE, "card_agent", BASE_PROMPT + "\n" + padding)
+    assert all(after[b] == pytest.approx(before[b] - 2 * texts.cost_per_100_words) for b in before)
+
+
+def test_an_effect_on_an_unknown_bucket_is_refused(tmp_path):
+    path = tmp_path / "sim_rules.json"
+    path.write_text(json.dumps({"buckets": {"template_event": {"rule": "a", "contradiction": "b"}},
+                                "distractors": ["x"], "effects": [
+                                    {"name": "e", "change": {"nope": -0.2}, "wordings": {"unnamed": "c"}}]}))
+    with pytest.raises(InputError, match=r"field 'effects.e'.*nope"):
+        load_rule_texts(path)
+
+
 def test_a_malformed_rule_texts_file_names_the_field(tmp_path):
     path = tmp_path / "sim_rules.json"
     path.write_text(json.dumps({"buckets": {"template_event": {"rule": "Use event."}}, "distractors": ["x"]}))
@@ -176,7 +240,8 @@ def test_rule_texts_pass_the_pre_rollout_lint(agent):
     texts = profiles()[agent].rule_texts
     index = LintIndex.from_suites([load_suite(agent, PROJECT_ROOT)])
     base = (PROJECT_ROOT / f"agents/prompts/{agent}.md").read_text()
-    for text in [*texts.rules.values(), *texts.contradictions.values(), *texts.distractors]:
+    wordings = [text for effect in texts.effects for text in effect.wordings.values()]
+    for text in [*texts.rules.values(), *texts.contradictions.values(), *texts.distractors, *wordings]:
         assert lint(base, text, index).passed, (text, lint(base, text, index).reason)
 
 
@@ -216,7 +281,9 @@ def test_the_weak_patcher_is_right_at_its_skill_and_otherwise_harmful_or_useless
         elif answer.kind == "harmful":
             assert answer.rules[0] == right and len(answer.rules) == 2
             harmed = [bucket for bucket, text in texts.contradictions.items() if text == answer.rules[1]]
-            assert harmed and harmed != ["fact_preservation"]
+            harmed += [bucket for effect in texts.effects if answer.rules[1] in effect.wordings.values()
+                       for bucket, change in effect.change.items() if change < 0]
+            assert harmed and "fact_preservation" not in harmed
         else:
             assert len(answer.rules) == 1 and answer.rules[0] in texts.distractors
     assert weak_answer(FACT_REQUEST, skill=0.3, seed=5, ordinal=7) == answers[6]
@@ -256,7 +323,10 @@ def test_a_weak_patcher_reply_goes_through_the_real_proposer(tmp_path, patch_for
     patched = (workdir / "prompt.md").read_text()
     assert all(rule in patched for rule in expected)
     assert PROFILE.rules["fact_preservation"].status(patched) == "stated"
-    assert "contradicted" in {rule.status(patched) for rule in PROFILE.rules.values()}
+    base = "# Card agent\n\n- Save one card per note.\n"
+    suite = load_suite("card_agent", PROJECT_ROOT)
+    assert any(PROFILE.pass_probability(task, patched) < PROFILE.pass_probability(task, base)
+               for task in suite.tasks if task.bucket != "fact_preservation")
     assert proposal.rationale.startswith("A harmful answer for fact_preservation")
 
 
