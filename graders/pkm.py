@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from optimizer import AnswerKey, GraderConfig, GraderResult, Task, Trial, grader
+from optimizer.errors import TaskFileError
 from outcomes.pkm import MARKER, PARA_ROOTS, PKMOutcome, segments
 
 READS = ("read",)
@@ -20,6 +21,8 @@ EXPECTED_PATH = AnswerKey("expected file path")
 
 class CompletionConfig(GraderConfig):
     expect: Literal["any", "persist", "skip"] = "any"
+    """When left out: what the task's `reference_solution.expected_outcome` says (`expected_path`),
+    and "any" only when it says nothing."""
 
 
 class RoutingConfig(GraderConfig):
@@ -38,6 +41,47 @@ class NoOverwriteConfig(GraderConfig):
     """A fixture marker id (`fact_pkm_running_002`) or the whole comment; default: every marker."""
 
 
+def _expected_outcome(task: Task) -> dict:
+    return task.reference_solution.expected_outcome if task.reference_solution else {}
+
+
+def expected_path(task: Task) -> str | None:
+    """Whether the public format's `reference_solution.expected_outcome` says the note is to be
+    filed ("persist") or skipped ("skip"): `skipped`, else `wrote_para`, else `is_complete: true`
+    or any `files`/`buckets` (a note with a place to go) mean filed. None when it says nothing."""
+    outcome = _expected_outcome(task)
+    said = {key: outcome[key] for key in ("skipped", "wrote_para") if isinstance(outcome.get(key), bool)}
+    if said.get("skipped") is not None and said.get("wrote_para") is not None \
+            and said["skipped"] == said["wrote_para"]:
+        raise TaskFileError("expected_outcome says both skipped and wrote_para are "
+                            f"{str(said['skipped']).lower()}", path=task.path,
+                            field="reference_solution.expected_outcome",
+                            fix="a note is either skipped or written to PARA: make one of them false")
+    if "skipped" in said:
+        return "skip" if said["skipped"] else "persist"
+    if "wrote_para" in said:
+        return "persist" if said["wrote_para"] else "skip"
+    if outcome.get("is_complete") is True or outcome.get("files") or outcome.get("buckets"):
+        return "persist"
+    return None
+
+
+def _completion_from_task(task: Task) -> dict:
+    path = expected_path(task)
+    return {"expect": path} if path else {}
+
+
+def _routing_from_task(task: Task) -> dict:
+    """`files` become the expected files and `buckets` the expected buckets; with files alone,
+    the files' folders are the buckets (the right folder earns half credit, the file full)."""
+    outcome = _expected_outcome(task)
+    files = [path for path in outcome.get("files") or [] if isinstance(path, str)]
+    buckets = [path for path in outcome.get("buckets") or [] if isinstance(path, str)]
+    if not buckets:
+        buckets = list(dict.fromkeys("/".join(segments(path)[:-1]) for path in files if segments(path)[:-1]))
+    return {key: value for key, value in (("expected_files", files), ("expected_buckets", buckets)) if value}
+
+
 def _state(trial: Trial) -> PKMOutcome:
     return trial.outcome.read(PKMOutcome)
 
@@ -51,7 +95,7 @@ def _under(path: str, prefix: str) -> bool:
     return segments(path)[:len(head)] == head
 
 
-@grader(config=CompletionConfig, version="1", agent="pkm_agent")
+@grader(config=CompletionConfig, version="2", agent="pkm_agent", from_task=_completion_from_task)
 def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> GraderResult:
     state = _state(trial)
     filed = [path for path in state.filed_in if segments(path)[:1] and segments(path)[0] in PARA_ROOTS]
@@ -74,7 +118,7 @@ def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> Grader
                   path="persist", checks=checks, filed_in=filed)
 
 
-@grader(config=RoutingConfig, version="1", agent="pkm_agent")
+@grader(config=RoutingConfig, version="2", agent="pkm_agent", from_task=_routing_from_task)
 def pkm_routed_correctly(task: Task, trial: Trial, config: RoutingConfig) -> GraderResult:
     state = _state(trial)
     if state.skip_path():

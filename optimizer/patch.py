@@ -111,7 +111,8 @@ class LintIndex:
                 for run in word_runs(task.input.content):
                     index.runs.setdefault(run, task.id)
                 for spec in task.graders:
-                    for mark, text in get_grader(spec.name).answer_keys(spec.config):
+                    entry = get_grader(spec.name)
+                    for mark, text in entry.answer_keys(entry.task_config(task, spec.config)):
                         index.answer_keys.setdefault(text, mark.label)
         return index
 

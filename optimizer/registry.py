@@ -82,6 +82,13 @@ class GraderEntry:
     """The LLM judge the grader asks (its calibration is reported with every run that uses it)."""
     agent: str | None = None
     """The agent whose outcome the grader reads; None for a grader of any agent."""
+    from_task: Callable[["Task"], dict[str, Any]] | None = None
+    """Config values the task itself supplies (the public format's
+    `reference_solution.expected_outcome`) for the keys its grader config leaves out."""
+
+    def task_config(self, task: "Task", config: dict[str, Any]) -> dict[str, Any]:
+        """The config as graded: the task's own values under the config's keys, the config winning."""
+        return {**self.from_task(task), **config} if self.from_task else config
 
     def parse_config(self, config: dict[str, Any], *, path: Path | None, where: str) -> BaseModel:
         try:
@@ -143,7 +150,7 @@ def _checked_outcome(func: Callable, outcome: type[BaseModel]) -> Callable:
 
 
 def grader(name: str | Callable | None = None, *, config: type[BaseModel] | None = None, version: str = "1",
-           judge=None, agent: str | None = None):
+           judge=None, agent: str | None = None, from_task: Callable[["Task"], dict[str, Any]] | None = None):
     """Register a grader: a function `(task, trial, config) -> GraderResult`, named `name` or, by
     default, after the function. Its results carry that name (the grader need not repeat it).
 
@@ -152,7 +159,8 @@ def grader(name: str | Callable | None = None, *, config: type[BaseModel] | None
     `AnswerKey`. A grader that asks an LLM judge names it (`judge`, from `@judge`): the rubric's
     hash joins the grader's fingerprint, so a changed rubric is never mistaken for a stored
     baseline. A grader that reads one agent's outcome names that `agent`; a suite of another
-    agent with graders of its own that uses it fails to load (see `optimizer.suites`).
+    agent with graders of its own that uses it fails to load (see `optimizer.suites`). `from_task`
+    gives config values from the task for keys its config leaves out (see `GraderEntry.from_task`).
     """
 
     if callable(name):  # a bare `@grader`
@@ -161,7 +169,8 @@ def grader(name: str | Callable | None = None, *, config: type[BaseModel] | None
     def register(func):
         known = name or func.__name__
         rubric = judge.rubric_hash if judge else ""
-        digest = hashlib.sha256(f"{known}:{version}:{rubric}:{inspect.getsource(func)}".encode()).hexdigest()[:12]
+        sources = inspect.getsource(func) + (inspect.getsource(from_task) if from_task else "")
+        digest = hashlib.sha256(f"{known}:{version}:{rubric}:{sources}".encode()).hexdigest()[:12]
 
         @functools.wraps(func)
         def graded(task, trial, parsed):
@@ -171,7 +180,7 @@ def grader(name: str | Callable | None = None, *, config: type[BaseModel] | None
 
         _graders[known] = GraderEntry(name=known, func=graded, config_model=config or NoConfig,
                                       version=version, source=_source(func), fingerprint=digest,
-                                      judge=judge.name if judge else None, agent=agent)
+                                      judge=judge.name if judge else None, agent=agent, from_task=from_task)
         return graded
 
     return register

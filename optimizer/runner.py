@@ -243,7 +243,8 @@ class Runner:
         spec = task.graders[index]
         entry = get_grader(spec.name)
         try:
-            config = entry.parse_config(spec.config, path=task.path, where=f"graders[{index}]")
+            config = entry.parse_config(entry.task_config(task, spec.config), path=task.path,
+                                        where=f"graders[{index}]")
             with judging(self.judge):
                 result = entry.func(task, trial, config)
         except (BudgetExceeded, StoreError):

@@ -178,7 +178,7 @@ def _check_graders(task: Task, path: Path, agent_name: str) -> None:
                                     f"{agent_name}", path=path, field=f"{where}.name",
                                     fix=f"use a grader of the {agent_name}, or move the task to a suite of the "
                                         f"{entry.agent}")
-        entry.parse_config(spec.config, path=path, where=where)
+        entry.parse_config(entry.task_config(task, spec.config), path=path, where=where)
 
 
 def _check_reference_tools(task: Task, path: Path, agent) -> None:

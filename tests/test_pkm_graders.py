@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,60 @@ def test_a_judge_that_answers_garbage_makes_the_grader_errored_not_failed(tmp_pa
     assert results[0].passed and not results[0].errored
     assert results[1].errored and results[1].score is None
     assert "no usable answer" in results[1].rationale or "out of range" in results[1].rationale
+
+
+def public_format_suite(tmp_path: Path, expected_outcome: dict) -> Task:
+    """A suite folder as the public format writes it: graders named without config, the expected
+    result only in `reference_solution.expected_outcome`."""
+    from optimizer.suites import load_suite
+    root = tmp_path / "public_pkm"
+    (root / "tasks").mkdir(parents=True)
+    (root / "suite.json").write_text('{"name": "public_pkm", "agent_name": "pkm_agent"}', encoding="utf-8")
+    task = {"id": "run_log", "input": {"content": "ran 8k, 5:40 pace, knee ok", "fact_id": FACT_ID},
+            "reference_solution": {"expected_outcome": expected_outcome},
+            "graders": [{"name": "pkm_completion"}, {"name": "pkm_routed_correctly"}]}
+    (root / "tasks" / "run_log.json").write_text(json.dumps(task), encoding="utf-8")
+    return load_suite(str(root), tmp_path).tasks[0]
+
+
+def grade_as_run(task: Task, trial: Trial) -> dict:
+    """Every grader of the task on the trial, with its config as the runner builds it."""
+    results = {}
+    for index, spec in enumerate(task.graders):
+        entry = get_grader(spec.name)
+        config = entry.parse_config(entry.task_config(task, spec.config), path=None, where=f"graders[{index}]")
+        results[spec.name] = entry.func(task, trial, config)
+    return results
+
+
+@pytest.mark.parametrize("expected", [{"wrote_para": True, "files": ["Areas/Health/running.md"]},
+                                      {"skipped": False, "buckets": ["Areas/Health"]}])
+def test_a_public_format_task_that_must_be_filed_fails_a_skip_and_passes_a_right_filing(tmp_path, expected):
+    task = public_format_suite(tmp_path, expected)
+    skipped = grade_as_run(task, outcome(tmp_path / "skip", SKIPPED))
+    assert not skipped["pkm_completion"].passed and skipped["pkm_completion"].details["path"] == "persist"
+    filed = grade_as_run(task, outcome(tmp_path / "filed", FILED))
+    assert filed["pkm_completion"].passed and filed["pkm_routed_correctly"].score == 1.0
+    misplaced = outcome(tmp_path / "wrong", [("Write", {"path": "Projects/Kitchen/run.md", "content": NEW_LINE}),
+                                             ("update_timeline_card_insight", INSIGHT)])
+    assert not grade_as_run(task, misplaced)["pkm_routed_correctly"].passed
+
+
+def test_a_public_format_task_that_must_be_skipped_passes_a_skip_and_fails_a_filing(tmp_path):
+    task = public_format_suite(tmp_path, {"wrote_para": False, "buckets": ["Areas"]})
+    assert grade_as_run(task, outcome(tmp_path / "skip", SKIPPED))["pkm_completion"].passed
+    assert not grade_as_run(task, outcome(tmp_path / "filed", FILED))["pkm_completion"].passed
+
+
+def test_an_expected_outcome_that_both_skips_and_writes_is_refused_when_the_suite_loads(tmp_path):
+    from optimizer.errors import TaskFileError
+    with pytest.raises(TaskFileError) as caught:
+        public_format_suite(tmp_path, {"wrote_para": True, "skipped": True, "buckets": ["Areas"]})
+    assert caught.value.field == "reference_solution.expected_outcome"
+
+
+def test_a_grader_config_overrides_the_expected_outcome(tmp_path):
+    task = Task.model_validate({"id": "t", "input": {"content": "ok"},
+                                "reference_solution": {"expected_outcome": {"skipped": False}},
+                                "graders": [{"name": "pkm_completion", "config": {"expect": "any"}}]})
+    assert grade_as_run(task, outcome(tmp_path, SKIPPED))["pkm_completion"].passed
