@@ -59,8 +59,11 @@ def card_template_choice(task: Task, trial: Trial, config: TemplateChoiceConfig)
         score, why = 0.5, f"primary {chosen[0]!r} is not acceptable; an acceptable template appears later"
     else:
         score, why = 0.0, f"templates {chosen or 'none'} include none of {sorted(acceptable)}"
-    return GraderResult(score=score, passed=score >= config.min_score, rationale=why,
-                        details={"chosen": chosen, "acceptable": sorted(acceptable)})
+    details = {"chosen": chosen, "acceptable": sorted(acceptable)}
+    if score < 1.0:  # what the agent took for what: the confusion target selection counts
+        details["confusion"] = {"got": chosen[0] if chosen else "no template",
+                                "expected": " or ".join(sorted(acceptable))}
+    return GraderResult(score=score, passed=score >= config.min_score, rationale=why, details=details)
 
 
 @grader(config=MustContainConfig, version="1", agent="card_agent")

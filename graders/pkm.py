@@ -107,15 +107,17 @@ def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> Grader
                           path="skip", evidence=state.skip_evidence)
         why = "skipped after changing files" if state.skipped else \
             "the input should have been skipped, but it was " + ("filed" if filed else "not skipped")
-        return result(0.0, False, why, path="skip")
+        did = "skipped after changing files" if state.skipped else "filed" if filed else "not skipped"
+        return result(0.0, False, why, path="skip", confusion={"got": did, "expected": "skip"})
     checks = {"filed in a PARA file with its fact_id marker": bool(filed), "insight updated": insight,
               "did not skip": not state.skipped}
     score = sum(checks.values()) / len(checks)
     failed = [name for name, ok in checks.items() if not ok]
+    extra = {"confusion": {"got": "skip", "expected": "filed"}} if state.skipped else {}
     return result(score, score == 1.0,
                   f"filed in {', '.join(filed)} and insight updated" if not failed else
                   f"{len(failed)} of 3 checks not met: " + ", ".join(f"'{name}'" for name in failed),
-                  path="persist", checks=checks, filed_in=filed)
+                  path="persist", checks=checks, filed_in=filed, **extra)
 
 
 @grader(config=RoutingConfig, version="2", agent="pkm_agent", from_task=_routing_from_task)
@@ -139,7 +141,10 @@ def pkm_routed_correctly(task: Task, trial: Trial, config: RoutingConfig) -> Gra
     score = sum(scores.values()) / len(scores)
     wanted = ", ".join(config.expected_files or config.expected_buckets)
     rationale = "; ".join(f"{path}: {value:g}" for path, value in scores.items()) + f" (expected {wanted})"
-    return result(score, score >= config.min_score, rationale, per_file=scores)
+    wrong = [path for path, value in scores.items() if value == 0.0]
+    extra = {"confusion": {"got": "/".join(segments(wrong[0])[:-1]) or wrong[0],
+                           "expected": " or ".join(config.expected_buckets[:3])}} if wrong else {}
+    return result(score, score >= config.min_score, rationale, per_file=scores, **extra)
 
 
 @grader(config=ReadBeforeWriteConfig, version="1", agent="pkm_agent")

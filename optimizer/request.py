@@ -1,7 +1,8 @@
 """From a baseline run to a patch request: pick the targets, export failures, render `request.md`.
 
 Selection: among the capability suites, the agent whose train split has the most failing
-trials; within it the buckets with the most failing train trials (ties: lower mean score).
+trials; within it the buckets with the most failing train tasks, those whose failures a grader
+names as a confusion counted twice (`optimizer.targets`; ties: lower mean score).
 Only train-split trials are ever exported; holdout tasks do not appear in a request at all.
 
 The request is capped at a token budget (estimated as characters / 4). Fixed parts (constraints,
@@ -21,6 +22,7 @@ from typing import Any
 import jinja2
 
 from optimizer.scoring import trial_value
+from optimizer.targets import bucket_confusions, changeable, confused_tasks, top_confusions
 from optimizer.types import Suite, Trial
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -36,6 +38,8 @@ class Target:
     failed: int
     trials: int
     mean_score: float
+    confusions: tuple[tuple[str, int], ...] = ()
+    """The confusions its graders named most often, as (text, failed trials) (`optimizer.targets`)."""
 
 
 @dataclass
@@ -86,6 +90,7 @@ def bucket_status(trials: list[Trial], suite_names: set[str]) -> list[dict[str, 
         failing = sum(sum(t.status == "failed" for t in runs) / len(runs) for runs in by_task.values())
         rows.append({"suite": suite, "bucket": bucket, "trials": len(group),
                      "failed": sum(trial.status == "failed" for trial in group), "failing": failing,
+                     "confused": confused_tasks(group),
                      "mean_score": sum(map(_trial_value, group)) / len(group)})
     return rows
 
@@ -95,10 +100,11 @@ def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int
     """The agent and buckets to work on, or None when no train trial failed (buckets in `skip`,
     as (suite, bucket), are not targeted; they still count as failing in the status list).
 
-    Buckets are ranked by headroom: the tasks expected to fail per round (`failing` in
-    `bucket_status`), then the lower mean score. A raw count of failed trials would favour a
-    task alone in its bucket, which runs several times the trials of the others; the agent is
-    the one with the most failing tasks."""
+    Buckets are ranked by what a prompt can change: the tasks expected to fail per round
+    (`failing` in `bucket_status`), those failing with a confusion a grader names counted twice
+    (`optimizer.targets.changeable`), then the lower mean score. A raw count of failed trials
+    would favour a task alone in its bucket, which runs several times the trials of the others;
+    the agent is the one with the most failing tasks."""
     skip = skip or set()
     capability = [suite for suite in suites if suite.spec.kind == "capability"]
     by_agent: dict[str, list[str]] = {}
@@ -111,12 +117,14 @@ def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int
             continue
         rows = bucket_status(trials, set(names))
         failing = sorted((row for row in rows if row["failed"] and (row["suite"], row["bucket"]) not in skip),
-                         key=lambda r: (-r["failing"], r["mean_score"], r["suite"], r["bucket"]))
+                         key=lambda r: (-changeable(r, r["confused"]), r["mean_score"], r["suite"], r["bucket"]))
         if not failing:
             continue
         key = (-sum(row["failing"] for row in failing), agent_name)
         if best_key is None or key < best_key:
-            targets = [Target(row["suite"], row["bucket"], row["failed"], row["trials"], row["mean_score"])
+            named = bucket_confusions(trials)
+            targets = [Target(row["suite"], row["bucket"], row["failed"], row["trials"], row["mean_score"],
+                              top_confusions(named.get((row["suite"], row["bucket"]))))
                        for row in failing[:max_targets]]
             chosen = {(t.suite, t.bucket) for t in targets}
             others = [row for row in rows if (row["suite"], row["bucket"]) not in chosen]
