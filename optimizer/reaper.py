@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from optimizer.procfs import prctl, stat_fields
+
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 ROUNDS = 200
@@ -85,9 +87,8 @@ def _processes() -> dict[int, _Process]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()  # after `pid (comm)`
-        except (OSError, IndexError):  # it ended while being looked at
+        fields = stat_fields(entry.name)
+        if fields is None or len(fields) < 4:  # it ended while being looked at
             continue
         table[int(entry.name)] = _Process(*map(int, fields[1:4]), exited=fields[0] == "Z")
     return table
@@ -121,8 +122,7 @@ def _reap(pid: int) -> None:
 
 
 def _prctl(option: int, value) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(option, value, 0, 0, 0)
+    return prctl()(option, value, 0, 0, 0)
 
 
 def _subreaper() -> int | None:

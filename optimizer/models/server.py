@@ -366,9 +366,11 @@ def _dies_with_parent() -> Any:
         return None
     import ctypes
 
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    from optimizer.procfs import prctl
+
+    call = prctl()
     pr_set_pdeathsig = 1
-    return lambda: prctl(pr_set_pdeathsig, ctypes.c_ulong(int(signal.SIGTERM)))
+    return lambda: call(pr_set_pdeathsig, ctypes.c_ulong(int(signal.SIGTERM)))
 
 
 def _free_port() -> int:

@@ -29,6 +29,8 @@ from typing import Any
 
 from sqlalchemy import Column, Connection, Table, func, select, update
 
+from optimizer.procfs import stat_fields
+
 HEARTBEAT_S = 30.0
 """How often a process stamps the rows it owns."""
 
@@ -74,11 +76,8 @@ def start_stamp(pid: int) -> str | None:
         except PermissionError:
             pass
         return "pid"
-    stat = _read(f"/proc/{pid}/stat")
-    if stat is None:
-        return None
-    fields = stat.rpartition(")")[2].split()  # the command name may hold spaces and parentheses
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
         return None
     return f"{MACHINE}/{fields[19]}"
 
