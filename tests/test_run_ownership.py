@@ -260,3 +260,24 @@ def test_a_store_that_fails_once_open_is_not_blamed_on_its_folder(tmp_path, monk
         open_store(load_settings(PROJECT_ROOT), tmp_path)
     assert "table runs already exists" in str(raised.value)
     assert "writable folder" not in raised.value.fix and "run the command again" in raised.value.fix
+
+
+@pytest.mark.skipif(ownership.MACHINE is None, reason="needs /proc")
+def test_a_process_named_with_spaces_and_parentheses_is_read_alike_by_ownership_and_the_reaper():
+    from optimizer import procfs, reaper
+
+    rename = "open('/proc/self/comm', 'w').write('x) (1 2 Z'); import time; time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", rename])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/comm").read_text().strip() != "x) (1 2 Z" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        fields = procfs.stat_fields(child.pid)
+        assert fields[0] in "RS" and int(fields[1]) == os.getpid()
+        assert start_stamp(child.pid) == f"{ownership.MACHINE}/{fields[19]}"
+        seen = reaper._processes()[child.pid]
+        assert (seen.parent, seen.exited) == (os.getpid(), False)
+    finally:
+        child.kill()
+        child.wait()
+    assert procfs.stat_fields(child.pid) is None and start_stamp(child.pid) is None
