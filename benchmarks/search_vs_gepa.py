@@ -167,8 +167,7 @@ saved_env = set(os.environ)
 
 # ---------------------------------------------------------------- arm (b): plain gepa
 def gepa_arm(budget: int, skill: float, seed: int, truth: Truth, log) -> Arm:
-    import gepa
-
+    from optimizer import gepa_adapter
     from optimizer.config import Settings
     from optimizer.proposers import LLMProposer, ProposalRequest
     from optimizer.request import failure_records, load_manual, render_request, select_targets
@@ -220,9 +219,9 @@ def gepa_arm(budget: int, skill: float, seed: int, truth: Truth, log) -> Arm:
             return {} if proposal.error or patched == candidate[COMPONENT] else {COMPONENT: patched}
 
         train = [Example(*key) for key in sorted(items)]
-        result = gepa.optimize(seed_candidate={COMPONENT: base}, trainset=train, adapter=adapter,
-                               custom_candidate_proposer=propose, max_metric_calls=budget, seed=seed,
-                               logger=_Quiet(), display_progress_bar=False)
+        result = gepa_adapter.optimize(seed_candidate={COMPONENT: base}, trainset=train, adapter=adapter,
+                                       custom_candidate_proposer=propose, max_metric_calls=budget, seed=seed,
+                                       logger=_Quiet(), display_progress_bar=False)
         best = result.best_idx
         lineage = []
         while best is not None and best != 0:

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from optimizer import gepa_adapter
 from optimizer.files import write_json, write_text
 from optimizer.runner import PlannedTrial
 from optimizer.scoring import trial_value
@@ -155,15 +156,13 @@ class ScreeningAdapter:
         return [by_key[(p.suite.name, p.task.id, p.index)] for p in planned]
 
     def evaluate(self, batch: list[Example], candidate: dict[str, str], capture_traces: bool = False):
-        from gepa.core.adapter import EvaluationBatch
-
         prompt = candidate[COMPONENT]
         trials = self.trials([example.key for example in batch], prompt, f"screening {text_sha(prompt)[:8]}")
         scores = [trial_value(trial.score, trial.status) for trial in trials]
         self.evaluations.setdefault(text_sha(prompt), []).append(scores)
         self.last = (text_sha(prompt), scores)
         outputs = [(trial.suite, trial.task_id, trial.index) for trial in trials]
-        return EvaluationBatch(outputs=outputs, scores=scores, trajectories=trials if capture_traces else None)
+        return gepa_adapter.evaluation_batch(outputs, scores, trials if capture_traces else None)
 
     def make_reflective_dataset(self, candidate: dict[str, str], eval_batch, components_to_update: list[str]):
         return {name: self.failures(list(eval_batch.trajectories or [])) for name in components_to_update}
@@ -291,24 +290,19 @@ def parent_selector(records: list[Candidate], seed: int):
     keep mutating the lineage the gate already refused. The base prompt always remains."""
     import random
 
-    from gepa.gepa_utils import select_program_candidate_from_pareto_front
-    from gepa.proposer.reflective_mutation.base import CandidateSelector
-
     blocked = faulty(records)
+    rng = random.Random(seed)
 
-    class Selector(CandidateSelector):
-        rng = random.Random(seed)
+    def select(state) -> int:
+        barred = {index for index, candidate in enumerate(state.program_candidates)
+                  if index and any(carries(candidate[COMPONENT], record) for record in blocked)}
+        fronts = {key: programs - barred for key, programs in state.get_pareto_front_mapping().items()}
+        fronts = {key: programs for key, programs in fronts.items() if programs}
+        if not fronts:
+            return 0
+        return gepa_adapter.pareto_parent(fronts, state.per_program_tracked_scores, rng)
 
-        def select_candidate_idx(self, state) -> int:
-            barred = {index for index, candidate in enumerate(state.program_candidates)
-                      if index and any(carries(candidate[COMPONENT], record) for record in blocked)}
-            fronts = {key: programs - barred for key, programs in state.get_pareto_front_mapping().items()}
-            fronts = {key: programs for key, programs in fronts.items() if programs}
-            if not fronts:
-                return 0
-            return select_program_candidate_from_pareto_front(fronts, state.per_program_tracked_scores, self.rng)
-
-    return Selector()
+    return gepa_adapter.candidate_selector(select)
 
 
 class _FileLog:
@@ -352,22 +346,19 @@ def run_search(adapter: ScreeningAdapter, proposer: SearchProposer, *, base_prom
                val: list[Example], budget: int, folder: Path, seed: int, promote: int = PROMOTE) -> SearchOutcome:
     """gepa's search for `budget` more rollouts in `folder` (continuing a pool found there),
     then the promotion rule."""
-    import gepa
-    from gepa.core.state import GEPAState
-
     gepa_dir = folder / "gepa"
     gepa_dir.mkdir(parents=True, exist_ok=True)
-    spent = GEPAState.load(str(gepa_dir)).total_num_evals if (gepa_dir / "gepa_state.bin").is_file() else 0
+    spent = gepa_adapter.spent_evaluations(gepa_dir)
     start = adapter.rollouts
+    selection = parent_selector(proposer.records, seed) if faulty(proposer.records) else "pareto"
     try:
-        result = gepa.optimize(seed_candidate={COMPONENT: base_prompt}, trainset=train, valset=val, adapter=adapter,
-                               custom_candidate_proposer=proposer, reflection_minibatch_size=MINIBATCH,
-                               candidate_selection_strategy=parent_selector(proposer.records, seed)
-                               if faulty(proposer.records) else "pareto",
-                               max_metric_calls=spent + budget, run_dir=str(gepa_dir), seed=seed,
-                               logger=_FileLog(folder / "gepa.log"), track_best_outputs=False,
-                               display_progress_bar=False, raise_on_exception=True,
-                               stop_callbacks=[proposer.should_stop])
+        result = gepa_adapter.optimize(seed_candidate={COMPONENT: base_prompt}, trainset=train, valset=val,
+                                       adapter=adapter, custom_candidate_proposer=proposer,
+                                       reflection_minibatch_size=MINIBATCH, candidate_selection_strategy=selection,
+                                       max_metric_calls=spent + budget, run_dir=str(gepa_dir), seed=seed,
+                                       logger=_FileLog(folder / "gepa.log"), track_best_outputs=False,
+                                       display_progress_bar=False, raise_on_exception=True,
+                                       stop_callbacks=[proposer.should_stop])
     finally:
         save_records(folder, proposer.records)
     if proposer.stopped is not None:
