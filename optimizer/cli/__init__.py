@@ -24,6 +24,7 @@ from optimizer.cli import model as model_cmd
 from optimizer.cli import nightly as nightly_cmd
 from optimizer.cli import report as report_cmd
 from optimizer.cli import suites as suites_cmd
+from optimizer.cli import view as view_cmd
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Closed-loop prompt optimizer: evaluate agents, propose prompt patches, gate them.")
@@ -35,6 +36,7 @@ app.command("nightly")(nightly_cmd.nightly_command)
 app.command("history")(history_cmd.history_command)
 app.command("graduate")(graduate_cmd.graduate_command)
 app.command("report")(report_cmd.report_command)
+app.command("view")(view_cmd.view_command)
 app.add_typer(suites_cmd.app, name="suites")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(judges_cmd.app, name="judges")

@@ -1,0 +1,29 @@
+"""`optimizer view`."""
+
+from __future__ import annotations
+
+import typer
+
+
+def view_command(
+    host: str = typer.Option("127.0.0.1", "--host", envvar="OPTIMIZER_VIEW_HOST",
+                             help="Address to listen on; the default is this machine only."),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, envvar="OPTIMIZER_VIEW_PORT",
+                             help="Port to listen on (0: any free port)."),
+    verbose: bool = typer.Option(False, "--verbose", help="Log every request."),
+) -> None:
+    """Browse the store in a web browser: runs, trials with filters, transcripts, changed pairs, trends. Read-only."""
+    from optimizer.cli._common import console
+    from optimizer.config import find_project_root, load_settings
+    from optimizer.store.store import default_url
+    from optimizer.viewer import ViewerServer
+
+    root = find_project_root()
+    settings = load_settings(root)
+    server = ViewerServer(settings.database_url or default_url(root / settings.state_dir), host, port, verbose)
+    console.print(f"viewing the store at http://{host}:{server.server_address[1]}/ (Ctrl-C stops)",
+                  highlight=False, soft_wrap=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()

@@ -1,0 +1,155 @@
+"""The viewer's pages: each a function of the reader and the request's path and query that
+returns the status and the HTML. Everything shown passes through Jinja's autoescape; a
+transcript is untrusted text and is never marked safe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlencode
+
+import jinja2
+
+from optimizer.decision_view import decision_view
+from optimizer.trends import trends
+from optimizer.viewer.reader import PAGE, PAIRS_PAGE, Reader, ending
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+FILTERS = ("suite", "bucket", "split", "outcome", "ending", "task")
+
+
+class NotFound(Exception):
+    """404: no such run, trial, iteration or page."""
+
+
+class BadRequest(Exception):
+    """400: an id or a number that cannot be one."""
+
+
+def environment() -> jinja2.Environment:
+    # transcripts are free-form dicts: a message without `name` or `tool_calls` reads as empty
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.ChainableUndefined)
+    env.filters["score"] = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "–"
+    env.filters["pretty"] = lambda v: v if isinstance(v, str) else json.dumps(v, indent=2, ensure_ascii=False)
+    env.filters["ending"] = ending
+    env.filters["query"] = lambda params: urlencode({k: v for k, v in params.items() if v not in (None, "")})
+    env.filters["diffclass"] = lambda line: ("add" if line.startswith("+") and not line.startswith("+++") else
+                                             "del" if line.startswith("-") and not line.startswith("---") else "")
+    return env
+
+
+def _page_number(query: dict[str, str]) -> int:
+    try:
+        page = int(query.get("page", "0"))
+    except ValueError:
+        raise BadRequest("page must be a whole number") from None
+    if not 0 <= page <= 1_000_000:
+        raise BadRequest("page must be between 0 and 1,000,000")
+    return page
+
+
+def _split(rows: list[dict[str, Any]], size: int = PAGE) -> tuple[list[dict[str, Any]], bool]:
+    """The page's rows and whether another page follows (the reader fetches one row more)."""
+    return rows[:size], len(rows) > size
+
+
+def home(reader: Reader, _: list[str], query: dict[str, str]) -> dict[str, Any]:
+    page = _page_number(query)
+    runs, more_runs = _split(reader.runs(page))
+    iterations, more_iterations = _split(reader.iterations(page))
+    for row in iterations:
+        row["targets"] = json.loads(row.pop("targets_json") or "[]")
+    return {"template": "home", "title": "Runs and iterations", "runs": runs, "iterations": iterations,
+            "page": page, "more": more_runs or more_iterations}
+
+
+def run(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, Any]:
+    record = reader.run(parts[0])
+    if record is None:
+        raise NotFound(f"no run {parts[0]!r}")
+    filters = {name: query.get(name, "") for name in FILTERS}
+    page = _page_number(query)
+    trials, more = _split(reader.trials(parts[0], filters, page))
+    table: dict[tuple, dict[str, Any]] = {}
+    for row in reader.buckets(parts[0]):
+        cell = table.setdefault((row["suite"], row["bucket"], row["split"]),
+                                {"suite": row["suite"], "bucket": row["bucket"], "split": row["split"],
+                                 "passed": 0, "failed": 0, "errored": 0})
+        cell[row["status"]] = cell.get(row["status"], 0) + row["n"]
+    return {"template": "run", "title": f"Run {record['run_id']}", "run": record, "buckets": list(table.values()),
+            "trials": trials, "filters": filters, "endings": reader.endings(parts[0]), "page": page, "more": more}
+
+
+def trial(reader: Reader, parts: list[str], _: dict[str, str]) -> dict[str, Any]:
+    row = reader.trial(_trial_id(parts[0]))
+    if row is None:
+        raise NotFound(f"no trial {parts[0]}")
+    return {"template": "trial", "title": f"Trial {row['suite']}/{row['task_id']} #{row['trial_index']}", "t": row}
+
+
+def _trial_id(text: str) -> int:
+    if not text.isdigit() or len(text) > 18:
+        raise BadRequest(f"a trial id is a whole number, not {text!r}")
+    return int(text)
+
+
+def iteration(reader: Reader, parts: list[str], _: dict[str, str]) -> dict[str, Any]:
+    record = reader.iteration(parts[0])
+    if record is None:
+        raise NotFound(f"no iteration {parts[0]!r}")
+    proposals = reader.proposals(parts[0])
+    for p in proposals:
+        decision = json.loads(p.pop("decision_json") or "null")
+        p["decision"] = decision_view(decision) if decision else None
+    record["targets"] = json.loads(record.get("targets_json") or "[]")
+    return {"template": "iteration", "title": f"Iteration {record['iteration_id']}", "it": record,
+            "proposals": proposals, "base_runs": reader.base_runs(record)}
+
+
+def pairs(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, Any]:
+    record = reader.iteration(parts[0])
+    if record is None:
+        raise NotFound(f"no iteration {parts[0]!r}")
+    ordinal = query.get("proposal", "1")
+    proposal = next((p for p in reader.proposals(parts[0]) if str(p["ordinal"]) == ordinal), None)
+    if proposal is None:
+        raise NotFound(f"iteration {parts[0]!r} has no proposal {ordinal!r}")
+    page = _page_number(query)
+    found = reader.changed_pairs(reader.base_runs(record), proposal["candidate_run_id"]) \
+        if proposal["candidate_run_id"] else []
+    shown = found[page * PAIRS_PAGE:(page + 1) * PAIRS_PAGE]
+    return {"template": "pairs", "title": f"Changed pairs of {proposal['branch']}", "it": record,
+            "proposal": proposal, "total": len(found), "page": page,
+            "more": len(found) > (page + 1) * PAIRS_PAGE,
+            "pairs": [(reader.trial(base), reader.trial(candidate)) for base, candidate in shown]}
+
+
+def trend(reader: Reader, _: list[str], __: dict[str, str]) -> dict[str, Any]:
+    return {"template": "trends", "title": "Pass rate over time", "trends": trends(reader.engine)}
+
+
+ROUTES: dict[str, tuple[int, Callable[[Reader, list[str], dict[str, str]], dict[str, Any]]]] = {
+    "": (0, home), "run": (1, run), "trial": (1, trial), "iteration": (1, iteration), "pairs": (1, pairs),
+    "trends": (0, trend)}
+"""First path segment -> (number of segments after it, page)."""
+
+
+def render(env: jinja2.Environment, reader: Reader, path: str, query: dict[str, str]) -> tuple[int, str]:
+    """(HTTP status, HTML) of the page at `path`."""
+    parts = [part for part in path.split("/") if part]
+    head, rest = (parts[0], parts[1:]) if parts else ("", [])
+    route = ROUTES.get(head)
+    try:
+        if route is None or len(rest) != route[0]:
+            raise NotFound(f"no page {path!r}")
+        data = route[1](reader, rest, query)
+        return 200, env.get_template(f"viewer/{data['template']}.html.j2").render(**data)
+    except NotFound as exc:
+        return 404, env.get_template("viewer/error.html.j2").render(title="Not found", message=str(exc))
+    except BadRequest as exc:
+        return 400, env.get_template("viewer/error.html.j2").render(title="Bad request", message=str(exc))
+    except Exception as exc:  # a page that fails is one page's 500, not a dropped connection
+        return 500, env.get_template("viewer/error.html.j2").render(title="Server error",
+                                                                     message=f"{type(exc).__name__}: {exc}")

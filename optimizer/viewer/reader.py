@@ -1,0 +1,164 @@
+"""The viewer's queries: read-only, each page one or a few statements with a LIMIT.
+
+The viewer opens the store itself rather than through `Store`: `Store` migrates, checks and
+closes orphaned runs when it opens, all writes. Here a SQLite file is opened with `mode=ro`
+(SQLite refuses every write) and a PostgreSQL session is set read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, and_, case, create_engine, event, func, or_, select
+
+from optimizer.errors import InputError
+from optimizer.store import schema
+
+PAGE = 50
+"""Rows per page of a list (runs, iterations, trials)."""
+PAIRS_PAGE = 10
+"""Changed pairs per page: each shows two transcripts."""
+ENDING_CHARS = 40
+
+
+def open_engine(url: str) -> Engine:
+    """A read-only engine on the store at `url`; a SQLite file that is not there is an input error."""
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise InputError(f"no store at {path}", path=path,
+                             fix="run `optimizer eval` or `optimizer run` first, or set state_dir "
+                                 "(env OPTIMIZER_STATE_DIR) to the folder holding optimizer.db")
+        uri = f"{path.resolve().as_uri()}?mode=ro"
+        return create_engine("sqlite://", creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False))
+    engine = create_engine(url)
+
+    @event.listens_for(engine, "connect")
+    def _read_only(dbapi_connection, _record) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    return engine
+
+
+def ending(error: str | None) -> str:
+    """How a trial ended, short: `completed`, or its error up to the first colon."""
+    if not error:
+        return "completed"
+    return error.split(":", 1)[0].strip()[:ENDING_CHARS] or "error"
+
+
+class Reader:
+    """Every read the viewer's pages make."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def _rows(self, statement) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return [dict(row) for row in conn.execute(statement).mappings().all()]
+
+    def runs(self, page: int) -> list[dict[str, Any]]:
+        r, t = schema.runs, schema.trials
+        counts = (select(t.c.run_id, func.count().label("trials"),
+                         func.sum(case((t.c.status == "passed", 1), else_=0)).label("passed"))
+                  .group_by(t.c.run_id).subquery())
+        statement = (select(r.c.run_id, r.c.kind, r.c.status, r.c.started_at, counts.c.trials, counts.c.passed)
+                     .outerjoin(counts, counts.c.run_id == r.c.run_id)
+                     .order_by(r.c.started_at.desc()).limit(PAGE + 1).offset(page * PAGE))
+        return self._rows(statement)
+
+    def iterations(self, page: int) -> list[dict[str, Any]]:
+        i = schema.iterations
+        return self._rows(select(i.c.iteration_id, i.c.status, i.c.started_at, i.c.agent, i.c.targets_json,
+                                 i.c.baseline_run_id).order_by(i.c.started_at.desc())
+                          .limit(PAGE + 1).offset(page * PAGE))
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        rows = self._rows(select(schema.runs).where(schema.runs.c.run_id == run_id))
+        return rows[0] if rows else None
+
+    def buckets(self, run_id: str) -> list[dict[str, Any]]:
+        """Per suite, bucket and split of a run: trials by status."""
+        t = schema.trials
+        return self._rows(select(t.c.suite, t.c.bucket, t.c.split, t.c.status, func.count().label("n"))
+                          .where(t.c.run_id == run_id).group_by(t.c.suite, t.c.bucket, t.c.split, t.c.status)
+                          .order_by(t.c.suite, t.c.bucket, t.c.split))
+
+    def endings(self, run_id: str) -> list[str]:
+        t = schema.trials
+        rows = self._rows(select(t.c.error).where(t.c.run_id == run_id).distinct().limit(500))
+        return sorted({ending(row["error"]) for row in rows})
+
+    def trials(self, run_id: str, filters: dict[str, str], page: int) -> list[dict[str, Any]]:
+        """One page of a run's trials (no transcripts), filtered by suite, bucket, outcome
+        (status), ending and task (a substring of its id)."""
+        t = schema.trials
+        conditions = [t.c.run_id == run_id]
+        for name, column in (("suite", t.c.suite), ("bucket", t.c.bucket), ("outcome", t.c.status),
+                             ("split", t.c.split)):
+            if filters.get(name):
+                conditions.append(column == filters[name])
+        if filters.get("task"):
+            conditions.append(t.c.task_id.contains(filters["task"], autoescape=True))
+        if filters.get("ending") == "completed":
+            conditions.append(or_(t.c.error.is_(None), t.c.error == ""))
+        elif filters.get("ending"):
+            conditions.append(t.c.error.startswith(filters["ending"], autoescape=True))
+        statement = (select(t.c.id, t.c.suite, t.c.task_id, t.c.bucket, t.c.split, t.c.trial_index, t.c.status,
+                            t.c.score, t.c.error, t.c.duration_s)
+                     .where(and_(*conditions)).order_by(t.c.id).limit(PAGE + 1).offset(page * PAGE))
+        return self._rows(statement)
+
+    def trial(self, trial_id: int) -> dict[str, Any] | None:
+        rows = self._rows(select(schema.trials).where(schema.trials.c.id == trial_id))
+        if not rows:
+            return None
+        row = rows[0]
+        row["transcript"] = json.loads(row.pop("transcript_json"))
+        row["outcome"] = json.loads(row.pop("outcome_json"))
+        row["graders"] = self._rows(select(schema.grader_results).where(schema.grader_results.c.trial_id == trial_id)
+                                    .order_by(schema.grader_results.c.id))
+        return row
+
+    def iteration(self, iteration_id: str) -> dict[str, Any] | None:
+        rows = self._rows(select(schema.iterations).where(schema.iterations.c.iteration_id == iteration_id))
+        return rows[0] if rows else None
+
+    def proposals(self, iteration_id: str) -> list[dict[str, Any]]:
+        p = schema.proposals
+        return self._rows(select(p.c.ordinal, p.c.branch, p.c.status, p.c.reason, p.c.diff, p.c.candidate_run_id,
+                                 p.c.rationale, p.c.decision_json, p.c.created_at).where(p.c.iteration_id == iteration_id).order_by(p.c.ordinal))
+
+    def base_runs(self, iteration: dict[str, Any]) -> list[str]:
+        """The runs holding the base prompt's trials an iteration's gate paired with its
+        candidates: the iteration's `confirm` runs (fresh indexes), then its baseline."""
+        r = schema.runs
+        window = [r.c.kind == "confirm", r.c.started_at >= iteration["started_at"]]
+        if iteration.get("finished_at") is not None:
+            window.append(r.c.started_at <= iteration["finished_at"])
+        confirms = [row["run_id"] for row in self._rows(select(r.c.run_id).where(and_(*window))
+                                                        .order_by(r.c.started_at))]
+        return confirms + ([iteration["baseline_run_id"]] if iteration.get("baseline_run_id") else [])
+
+    def changed_pairs(self, base_runs: list[str], candidate_run: str) -> list[tuple[int, int]]:
+        """(base trial id, candidate trial id) of every pair (suite, task, trial index) whose
+        outcome differs, in the candidate's order; the first base run holding a pair wins."""
+        t = schema.trials
+        columns = (t.c.id, t.c.run_id, t.c.suite, t.c.task_id, t.c.trial_index, t.c.status)
+        base: dict[tuple, tuple[int, str]] = {}
+        rank = {run_id: n for n, run_id in enumerate(base_runs)}
+        best: dict[tuple, int] = {}
+        for row in self._rows(select(*columns).where(t.c.run_id.in_(base_runs))):
+            key = (row["suite"], row["task_id"], row["trial_index"])
+            if key not in best or rank[row["run_id"]] < best[key]:
+                best[key] = rank[row["run_id"]]
+                base[key] = (row["id"], row["status"])
+        pairs = []
+        for row in self._rows(select(*columns).where(t.c.run_id == candidate_run).order_by(t.c.id)):
+            found = base.get((row["suite"], row["task_id"], row["trial_index"]))
+            if found is not None and found[1] != row["status"]:
+                pairs.append((found[0], row["id"]))
+        return pairs

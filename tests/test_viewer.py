@@ -1,0 +1,133 @@
+"""`optimizer view`: the server's pages over a hand-built store (escaping, filters, bad ids,
+read-only), the command's exit-2 errors, and (marker `browser`) a click-through in headless
+Chromium on a store made by a mock/sim iteration."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import socket
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from optimizer.store import Store, default_url
+from optimizer.viewer import ViewerServer
+from tests.viewer_store import INJECTION, build
+
+
+@pytest.fixture
+def store_path(isolated) -> Path:
+    store = Store(default_url(isolated))
+    build(store)
+    store.close()
+    return isolated / "optimizer.db"
+
+
+@pytest.fixture
+def get(store_path):
+    server = ViewerServer(f"sqlite:///{store_path}", "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def fetch(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}{path}", timeout=10) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    yield fetch
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_first_page_lists_runs_and_iterations_with_links(get):
+    status, page = get("/")
+    assert status == 200
+    assert re.findall(r'href="/run/([^"]+)"', page).count("base-0") == 2  # in its row and as the iteration's baseline
+    assert 'href="/iteration/it-0"' in page and "accepted" in page
+
+
+def test_a_transcript_is_shown_as_text_never_as_markup(get):
+    status, page = get("/run/base-0?task=card_task_1")
+    trial_id = re.findall(r'href="/trial/(\d+)"', page)[0]
+    status, page = get(f"/trial/{trial_id}")
+    assert status == 200
+    assert "<script>document" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;document.title=&#39;owned&#39;&lt;/script&gt;" in page
+    for part in ("# Card Agent", "save_timeline_card", "call_1", "saved", "card_must_contain", "checked", "&#34;cards&#34;"):
+        assert part in page, part
+
+
+def test_trials_are_filtered_by_outcome_ending_and_task(get):
+    def trial_rows(query: str) -> list[str]:
+        status, page = get(f"/run/base-0?{query}")
+        assert status == 200
+        return re.findall(r'<tr data-status="(\w+)">', page)
+
+    assert len(trial_rows("")) == 8
+    assert trial_rows("outcome=passed") == ["passed", "passed"]
+    assert len(trial_rows("outcome=failed&task=task_3")) == 2
+    assert trial_rows("ending=completed&task=card_task_0") == ["passed", "passed"]
+    assert trial_rows("task=no_such_task") == []
+
+
+def test_an_iterations_changed_pairs_show_the_prompt_diff_and_both_transcripts(get):
+    status, page = get("/iteration/it-0")
+    assert status == 200 and "/pairs/it-0?proposal=1" in page
+    status, page = get("/pairs/it-0?proposal=1")
+    assert status == 200
+    assert "2 pair(s) whose outcome changed" in page
+    assert page.count('class="pair"') == 2 and page.count('class="transcript"') == 4
+    assert "card_task_1 #0" in page and "failed &rarr; passed" in page
+    assert '<span class="add">+Keep every fact of the note.</span>' in page
+    assert page.index("Prompt diff") < page.index('class="pair"')
+
+
+@pytest.mark.parametrize("path, status", [("/trial/abc", 400), ("/trial/99999", 404), ("/run/nope", 404),
+                                          ("/iteration/nope", 404), ("/pairs/it-0?proposal=9", 404),
+                                          ("/run/base-0?page=x", 400), ("/no/such/page", 404)])
+def test_bad_ids_are_404_and_malformed_ones_400(get, path, status):
+    assert get(path)[0] == status
+
+
+def test_the_trend_page_charts_pass_rate_per_bucket_and_split_with_the_accepted_patch(get):
+    status, page = get("/trends")
+    assert status == 200
+    for series in ("card_agent split train", "card_agent split holdout", "card_agent/fact_preservation"):
+        assert f'data-series="{series}"' in page
+    assert page.count('class="patch"') == page.count("<svg")  # the one accepted patch, in every chart
+    assert "0.25 &rarr;" in page.split('data-series="card_agent/fact_preservation"')[1]
+
+
+def test_the_viewer_never_writes_the_store(store_path, get):
+    before = hashlib.sha256(store_path.read_bytes()).hexdigest()
+    for path in ("/", "/run/base-0", "/trial/1", "/iteration/it-0", "/pairs/it-0", "/trends"):
+        assert get(path)[0] == 200, path
+    assert hashlib.sha256(store_path.read_bytes()).hexdigest() == before
+    from optimizer.viewer import Reader, open_engine
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+    engine = open_engine(f"sqlite:///{store_path}")
+    with pytest.raises(OperationalError, match="readonly"), engine.connect() as conn:
+        conn.execute(text("DELETE FROM trials"))
+    assert Reader(engine).trial(1) is not None
+
+
+def test_a_missing_store_is_exit_2(cli, isolated):
+    code, out, err = cli("view", "--port", "0")
+    assert code == 2
+    assert "no store at" in err and "optimizer.db" in err
+
+
+def test_a_busy_port_is_exit_2(cli, store_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        code, out, err = cli("view", "--port", str(taken.getsockname()[1]))
+    assert code == 2
+    assert "is busy" in err and "--port" in err

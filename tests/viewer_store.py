@@ -1,0 +1,73 @@
+"""A hand-built store for the viewer's tests and benchmark: a baseline, a candidate whose
+outcomes differ on chosen pairs, an iteration with its accepted proposal, and a night."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from optimizer.store import Store
+from optimizer.store.proposals import ProposalRow
+from optimizer.types import GraderResult, Outcome, RunResult, ToolCall, Transcript, Trial
+
+START = datetime(2026, 11, 20, 2, 0, tzinfo=timezone.utc)
+INJECTION = "<script>document.title='owned'</script><img src=x onerror=alert(1)>"
+DIFF = "--- a/agents/prompts/card_agent.md\n+++ b/agents/prompts/card_agent.md\n@@ -1 +1,2 @@\n # Card Agent\n" \
+       "+Keep every fact of the note.\n"
+
+
+def trial(task: str, index: int, status: str, bucket: str = "fact_preservation", note: str = "Standup at 10:30",
+          error: str | None = None) -> Trial:
+    """A trial with a full transcript: system prompt, user note, a tool call and its result."""
+    call = ToolCall(id="call_1", name="save_timeline_card", arguments={"title": note}, result="saved")
+    messages = [{"role": "system", "content": "# Card Agent\nTurn a note into a card."},
+                {"role": "user", "content": note},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "save_timeline_card", "arguments": f'{{"title": "{note}"}}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "saved"}]
+    passed = status == "passed"
+    return Trial(suite="card_agent", task_id=task, bucket=bucket, split="train" if index % 4 else "holdout",
+                 index=index, status=status, score=1.0 if passed else 0.0 if status == "failed" else None,
+                 error=error, duration_s=1.5,
+                 transcript=Transcript(messages=messages, tool_calls=[call], model="mock/sim"),
+                 outcome=Outcome(environment_state={"cards": [{"title": note}]}),
+                 grader_results=[GraderResult(grader="card_must_contain", score=1.0 if passed else 0.0,
+                                              passed=passed, rationale=f"checked {note!r}")])
+
+
+def add_run(store: Store, run_id: str, kind: str, trials: list[Trial], minute: int) -> str:
+    run = RunResult(run_id=run_id, started_at=START + timedelta(minutes=minute), trials=trials)
+    store.runs.start(run, kind=kind)
+    for item in trials:
+        store.trials.record(run_id, item)
+    store.runs.finish(run_id, "completed", {"totals": {"trials": len(trials)}, "buckets": []})
+    return run_id
+
+
+def build(store: Store, *, tasks: int = 4, trials_per_task: int = 2, nights: int = 1) -> dict[str, str]:
+    """Per night: a baseline where every task's trials fail except task 0's, and a candidate
+    where task 1's pass too (the changed pairs), with the iteration accepting the patch."""
+    ids: dict[str, str] = {}
+    for night in range(nights):
+        minute = night * 24 * 60
+        base = [trial(f"card_task_{t}", i, "passed" if t == 0 else "failed", note=INJECTION if t == 1 else "Standup")
+                for t in range(tasks) for i in range(trials_per_task)]
+        cand = [item.model_copy(update={"status": "passed", "score": 1.0}) if item.task_id == "card_task_1" else item
+                for item in base]
+        iteration_id = f"it-{night}"
+        store.iterations.start(iteration_id, kind="run", base_ref="main", base_commit="c0ffee" * 7, settings={})
+        ids["baseline"] = add_run(store, f"base-{night}", "baseline", base, minute)
+        ids["candidate"] = add_run(store, f"cand-{night}", "candidate", cand, minute + 5)
+        store.iterations.set_targets(iteration_id, agent="card_agent", targets=["card_agent/fact_preservation"],
+                                     baseline_run_id=ids["baseline"])
+        store.proposals.add(ProposalRow(iteration_id=iteration_id, ordinal=1, agent="card_agent",
+                                        branch=f"optimizer/{iteration_id}/card_agent-1", proposer="llm",
+                                        status="accepted", reason="accepted", diff=DIFF,
+                                        candidate_run_id=ids["candidate"],
+                                        decision={"rules": [{"rule": "improvement", "passed": True,
+                                                             "reason": "fact_preservation improved"}],
+                                                  "buckets": []}))
+        store.iterations.finish(iteration_id, "accepted", {"rollouts": len(cand)})
+        ids["iteration"] = iteration_id
+    store.flush()
+    return ids
