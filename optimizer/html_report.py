@@ -21,6 +21,7 @@ from optimizer.decision_view import COLUMNS, decision_view
 from optimizer.errors import InputError
 from optimizer.history import costs_by, spec_lines
 from optimizer.store import Store
+from optimizer.trends import trends
 
 TEMPLATES = Path(__file__).parent / "templates"
 WORST_FAILURES = 10
@@ -236,7 +237,13 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
             "cost_total": total_cost, "accepted": accepted,
             "cost_per_accepted": total_cost / accepted if accepted else None,
             "failures": _worst_failures(store, last_baseline), "failures_run": last_baseline,
+            "trends": _trends(store),
             "generated": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def _trends(store: Store) -> dict[str, Any]:
+    store.flush()
+    return trends(store.engine)
 
 
 def render(data: dict[str, Any]) -> str:

@@ -150,3 +150,18 @@ def test_each_iteration_shows_its_baselines_spec_and_what_changed_since_the_last
     first, second = iterations.split('class="spec"')[1:]
     assert "litellm=" in first and "dspy=" in first and "changed since" not in first
     assert "changed since the last baseline: " in second and "agents.card_agent.prompt" in second
+
+
+def test_the_report_charts_pass_rate_over_the_nights_with_the_accepted_patches_marked(tmp_path):
+    from tests.viewer_store import build as build_nights
+
+    store = Store(default_url(tmp_path))
+    build_nights(store, nights=3)
+    page = render(build(store))
+    store.close()
+    trends = page.split('id="chart-trends"')[1].split("</div>\n</div>")[0]
+    for series in ("card_agent split train", "card_agent split holdout", "card_agent/fact_preservation"):
+        assert f'data-series="{series}"' in trends
+    charts = trends.count("<svg")
+    assert charts == 3 and trends.count('class="patch"') == 3 * charts  # three nights' accepted patches
+    assert trends.count("<circle") == 3 * charts  # a point per night's baseline
