@@ -215,7 +215,10 @@ class Runner:
             except TrialCutShort as exc:  # before TrialTimeout: a passed deadline is both
                 return _cut_short(item, exc.message, time.monotonic() - begun, client,
                                   getattr(exc, "partial_transcript", None), timed_out=isinstance(exc, DeadlinePassed))
-            except (ModelCallError, TrialTimeout) as exc:
+            except TrialTimeout as exc:  # the model was failing (being retried) when time ran out
+                return _errored(item, f"{INFRASTRUCTURE_ENDING}TrialTimeout: {exc}", time.monotonic() - begun,
+                                client, getattr(exc, "partial_transcript", None))
+            except ModelCallError as exc:
                 return _errored(item, f"{type(exc).__name__}: {exc}", time.monotonic() - begun, client,
                                 getattr(exc, "partial_transcript", None))
             except Exception as exc:

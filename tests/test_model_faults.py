@@ -137,11 +137,16 @@ def test_a_trial_that_finishes_past_its_timeout_fails_with_score_zero_and_the_ru
     assert summary["totals"]["errored"] == 0
 
 
-def test_a_provider_that_hangs_until_the_deadline_leaves_the_trial_errored(tmp_path):
+def test_a_provider_that_hangs_until_the_deadline_leaves_the_trial_errored_as_the_infrastructures(tmp_path):
+    """The model was failing (its call being retried) when the time ran out: the provider's doing,
+    so the gate's errored rule holds it against neither prompt (`scoring.spoiled`)."""
+    from optimizer.scoring import spoiled
+
     run, summary, _ = run_with_script(tmp_path, "hang", ["hang", "ok"], task=event_task(timeout_seconds=1))
     trial = run.trials[0]
     assert (trial.status, trial.score) == ("errored", None)
-    assert trial.error.startswith("TrialTimeout: ") and "while a model call was failing" in trial.error
+    assert trial.error.startswith("infrastructure: TrialTimeout: ") and "while a model call was failing" in trial.error
+    assert spoiled(trial)
     assert summary["totals"]["errored"] == 1 and summary["unfinished"] == []
 
 
