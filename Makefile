@@ -55,12 +55,12 @@ test: setup
 test-local: model
 	$(BIN)/python -m pytest -q -m local_model
 
-# The HTML report rendered in headless Chromium (marker browser); installs Debian's chromium
-# package when it is missing and apt-get may be used.
+# The HTML report rendered and the viewer driven in headless Chromium (marker browser); installs
+# Debian's chromium and chromium-driver packages when they are missing and apt-get may be used.
 test-browser: setup
-	@command -v chromium >/dev/null || { if [ "$$(id -u)" = 0 ]; then apt-get update -q >/dev/null && \
-		apt-get install -y -q chromium >/dev/null; else echo "install Chromium first: sudo apt-get install chromium" >&2; \
-		exit 2; fi; }
+	@{ command -v chromium && command -v chromedriver; } >/dev/null || { if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; else \
+		echo "install Chromium first: sudo apt-get install chromium chromium-driver" >&2; exit 2; fi; }
 	$(BIN)/python -m pytest -q -m browser
 
 bench: setup

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 import socket
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -16,6 +17,8 @@ import pytest
 
 from optimizer.store import Store, default_url
 from optimizer.viewer import ViewerServer
+from tests.helpers import PROJECT_ROOT
+from tests.test_loop import repo  # noqa: F401
 from tests.viewer_store import INJECTION, build
 
 
@@ -131,3 +134,77 @@ def test_a_busy_port_is_exit_2(cli, store_path):
         code, out, err = cli("view", "--port", str(taken.getsockname()[1]))
     assert code == 2
     assert "is busy" in err and "--port" in err
+
+
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "viewer-screenshot.png"
+
+
+@pytest.fixture
+def browser():
+    """Headless Chromium driven through Debian's chromedriver (`make test-browser` installs both)."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    driver_path = shutil.which("chromedriver")
+    assert driver_path, "chromedriver is not installed: `make test-browser` installs Debian's chromium-driver"
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000",
+                 "--disable-background-networking", "--disable-component-update", "--no-first-run"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.mark.browser
+def test_a_reviewer_clicks_from_the_runs_to_the_changed_pairs_and_a_transcript(cli, repo, monkeypatch, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from optimizer.config import load_settings
+
+    # the demo's stand-in coding agent: it appends the rule mock/sim rewards for the targeted bucket
+    monkeypatch.setenv("OPTIMIZER_PROPOSER", "command")
+    monkeypatch.setenv("OPTIMIZER_PROPOSER_COMMAND", f"{sys.executable} {PROJECT_ROOT / 'benchmarks/sim_patcher.py'} "
+                                                     "{request} {workdir} agents/prompts/card_agent.md")
+    code, out, err = cli("run", "--agent-model", "mock/sim")
+    assert code == 0, out + err
+    settings = load_settings(repo)
+    server = ViewerServer(settings.database_url or default_url(repo / settings.state_dir), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        assert browser.title.startswith("Runs and iterations")
+        browser.find_element(By.CSS_SELECTOR, "a.iteration").click()
+        assert browser.title.startswith("Iteration ")
+        browser.find_element(By.CSS_SELECTOR, "a.pairs").click()
+        assert browser.find_element(By.TAG_NAME, "h1").text.startswith("Changed pairs of optimizer/")
+        assert browser.find_element(By.CSS_SELECTOR, "pre.diff span.add").text.startswith("+")
+        pairs = browser.find_elements(By.CSS_SELECTOR, "div.pair")
+        assert pairs, "the accepted rule changes the outcome of some pairs"
+        assert len(pairs[0].find_elements(By.CSS_SELECTOR, "div.side > div")) == 2
+        browser.save_screenshot(str(SCREENSHOT))
+        pairs_url = browser.current_url
+        pairs[0].find_element(By.CSS_SELECTOR, "div.candidate a[href^='/trial/']").click()
+        assert browser.title.startswith("Trial card_agent/")
+        roles = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "div.msg > b")]
+        assert roles[:2] == ["system", "user"] and "assistant" in roles
+        assert browser.find_elements(By.CSS_SELECTOR, "table.graders tbody tr")
+        browser.find_element(By.CSS_SELECTOR, "a[href^='/run/']").click()
+        Select(browser.find_element(By.NAME, "outcome")).select_by_visible_text("failed")
+        browser.find_element(By.ID, "apply").click()
+        WebDriverWait(browser, 10).until(lambda page: "outcome=failed" in page.current_url)
+        rows = browser.find_elements(By.CSS_SELECTOR, "#trials tr[data-status]")
+        statuses = {row.get_attribute("data-status") for row in rows}
+        assert statuses <= {"failed"}
+        browser.back()
+        browser.back()
+        browser.back()
+        assert browser.current_url == pairs_url
+        assert browser.find_elements(By.CSS_SELECTOR, "div.pair")
+    finally:
+        server.shutdown()
+        server.server_close()
