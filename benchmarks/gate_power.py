@@ -13,6 +13,13 @@ Cases, per suite (each repeat draws a fresh baseline as the loop plans it: 4 tri
   smallest buckets, when a suite has none of one task) whose true mean score falls by at least
   0.2; with `--victims all`, every other bucket whose true mean falls by at least 0.05. Every
   acceptance is a harmful accept.
+* **effect harms** (`--cases effects`): the target's rule plus one wording of a harmful effect of
+  the sim's effect library (`optimizer.sim.Effect`): `named` (the line names a bucket it lowers),
+  `unnamed` (names none), `other` (names a bucket it leaves alone); spread over several buckets
+  or graded (-0.10 to -0.30 on the pass rate). The target is the lowest bucket the effect leaves
+  alone. Every acceptance is a harmful accept.
+* **gains** (`--cases gains`): the unnamed wording of a helpful effect (+0.10 to +0.30 on its
+  bucket's pass rate), that bucket the target: the power curve over effect sizes.
 
 Trials are drawn from `mock/sim`'s own model, not run through the agents: a trial passes with the
 probability the sim's rule machinery gives its prompt (`SimProfile.pass_probability`), each draw
@@ -30,8 +37,8 @@ used before (fixed 12 fresh pairs, a Bonferroni second look, a permutation test 
 0.20 uncorrected, a -0.10 point limit; kept in benchmarks/legacy_gate.py); `gepa` is the default
 acceptance of the `gepa` package's reflective mutation (the child's score summed over a minibatch
 of 3 train examples must beat the parent's on the same minibatch, both evaluated afresh);
-`unweighted` is `new` with plain Bonferroni harm thresholds, not weighted toward the buckets the
-patch names.
+`weighted` is `new` with its harm tests weighted toward the buckets the patch names
+(`name_weighting`, off by default).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ import random
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,9 +149,9 @@ class FastSides:
 
 
 # ---------------------------------------------------------------- the three arms
-def new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy, pooled=False, weighted=True):
+def new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy, pooled=False):
     sides = FastSides(sim, base, candidate, rng, pooled)
-    named = buckets_named(unified_diff(base, candidate, "prompt.md"), planned, agent) if weighted else ()
+    named = buckets_named(unified_diff(base, candidate, "prompt.md"), planned, agent)
     result = compare(sides, planned=planned, baseline=baseline, targets=targets, agent=agent, policy=policy,
                      named=named)
     return result.decision.accepted, result.rollouts, result.decision.capped
@@ -214,6 +221,37 @@ def with_lines(prompt: str, *lines: str) -> str:
     return prompt.rstrip("\n") + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
 
 
+def effect_harms(effect, texts, base, sim, by_bucket, repeats, run_case, suite_name) -> None:
+    """One harmful case per wording of `effect`: the rule of the lowest bucket it leaves alone
+    (the target) plus that wording."""
+    target = min((b for b in by_bucket if b not in effect.change), key=lambda b: sim.true_mean(by_bucket[b], base))
+    for kind, wording in sorted(effect.wordings.items()):
+        harmful = with_lines(base, texts.rules[target], wording)
+        drops = " ".join(f"{bucket[:12]} -{sim.true_mean(by_bucket[bucket], base) - sim.true_mean(by_bucket[bucket], harmful):.2f}"
+                         for bucket, change in effect.change.items() if change < 0 and bucket in by_bucket)
+        run_case(f"harm {effect.name} [{kind}] ({drops})", harmful, repeats, lambda _, t=target: {(suite_name, t)})
+
+
+def aa_nights(args, sim, planned, base, agent, rng, policy, chosen, baseline_draw, suite_name) -> None:
+    """A/A nights: `--night-iterations` iterations of `--night-candidates` A/A candidates each, a
+    fresh baseline per iteration (a nightly's baseline after a rejection is new trials of the same
+    prompt); a night that accepts any candidate would merge a patch that changes nothing."""
+    tally = CaseTally()
+    for _ in range(args.nights):
+        accepted, rollouts = False, 0
+        for _ in range(args.night_iterations):
+            baseline = baseline_draw()
+            targets = chosen(baseline)
+            if targets is None:
+                continue
+            for _ in range(args.night_candidates):
+                verdict, spent, _ = new_gate(sim, planned, baseline, base, base, targets, agent, rng, policy)
+                accepted, rollouts = accepted or verdict, rollouts + spent
+        tally.add(accepted, rollouts, False)
+    name = f"A/A night ({args.night_iterations} it. x {args.night_candidates} cand.)"
+    print(f"{suite_name:<11} {name:<40} {'new':<9} {cells(tally)}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aa", type=int, default=300)
@@ -225,16 +263,23 @@ def main() -> None:
     parser.add_argument("--lone-task-factor", type=int, default=Settings.model_fields["lone_task_factor"].default,
                         help="times the trials of a task alone in its train bucket (the loop's setting)")
     parser.add_argument("--arms", nargs="*", default=["new", "pooled", "previous", "gepa"],
-                        help="arms to run: new pooled previous gepa unweighted (default: the first four)")
+                        help="arms to run: new pooled previous gepa weighted (default: the first four)")
     parser.add_argument("--victims", choices=["lone", "all"], default="lone",
                         help="harmful cases: contradict the smallest buckets (lone, default) or every bucket whose "
                              "true mean falls at least 0.05 (all)")
+    parser.add_argument("--cases", nargs="*", default=["aa", "good", "contradictions", "effects", "gains"],
+                        help="cases to run: aa good contradictions effects gains (default: all)")
+    parser.add_argument("--nights", type=int, default=0, help="A/A nights to run (default: none)")
+    parser.add_argument("--night-iterations", type=int, default=6)
+    parser.add_argument("--night-candidates", type=int, default=2)
+    parser.add_argument("--effects", nargs="*", default=None, help="effects of the library to try (default: all)")
     parser.add_argument("--policy", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="override GatePolicy fields, e.g. max_rollouts=400")
     args = parser.parse_args()
     started = time.monotonic()
     overrides = dict(item.split("=", 1) for item in args.policy)
-    policy = GatePolicy(**{key: type(getattr(GatePolicy(), key))(value) for key, value in overrides.items()})
+    policy = GatePolicy(**{key: (value == "True") if isinstance(getattr(GatePolicy(), key), bool)
+                           else type(getattr(GatePolicy(), key))(value) for key, value in overrides.items()})
     fails = failing_scores(args.suites, trials=16)
     print(f"calibration: failing-trial scores from {16} real mock/sim trials per task "
           f"({time.monotonic() - started:.0f} s)")
@@ -268,10 +313,11 @@ def main() -> None:
                 targets = targets_for(baseline)
                 if targets is None:
                     continue
-                for arm in ("new", "pooled", "unweighted"):
+                for arm in ("new", "pooled", "weighted"):
                     if arm in tallies:
+                        arm_policy = replace(policy, name_weighting=True) if arm == "weighted" else policy
                         tallies[arm].add(*new_gate(sim, planned, baseline, base, candidate, targets, agent, rng,
-                                                   policy, pooled=arm == "pooled", weighted=arm != "unweighted"))
+                                                   arm_policy, pooled=arm == "pooled"))
                 if "previous" in tallies:
                     tallies["previous"].add(*previous_gate(sim, planned, baseline, base, candidate, targets, agent,
                                                            rng))
@@ -287,8 +333,11 @@ def main() -> None:
             selection = select_targets(baseline, suites)
             return None if selection is None else {(t.suite, t.bucket) for t in selection.targets}
 
-        run_case("A/A (targets as `run` picks them)", base, args.aa, chosen)
-        buckets = args.buckets or sorted(by_bucket)
+        if "aa" in args.cases:
+            run_case("A/A (targets as `run` picks them)", base, args.aa, chosen)
+        if args.nights:
+            aa_nights(args, sim, planned, base, agent, rng, policy, chosen, baseline_draw, suite_name)
+        buckets = (args.buckets or sorted(by_bucket)) if "good" in args.cases else []
         for bucket in buckets:
             if bucket not in texts.rules or bucket not in by_bucket:
                 continue
@@ -298,7 +347,7 @@ def main() -> None:
         target = min(by_bucket, key=lambda b: sim.true_mean(by_bucket[b], base))
         smallest = min(len(items) for bucket, items in by_bucket.items() if bucket != target)
         least = 0.2 if args.victims == "lone" else 0.05
-        for bucket, items in sorted(by_bucket.items()):
+        for bucket, items in sorted(by_bucket.items()) if "contradictions" in args.cases else []:
             if (args.victims == "lone" and len(items) != smallest) or bucket == target:
                 continue
             harmful = with_lines(base, texts.rules[target], texts.contradictions[bucket])
@@ -309,6 +358,17 @@ def main() -> None:
             label = f"harm: {target} + !{bucket}{'' if smallest == 1 else f' [{smallest} tasks]'} (-{drop:.2f})"
             run_case(label, harmful, args.harm,
                      lambda _, t=target: {(suite_name, t)})
+        for effect in texts.effects:
+            if args.effects and effect.name not in args.effects:
+                continue
+            if effect.harmful and "effects" in args.cases:
+                effect_harms(effect, texts, base, sim, by_bucket, args.harm, run_case, suite_name)
+            elif not effect.harmful and "gains" in args.cases:
+                bucket, change = next(iter(effect.change.items()))
+                gain = sim.true_mean(by_bucket[bucket], with_lines(base, effect.wordings["unnamed"])) - \
+                    sim.true_mean(by_bucket[bucket], base)
+                run_case(f"gain {effect.name}: {bucket} p{change:+.2f} (+{gain:.2f})",
+                         with_lines(base, effect.wordings["unnamed"]), args.good, lambda _, b=bucket: {(suite_name, b)})
     print(f"\n{time.monotonic() - started:.0f} s in all")
 
 

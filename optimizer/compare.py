@@ -206,7 +206,7 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         return budget - sides.ran()
 
     # 1. targets, in batches, until each is settled; what the rest and the harm floor need is held back
-    named = frozenset(named)
+    named = frozenset(named) if policy.name_weighting else frozenset()
     held_back = len(rest) + _floor_cost(rest, regression, plan, policy, named)
     capped = False
     while True:
@@ -264,7 +264,8 @@ def compare(sides: Sides, *, planned: list[PlannedTrial], baseline: list[Trial],
         else:
             leaning = [((named_group and stats.change < 0, -stats.change), name, keys)
                        for name, keys, _, named_group, stats in states
-                       if suspicious(stats) and sum(table.count(k) for k in keys) < policy.max_bucket_pairs]
+                       if suspicious(stats, policy.clear_after)
+                       and sum(table.count(k) for k in keys) < policy.max_bucket_pairs]
             if not leaning:
                 break
             _, name, keys = max(leaning, key=lambda entry: entry[0])

@@ -16,15 +16,19 @@ Strict mode (the default):
    (an intersection-union test: no adjustment for several targets). Only fresh trials count
    here (the baseline's trials chose the targets, and would favour any patch by regression to
    the mean).
-2. **No harm.** For every other train bucket of the changed agent, the holdout split, the whole
-   split and each regression suite, a one-sided betting test of a drop. A group is *harmed* when
+2. **No harm.** For every other train bucket of the changed agent, the holdout split, all of
+   those together (`POOLED`: a harm spread thin over several buckets) and each regression suite,
+   a one-sided betting test of a drop, betting on the signs of the score changes and of the
+   pass/fail flips at once (`GroupStats._harm_path`). A group is *harmed* when
    its wealth reaches its threshold: m / `alpha_harm` (m = groups tested: Bonferroni over
    e-values, so the chance that noise vetoes a patch that harms nothing is at most `alpha_harm`
-   in all), or, when the patch names some of the buckets (`named_buckets`), a weighted
-   Bonferroni that spends `NAMED_SHARE` of `alpha_harm` on those (`harm_thresholds`). A group still
+   in all), or, with `name_weighting` on and a patch that names some of the buckets
+   (`named_buckets`), a weighted Bonferroni that spends `NAMED_SHARE` of `alpha_harm` on those
+   (`harm_thresholds`). A group still
    open when the comparison ends (some pair changed and its drop bets have not lost half their
    stake, see `suspicious`), whose detectable drop is larger than `max_bucket_drop`, is reported
-   as *not shown safe*; it does not reject.
+   as *not shown safe*; with `refuse_unsafe` it rejects. A group's bets falling to
+   `CLEARED_BELOW` clear it only once it has `clear_after` pairs.
 3. **Errored trials.** Pairs with an errored side are left out; the candidate is rejected when it
    errors significantly more often than the base prompt on the same pairs (exact sign test at
    `alpha_harm`). A trial the infrastructure spoiled (`scoring.spoiled`: a slow or silent model
@@ -81,6 +85,16 @@ class GatePolicy:
     max_bucket_pairs: int = 48
     max_rollouts: int = 250
     extra_target_rollouts: int = 50
+    clear_after: int = 16
+    """Pairs a harm group needs before its bets falling to `CLEARED_BELOW` clear it: two unlucky
+    first pairs no longer end the checks of a bucket that a patch broke."""
+    refuse_unsafe: str = "never"
+    """Reject when a group is *not shown safe* at the end (the budget spent with it open):
+    `never`, `pooled` (only the pooled group of all non-target tasks) or `any` group."""
+    name_weighting: bool = False
+    """Weight the harm tests toward the buckets a patch names (`harm_thresholds`). Off: a harm
+    worded to name another bucket moved half of `alpha_harm` and the pairs to an innocent one
+    (docs/gate.md); kept for `benchmarks/gate_power.py --arms weighted`."""
 
     def budget(self, targets: int) -> int:
         """Trials a proposal with this many targeted buckets may run: `max_rollouts`, plus
@@ -185,6 +199,8 @@ class Pair:
     before_errored: bool
     after_errored: bool
     spoiled: bool = False
+    before_passed: bool = False
+    after_passed: bool = False
     """A side was spoiled by the infrastructure (`scoring.spoiled`): left out, and not held
     against either prompt by the errored rule."""
 
@@ -221,7 +237,8 @@ class PairTable:
         self.added += 1
         self.pairs.setdefault(key, []).append(Pair(
             self.added, before.index, gate_value(before, self.non_voting), gate_value(after, self.non_voting),
-            before.status == "errored", after.status == "errored", spoiled(before) or spoiled(after)))
+            before.status == "errored", after.status == "errored", spoiled(before) or spoiled(after),
+            before.status == "passed", after.status == "passed"))
 
     def add_all(self, before: Iterable[Trial], after: Iterable[Trial], regression: set[str] = frozenset()) -> int:
         """Pair trials by (suite, task, index); returns how many pairs were added. Pairs are added
@@ -268,6 +285,9 @@ class GroupStats:
     diffs: list[float]
     """Every usable pair's change, in the order the pairs were run (for the tests)."""
     unjudged: bool
+    flips: list[float] | None = None
+    """Per usable pair, in the same order: +1 when only the candidate's trial passed, -1 when
+    only the base prompt's did, else 0 (None: not known, the harm test bets on `diffs` alone)."""
 
     @property
     def p_improve(self) -> float:
@@ -275,8 +295,22 @@ class GroupStats:
 
     @functools.cached_property
     def _harm_path(self) -> np.ndarray:
-        """The wealth of the bets on a drop after each non-zero change (computed once)."""
-        return wealth_path(signs(self.diffs, down=True), HARM_GRID)
+        """The wealth of the bets on a drop after each pair that moved (computed once): the
+        average of the sign bets on the score changes and the sign bets on the pass/fail flips
+        (McNemar's discordant pairs), both read in pair order. Each is a test martingale under
+        exchangeability, so their average is one too; the flips see a collapse of the pass rate
+        that partial credit dilutes in the scores, the scores a loss of credit that flips no
+        verdict."""
+        scores = [-1.0 if d > 1e-12 else 1.0 if d < -1e-12 else 0.0 for d in self.diffs]
+        if self.flips is None:
+            moved = [value for value in scores if value]
+            return wealth_path(moved, HARM_GRID)
+        flips = [-value for value in self.flips]
+        keep = [i for i, (a, b) in enumerate(zip(scores, flips)) if a or b]
+        if not keep:
+            return np.ones(0)
+        return (wealth_path([scores[i] for i in keep], HARM_GRID)
+                + wealth_path([flips[i] for i in keep], HARM_GRID)) / 2
 
     @property
     def harm_evalue(self) -> float:
@@ -313,9 +347,10 @@ def group_stats(table: PairTable, keys: list[tuple[str, str]]) -> GroupStats:
     after = sum(sum(p.after for p in usable[k]) / len(usable[k]) for k in scored) / len(scored)
     depth = min(len(usable[k]) for k in scored)
     rounds = [sum(usable[k][r].diff for k in scored) / len(scored) for r in range(depth)]
-    diffs = [pair.diff for pair in sorted((p for k in scored for p in usable[k]), key=lambda p: p.order)]
+    ordered = sorted((p for k in scored for p in usable[k]), key=lambda p: p.order)
+    flips = [float(p.after_passed) - float(p.before_passed) for p in ordered]
     return GroupStats(len(scored), sum(len(usable[k]) for k in scored), before, after, after - before, rounds,
-                      diffs, unjudged=False)
+                      [pair.diff for pair in ordered], unjudged=False, flips=flips)
 
 
 def _change(suite: str, bucket: str, stats: GroupStats, *, kind: str = "bucket",
@@ -339,7 +374,10 @@ class Groups:
     """(suite, bucket) of the train buckets the patch names (`named_buckets`)."""
 
 
-KIND_ORDER = {"bucket": 0, "holdout": 1, "regression": 2}
+KIND_ORDER = {"bucket": 0, "holdout": 1, "pooled": 2, "regression": 3}
+POOLED = ("*", "non-target (pooled)", "pooled")
+"""The harm group of every non-target train task and holdout task of the changed agent together:
+a harm spread thin over several buckets, too small in each to show there, adds up in it."""
 
 
 def harm_group(suite: str, bucket: str, split: str, regression: bool) -> tuple[str, str, str]:
@@ -374,7 +412,8 @@ def named_buckets(changed: Iterable[str], buckets: Iterable[tuple[str, str]]) ->
 def groups_of(table: PairTable, targets: Iterable[tuple[str, str]],
               named: Iterable[tuple[str, str]] = ()) -> Groups:
     """The targeted buckets, and every harm group with its tasks: the other train buckets (by
-    suite and bucket), then the holdout split, then each regression suite. `named`: the buckets
+    suite and bucket), then the holdout split, then all of those together (`POOLED`, when there
+    are two or more), then each regression suite. `named`: the buckets
     the patch names (`named_buckets`), for the harm thresholds."""
     targets = sorted(set(targets))
     members: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
@@ -384,6 +423,9 @@ def groups_of(table: PairTable, targets: Iterable[tuple[str, str]],
         if group[2] == "bucket" and (group[0], group[1]) in targets:
             continue
         members.setdefault(group, []).append(key)
+    pooled = [key for group, keys in members.items() if group[2] in ("bucket", "holdout") for key in keys]
+    if sum(1 for group in members if group[2] in ("bucket", "holdout")) >= 2:
+        members[POOLED] = sorted(pooled)
     order = sorted(members, key=lambda group: (KIND_ORDER[group[2]], group[0], group[1]))
     return Groups(targets, [(suite, label, kind, members[(suite, label, kind)]) for suite, label, kind in order],
                   frozenset(named))
@@ -425,7 +467,7 @@ def harm_rows(table: PairTable, groups: Groups, policy: GatePolicy) -> list[tupl
             row.verdict = "unjudged"
         elif stats.harm_evalue >= threshold:
             row.verdict = "harmed"
-        elif suspicious(stats) and not row.mde <= policy.max_bucket_drop:
+        elif suspicious(stats, policy.clear_after) and not row.mde <= policy.max_bucket_drop:
             row.verdict = "not shown safe"
         else:
             row.verdict = "no harm found"
@@ -443,16 +485,16 @@ def harm_thresholds(groups: Groups, policy: GatePolicy) -> list[float]:
     m = len(groups.harm)
     flags = [is_named((suite, label, kind), groups.named) for suite, label, kind, _ in groups.harm]
     k = sum(flags)
-    if k in (0, m):
+    if k in (0, m) or not policy.name_weighting:
         return [max(1, m) / policy.alpha_harm] * m
     return [k / (NAMED_SHARE * policy.alpha_harm) if flag else (m - k) / ((1 - NAMED_SHARE) * policy.alpha_harm)
             for flag in flags]
 
 
-def suspicious(stats: GroupStats) -> bool:
+def suspicious(stats: GroupStats, clear_after: int = 0) -> bool:
     """A harm group worth more pairs: some pair changed, and its bets on a drop have not lost half
-    their stake."""
-    return not stats.unjudged and stats.moved > 0 and stats.harm_wealth > CLEARED_BELOW
+    their stake or it has fewer than `clear_after` pairs."""
+    return not stats.unjudged and stats.moved > 0 and (stats.harm_wealth > CLEARED_BELOW or stats.pairs < clear_after)
 
 
 # ---------------------------------------------------------------- the decision
@@ -461,7 +503,7 @@ def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: Gate
            named: Iterable[tuple[str, str]] = ()) -> Decision:
     """The gate's decision on the pairs collected. `stage="targeted"` judges the targeted buckets
     only (the comparison stopped before running the rest). `named`: the buckets the patch names."""
-    groups = groups_of(table, targets, named)
+    groups = groups_of(table, targets, named if policy.name_weighting else ())
     status = improvement_status(table, groups.targets, policy)
     target_rows = [row for _, row in status.values()]
     harmed = harm_rows(table, groups, policy) if stage != "targeted" else []
@@ -470,7 +512,7 @@ def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: Gate
     extra = {row.kind: row for _, row in harmed if row.kind == "holdout"}
     extra["overall"] = _change("*", "overall (train)", group_stats(table, table.keys(split="train", regression=False)),
                                kind="overall")
-    rows += [row for _, row in harmed if row.kind == "regression"]
+    rows += [row for _, row in harmed if row.kind in ("pooled", "regression")]
     excluded, worse, better = table.errored_counts()
 
     rules: list[RuleResult] = []
@@ -531,6 +573,9 @@ def _no_harm(rows: list[BucketChange], thresholds: list[float], policy: GatePoli
              named: list[str]) -> RuleResult:
     harmed = [f"{_label(r)} fell {r.change:+.2f}, significant (p={r.p_harm:.4f}, {r.pairs} pairs)"
               for r in rows if r.verdict == "harmed"]
+    if policy.refuse_unsafe != "never":
+        harmed += [f"{_label(r)} not shown safe ({r.change:+.2f}, detectable drop {r.mde:.2f}, {r.pairs} pairs)"
+                   for r in rows if r.verdict == "not shown safe" and (policy.refuse_unsafe == "any" or r.kind == "pooled")]
     numbers = {"alpha_harm": policy.alpha_harm, "groups": len(rows),
                "evalue_threshold": max(thresholds, default=1 / policy.alpha_harm),
                "evalue_thresholds": {_label(row): value for row, value in zip(rows, thresholds)},

@@ -100,8 +100,8 @@ def test_a_clear_improvement_with_nothing_harmed_is_accepted():
     assert decision.accepted, decision.reasons
     target = next(b for b in decision.buckets if b.bucket == "a")
     assert target.verdict == "improved" and target.change == pytest.approx(1.0) and target.p_improve < 0.05
-    assert {b.bucket: b.verdict for b in decision.buckets if not b.targeted} == {"b": "no harm found",
-                                                                               "c": "no harm found"}
+    assert {b.bucket: b.verdict for b in decision.buckets if not b.targeted} == {
+        "b": "no harm found", "c": "no harm found", "non-target (pooled)": "no harm found"}
 
 
 def test_a_significant_drop_anywhere_rejects_and_is_named():
@@ -123,14 +123,15 @@ def test_noise_in_untouched_buckets_does_not_veto():
 
 
 def test_the_harm_threshold_is_bonferroni_over_the_groups_tested():
-    # eight straight drops: p = 1/E about 0.02 -- significant alone at 0.10, not over 12 groups
+    # eight straight drops: p = 1/E about 0.02 -- significant alone at 0.10, not over 13 groups
+    # (12 buckets and all of them pooled)
     drops = {"b1": [(1, 0)] * 8}
     alone = decide(table_of({"a1": [(0, 1)] * 10, **drops}), targets={("s", "a")})
     assert not alone.accepted
     many = table_of({"a1": [(0, 1)] * 10, **drops, **{f"x{i}_1": [(1, 1)] * 8 for i in range(11)}})
     decision = decide(many, targets={("s", "a")})
     rule = next(rule for rule in decision.rules if rule.rule == "no_harm")
-    assert rule.numbers["groups"] == 12 and rule.numbers["evalue_threshold"] == pytest.approx(120)
+    assert rule.numbers["groups"] == 13 and rule.numbers["evalue_threshold"] == pytest.approx(130)
     assert rule.passed
 
 
@@ -154,35 +155,36 @@ def test_a_patch_names_the_buckets_of_its_changed_lines_but_not_the_ones_it_was_
 
 
 def test_named_buckets_get_half_the_harm_level_and_the_family_keeps_alpha_harm():
-    drops = {"b1": [(1, 0)] * 8}  # p = 1/E about 0.02: not significant among 12 groups at Bonferroni
+    drops = {"b1": [(1, 0)] * 8}  # p = 1/E about 0.02: not significant among 13 groups at Bonferroni
     table = table_of({"a1": [(0, 1)] * 10, **drops, **{f"x{i}_1": [(1, 1)] * 8 for i in range(11)}})
-    policy = GatePolicy()
-    plain = decide(table, targets={("s", "a")})
-    named = decide(table, targets={("s", "a")}, named={("s", "b")})
+    policy = GatePolicy(name_weighting=True)
+    plain = decide(table, targets={("s", "a")}, policy=policy)
+    named = decide(table, targets={("s", "a")}, named={("s", "b")}, policy=policy)
     assert plain.accepted and not named.accepted
-    weighted = decide(table, targets={("s", "a")}, named={("s", "x0_")})
+    assert decide(table, targets={("s", "a")}, named={("s", "b")}).accepted, "weighting is off by default"
+    weighted = decide(table, targets={("s", "a")}, named={("s", "x0_")}, policy=policy)
     rule = next(r for r in weighted.rules if r.rule == "no_harm")
     assert rule.passed and "half of it on s/x0_, which the patch names" in rule.reason
     assert rule.numbers["named"] == ["s/x0_"]
     assert "s/b fell -1.00, significant" in next(r for r in named.rules if r.rule == "no_harm").reason
     thresholds = harm_thresholds(groups_of(table, {("s", "a")}, {("s", "b")}), policy)
     assert sorted(thresholds)[0] == pytest.approx(1 / (NAMED_SHARE * policy.alpha_harm))  # the named one: 20
-    assert sorted(thresholds)[1:] == pytest.approx([11 / ((1 - NAMED_SHARE) * policy.alpha_harm)] * 11)
+    assert sorted(thresholds)[1:] == pytest.approx([12 / ((1 - NAMED_SHARE) * policy.alpha_harm)] * 12)
     assert sum(1 / value for value in thresholds) == pytest.approx(policy.alpha_harm)
-    # a target named by the patch is not a harm group; naming every group is plain Bonferroni
     every = {("s", "b")} | {("s", f"x{i}_") for i in range(11)}
-    assert harm_thresholds(groups_of(table, {("s", "a")}, every), policy) == pytest.approx([120] * 12)
+    assert sum(1 / v for v in harm_thresholds(groups_of(table, {("s", "a")}, every), policy)) == \
+        pytest.approx(policy.alpha_harm)
 
 
 def test_the_weighted_harm_thresholds_keep_the_false_veto_rate_under_alpha_harm():
     rng = np.random.default_rng(11)
-    policy = GatePolicy()
+    policy = GatePolicy(name_weighting=True)
     table = table_of({"a1": [(0, 1)]} | {f"g{i}_1": [(1, 1)] for i in range(12)})
     thresholds = np.array(harm_thresholds(groups_of(table, {("s", "a")}, {("s", "g0_")}), policy))
     assert thresholds.min() == pytest.approx(20)
     runs, vetoes = 3000, 0
     for _ in range(runs):  # no harm anywhere: every group's changes are symmetric
-        changes = rng.choice([-1.0, 0.0, 1.0], size=(12, 48), p=[0.25, 0.5, 0.25])
+        changes = rng.choice([-1.0, 0.0, 1.0], size=(len(thresholds), 48), p=[0.25, 0.5, 0.25])
         wealth = [wealth_path(signs(row, down=True), HARM_GRID).max(initial=1.0) for row in changes]
         vetoes += any(np.array(wealth) >= thresholds)
     assert vetoes / runs <= policy.alpha_harm
@@ -348,7 +350,7 @@ def test_a_bucket_the_patch_names_gets_twice_the_floor_of_pairs():
         sides = ScriptedSides({"a": 0.1, "b": 1.0, "c": 1.0}, {"a": 0.95, "b": 1.0, "c": 1.0})
         baseline = sides._draw("base", planned)
         result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent",
-                         named=named)
+                         named=named, policy=GatePolicy(name_weighting=True))
         assert result.decision.accepted, result.decision.reasons
         pairs[bool(named)] = {row.bucket: row.pairs for row in result.decision.buckets}
     floor = GatePolicy().min_bucket_pairs
@@ -435,7 +437,7 @@ def test_the_harm_group_that_fell_most_gets_the_next_pairs():
     lines.clear()
     sides.count = 0
     compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent", log=lines.append,
-            named={("s", "b")})
+            named={("s", "b")}, policy=GatePolicy(name_weighting=True))
     checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "floor" not in line]
     assert checks[:1] == ["b"]
 
@@ -492,3 +494,67 @@ def test_uncalibrated_judges_do_not_vote_until_calibrated_and_the_request_says_s
                              agent_model="m", max_changed_lines=40, token_budget=12000, non_voting=flagged,
                              judge_model="mock/sim")
     assert f"Not counted by the gate: the verdicts of {', '.join(flagged)}" in text
+
+
+# ---------------------------------------------------------------- harm checks that do not depend on wording
+def test_the_harm_bets_average_the_score_sign_bets_and_the_pass_fail_flip_bets():
+    # pair 1: score -0.1 and a pass lost; pair 2: score +0.2, no verdict changed; pair 3: a tie
+    stats = GroupStats(1, 3, 0.5, 0.5, 0.0, [], [-0.1, 0.2, 0.0], unjudged=False, flips=[-1.0, 0.0, 0.0])
+    scores = [(1.5 + 1.75) / 2, (1.5 * 0.5 + 1.75 * 0.25) / 2]  # bets on a drop: +1 then -1
+    flips = [(1.5 + 1.75) / 2] * 2  # +1 then a tie
+    assert stats.moved == 2
+    assert stats.harm_evalue == pytest.approx((scores[0] + flips[0]) / 2)  # 1.625
+    assert stats.harm_wealth == pytest.approx((scores[1] + flips[1]) / 2)  # 1.109375
+
+
+def test_a_collapse_of_the_pass_rate_that_partial_credit_hides_is_shown_harmed():
+    # b: every passing trial now fails with 0.9 credit, every failing one gains 0.05: the mean score
+    # barely moves and the score signs split evenly, but ten passes were lost and none gained
+    b_pairs = [(1.0, 0.9), (0.2, 0.25)] * 10
+    decision = decide(table_of({"a1": [(0, 1)] * 10, "b1": b_pairs}), targets={("s", "a")})
+    b = next(row for row in decision.buckets if row.bucket == "b")
+    assert -0.05 < b.change < 0 and b.verdict == "harmed"
+    assert not decision.accepted
+
+
+def test_a_harm_spread_too_thin_for_any_one_bucket_is_shown_by_the_pooled_group():
+    # six buckets lose 3 of 8 pairs each: far from any bucket's threshold (70), clear in all 48 together
+    spread = {f"x{i}_1": [(1, 0)] * 3 + [(1, 1)] * 5 for i in range(6)}
+    decision = decide(table_of({"a1": [(0, 1)] * 10, **spread}), targets={("s", "a")})
+    verdicts = {row.bucket: row.verdict for row in decision.buckets if not row.targeted}
+    assert verdicts.pop("non-target (pooled)") == "harmed"
+    assert set(verdicts.values()) == {"no harm found"} or "harmed" not in verdicts.values()
+    assert not decision.accepted
+
+
+def test_a_spread_harm_is_rejected_by_compare():
+    planned = planned_items({"a": 1, "b": 2, "c": 2, "d": 2, "e": 2, "f": 2})
+    base = {"a": 0.2, "b": 0.6, "c": 0.6, "d": 0.6, "e": 0.6, "f": 0.6}
+    harmful = {**base, "a": 0.95, "b": 0.35, "c": 0.35, "d": 0.35}  # -0.25 on three buckets
+    caught = 0
+    for seed in range(40):
+        sides = ScriptedSides(base, harmful, seed=seed)
+        baseline = sides._draw("base", planned)
+        sides.count = 0
+        result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent")
+        caught += not result.decision.accepted
+    assert caught >= 30  # the gate before the pooled group and the pass/fail bets: 28
+
+
+def test_a_harm_worded_to_name_another_bucket_is_caught_as_one_naming_nothing():
+    planned = planned_items({"a": 1, "b": 2, "c": 2, "d": 2})
+    base = {"a": 0.2, "b": 0.6, "c": 0.6, "d": 0.6}
+    harmful = {**base, "a": 0.95, "b": 0.25}
+    outcomes = {}
+    for named in ((), {("s", "c")}):
+        accepted = []
+        for seed in range(30):
+            sides = ScriptedSides(base, harmful, seed=seed)
+            baseline = sides._draw("base", planned)
+            sides.count = 0
+            result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent",
+                             named=named)
+            accepted.append(result.decision.accepted)
+        outcomes[bool(named)] = accepted
+    assert outcomes[True] == outcomes[False]  # the wording moves neither level nor pairs
+    assert sum(outcomes[True]) <= 7
