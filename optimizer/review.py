@@ -1,12 +1,54 @@
-"""`optimizer review`: what a reviewer needs to decide on a proposal branch, and `--merge`."""
+"""`optimizer review`: what a reviewer needs to decide on a proposal branch, and `--merge`.
+
+The record is gathered here once (`review`) and laid out by its readers: the console table in
+`optimizer.cli.review`, and `render_markdown` for a pull request's body or comment.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from optimizer import gitops
 from optimizer.config import Settings
 from optimizer.errors import InputError
+
+VIEWER_URL = "http://127.0.0.1:8765"
+"""Where `optimizer view` serves by default; the markdown links a proposal's changed pairs to
+`<viewer>/iterations/<iteration id>/changed` (docs/cli.md#review-as-markdown)."""
+
+MARKDOWN_LIMIT = 60_000
+"""Characters of a markdown review at most: GitHub refuses a pull request body or comment past
+65,536, so a longer diff is cut, with a note saying how to see all of it."""
+
+DIFF_OPEN_LINES = 40
+"""A diff longer than this goes in a collapsed <details> block, so the gate's table stays in view."""
+
+
+@dataclass(frozen=True)
+class Review:
+    proposal: dict[str, Any]
+    iteration: dict[str, Any]
+    diff: str
+    diff_source: str
+    """Where the diff comes from: the `git diff` command that made it, or why the recorded one is shown."""
+    rerun_cost: float
+    """The candidate run's agent and judge cost (the patcher's is in `proposal['usage']`)."""
+    judges: list[dict[str, Any]]
+    merged: bool | None = None
+    """With `--merge`: True when merged now, False when the base held it already."""
+
+    @property
+    def git_diff(self) -> str:
+        return f"git diff {self.iteration['base_commit'][:12]}..{self.proposal['branch']}"
+
+    @property
+    def cost_line(self) -> str:
+        usage = self.proposal["usage"]
+        tokens = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+        return (f"patcher ${usage.get('cost_usd', 0.0):.4f} ({tokens:,} tokens), "
+                f"rerun ${self.rerun_cost:.4f} over {self.proposal['rollouts']} rollouts")
 
 
 def find_proposal(store, branch: str | None) -> dict:
@@ -21,67 +63,30 @@ def find_proposal(store, branch: str | None) -> dict:
     return proposals[-1]
 
 
-def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = False) -> dict:
-    from optimizer.cli._common import console, print_judges, render_decision
+def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = False) -> Review:
+    """The proposal's record (default: the latest accepted one); with `merge`, merged into its base
+    branch (which must be checked out)."""
     from optimizer.store import open_store
 
     store = open_store(settings, root)
     proposal = find_proposal(store, branch)
     iteration = next(i for i in store.iterations.rows() if i["iteration_id"] == proposal["iteration_id"])
     repo = gitops.open_repo(root)
-    console.rule(f"{proposal['branch']}: {proposal['status']}")
-    console.print(f"iteration {proposal['iteration_id']}, base {iteration['base_ref']} at "
-                  f"{iteration['base_commit'][:12]}, targets {', '.join(iteration['targets'])}", highlight=False)
     if gitops.branch_exists(repo, proposal["branch"]):
         diff = repo.git.diff(f"{iteration['base_commit']}..{proposal['branch']}")
-        console.print(f"$ git diff {iteration['base_commit'][:12]}..{proposal['branch']}", highlight=False)
+        source = f"$ git diff {iteration['base_commit'][:12]}..{proposal['branch']}"
     else:
         diff = proposal["diff"]
         why = ("accepted, then merged or stacked on its night's branch" if proposal["status"] == "accepted"
                else "the proposal was not accepted")
-        console.print(f"(branch deleted: {why}; recorded diff)", highlight=False)
-    console.print(diff.rstrip("\n") or "(no change)", markup=False, highlight=False)
-    if proposal.get("decision"):
-        console.print(render_decision(proposal["decision"]))
-    else:
-        console.print(f"not evaluated: {proposal['reason']}", markup=False, highlight=False)
-    usage = proposal["usage"]
+        source = f"(branch deleted: {why}; recorded diff)"
     candidate = store.runs.get(proposal["candidate_run_id"]) if proposal.get("candidate_run_id") else None
-    agent_cost = (candidate or {}).get("summary", {}).get("totals", {}).get("cost_usd", 0.0) if candidate else 0.0
-    console.print(f"cost: patcher ${usage.get('cost_usd', 0.0):.4f} ({usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0):,} tokens), "
-                  f"rerun ${agent_cost:.4f} over {proposal['rollouts']} rollouts", highlight=False)
-    print_judges((candidate or {}).get("summary", {}).get("judges") or [])
-    summary = iteration.get("summary") or {}
-    if summary.get("search"):
-        _print_search(console, summary["search"])
-    report = summary.get("report")
-    console.print(f"request: {iteration.get('request_path')}\nreport: {report}", highlight=False)
+    summary = (candidate or {}).get("summary") or {}
+    found = Review(proposal=proposal, iteration=iteration, diff=diff, diff_source=source,
+                   rerun_cost=summary.get("totals", {}).get("cost_usd", 0.0), judges=summary.get("judges") or [])
     if merge:
-        merged = _merge(repo, proposal, iteration)
-        console.print(f"{'merged' if merged else 'already merged:'} {proposal['branch']} into {iteration['base_ref']}",
-                      highlight=False)
-    return proposal
-
-
-def _print_search(console, search: dict) -> None:
-    """The iteration's search: every candidate, its screening scores and why it was or was not
-    promoted (the diffs are in the pool's candidates.json)."""
-    candidates = search.get("candidates") or []
-    promoted = sum(1 for c in candidates if c["status"] not in ("screened_out", "not_promoted", "rejected_check",
-                                                                "no_patch", "unchanged"))
-    console.print(f"search: {len(candidates)} candidate(s) screened in {search.get('rollouts', 0)} trials, "
-                  f"{promoted} promoted to the gate; base prompt screened at {_score(search.get('base_score'))} "
-                  f"(targets {_score(search.get('base_target_score'))}); pool {search.get('pool')}", highlight=False)
-    for c in candidates:
-        minibatch = (f"minibatch {sum(c['parent_minibatch']):.2f} -> {sum(c['minibatch']):.2f}, "
-                     if c.get("minibatch") else "")
-        console.print(f"  search candidate {c['number']}: {c['status']} ({minibatch}screening "
-                      f"{_score(c.get('screen_score'))}, targets {_score(c.get('target_score'))}) {c['reason']}",
-                      markup=False, highlight=False)
-
-
-def _score(value) -> str:
-    return "n/a" if value is None else f"{value:.2f}"
+        return Review(**{**found.__dict__, "merged": _merge(repo, proposal, iteration)})
+    return found
 
 
 def _merge(repo, proposal: dict, iteration: dict) -> bool:
@@ -98,3 +103,8 @@ def _merge(repo, proposal: dict, iteration: dict) -> bool:
     gitops.merge_branch(repo, proposal["branch"], f"Merge {proposal['branch']} (optimizer, gate accepted)",
                         fix="commit or stash your changes to the prompt file, then retry")
     return True
+
+
+def changed_pairs_url(viewer: str, iteration_id: str) -> str:
+    """The viewer's page of the pairs whose outcome the patch changed (docs/cli.md#review-as-markdown)."""
+    return f"{viewer.rstrip('/')}/iterations/{iteration_id}/changed"

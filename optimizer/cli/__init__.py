@@ -23,6 +23,7 @@ from optimizer.cli import loop as loop_cmd
 from optimizer.cli import model as model_cmd
 from optimizer.cli import nightly as nightly_cmd
 from optimizer.cli import report as report_cmd
+from optimizer.cli import review as review_cmd
 from optimizer.cli import suites as suites_cmd
 from optimizer.cli import view as view_cmd
 
@@ -30,7 +31,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Closed-loop prompt optimizer: evaluate agents, propose prompt patches, gate them.")
 app.command("eval")(eval_cmd.eval_command)
 app.command("run")(loop_cmd.run_command)
-app.command("review")(loop_cmd.review_command)
+app.command("review")(review_cmd.review_command)
 app.command("noise")(loop_cmd.noise_command)
 app.command("nightly")(nightly_cmd.nightly_command)
 app.command("history")(history_cmd.history_command)

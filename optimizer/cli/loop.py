@@ -1,4 +1,4 @@
-"""`optimizer run`, `optimizer review` and `optimizer noise`."""
+"""`optimizer run` and `optimizer noise`."""
 
 from __future__ import annotations
 
@@ -87,17 +87,6 @@ def run_command(
         write_json(json_path, {"iteration_id": result.iteration_id, **iteration_summary(result)})
     if fail_on_reject and not accepted and result.status in ("accepted", "rejected"):
         raise typer.Exit(EXIT_FAILED)
-
-
-def review_command(
-    branch: Optional[str] = typer.Argument(None, help="Proposal branch (default: the latest accepted one)."),
-    merge: bool = typer.Option(False, "--merge", help="Merge the accepted branch into its base branch."),
-) -> None:
-    """Show a proposal: its git diff, the bucket table before/after, the gate's reasons, cost."""
-    from optimizer.review import review
-
-    root, settings = _settings()
-    review(settings, root, branch, merge=merge)
 
 
 def noise_command(
