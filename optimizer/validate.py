@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from optimizer.config import Settings
 from optimizer.errors import SuiteError
@@ -23,8 +24,19 @@ def suite_names(project_root: Path) -> list[str]:
     return [folder for folder, _ in project_suites(project_root)]
 
 
-def validate_suites(project_root: Path, names: list[str] | None = None) -> list[tuple[str, int, list[str]]]:
-    """Per suite: (name, task count, failure lines). Loading errors raise before anything runs."""
+class SuiteReport(NamedTuple):
+    name: str
+    count: int
+    failures: list[str]
+    """A line per task that did not score 1.0 replaying its reference solution."""
+    unreplayed: list[str]
+    """The tasks with no reference solution, which the oracle has nothing to replay for and
+    which did not score 1.0 without one: not checked, so not failures either."""
+
+
+def validate_suites(project_root: Path, names: list[str] | None = None) -> list[SuiteReport]:
+    """Per suite: its task count, failures and unreplayed tasks. Loading errors raise before
+    anything runs."""
     names = names or suite_names(project_root)
     if not names:
         raise SuiteError("no suites found", path=project_root / "suites", fix="add suites/<name>/suite.json")
@@ -40,11 +52,19 @@ def validate_suites(project_root: Path, names: list[str] | None = None) -> list[
         finally:
             store.close()
     for suite in plan.suites:
-        failures = []
+        failures, unreplayed = [], []
+        tasks = {task.id: task for task in suite.tasks}
         for trial in (t for t in run.trials if t.suite == suite.name):
-            if trial.status != "passed" or trial.score != 1.0:
-                reasons = trial.error or "; ".join(f"{r.grader}: {r.rationale}" for r in trial.grader_results
-                                                   if not r.passed or r.score != 1.0)
-                failures.append(f"{trial.task_id}: {trial.status}, score {trial.score}: {reasons}")
-        report.append((suite.name, len(suite.tasks), failures))
+            if trial.status == "passed" and trial.score == 1.0:
+                continue
+            if tasks[trial.task_id].reference_solution is None:
+                unreplayed.append(trial.task_id)
+            else:
+                failures.append(f"{trial.task_id}: {trial.status}, score {trial.score}: {_reasons(trial)}")
+        report.append(SuiteReport(suite.name, len(suite.tasks), failures, unreplayed))
     return report
+
+
+def _reasons(trial) -> str:
+    return trial.error or "; ".join(f"{r.grader}: {r.rationale}" for r in trial.grader_results
+                                    if not r.passed or r.score != 1.0)

@@ -25,7 +25,7 @@ def test_suites_validate_calls_no_model_so_imports_neither_litellm_nor_dspy():
     """Nor pandas: the check builds no table, and these imports are most of a command's start-up."""
     script = ("import sys; from pathlib import Path; from optimizer.validate import validate_suites; "
               f"report = validate_suites(Path({str(PROJECT_ROOT)!r})); "
-              "print(sum(count for _, count, _ in report), sum(len(f) for _, _, f in report), "
+              "print(sum(entry.count for entry in report), sum(len(entry.failures) for entry in report), "
               "'litellm' in sys.modules, 'dspy' in sys.modules, 'pandas' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=PROJECT_ROOT)
     assert done.returncode == 0, done.stderr

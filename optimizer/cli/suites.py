@@ -21,13 +21,20 @@ def validate_command(
     from optimizer.validate import validate_suites
 
     report = validate_suites(find_project_root(), suite or None)
-    for name, count, failures in report:
-        mark = "[green]ok[/green]" if not failures else f"[red]{len(failures)} failing[/red]"
-        console.print(f"{name}: {count} tasks, {mark}")
-        for failure in failures:
+    for entry in report:
+        mark = "[green]ok[/green]" if not entry.failures else f"[red]{len(entry.failures)} failing[/red]"
+        if entry.unreplayed:
+            mark += f", [yellow]{len(entry.unreplayed)} with no reference solution to replay[/yellow]"
+        console.print(f"{entry.name}: {entry.count} tasks, {mark}")
+        for failure in entry.failures:
             console.print(f"  {failure}", markup=False, highlight=False)
-    total = sum(count for _, count, _ in report)
-    failing = sum(len(f) for _, _, f in report)
-    console.print(f"{total} tasks in {len(report)} suite(s); {total - failing} score 1.0 under mock/oracle")
+        for task_id in entry.unreplayed:
+            console.print(f"  {task_id}: no reference solution to replay (add reference_solution.tool_calls to "
+                          "check it)", markup=False, highlight=False)
+    total = sum(entry.count for entry in report)
+    failing = sum(len(entry.failures) for entry in report)
+    unreplayed = sum(len(entry.unreplayed) for entry in report)
+    console.print(f"{total} tasks in {len(report)} suite(s); {total - failing - unreplayed} score 1.0 under "
+                  f"mock/oracle" + (f"; {unreplayed} not checked: no reference solution" if unreplayed else ""))
     if failing:
         raise typer.Exit(EXIT_FAILED)
