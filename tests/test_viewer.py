@@ -62,7 +62,8 @@ def test_a_transcript_is_shown_as_text_never_as_markup(get):
     assert status == 200
     assert "<script>document" not in page and "<img src=x" not in page
     assert "&lt;script&gt;document.title=&#39;owned&#39;&lt;/script&gt;" in page
-    for part in ("# Card Agent", "save_timeline_card", "call_1", "saved", "card_must_contain", "checked", "&#34;cards&#34;"):
+    for part in ("# Card Agent", "save_timeline_card", "call_1", "saved", "card_must_contain", "checked",
+                 "&#34;cards&#34;"):
         assert part in page, part
 
 
@@ -82,6 +83,7 @@ def test_trials_are_filtered_by_outcome_ending_and_task(get):
 def test_an_iterations_changed_pairs_show_the_prompt_diff_and_both_transcripts(get):
     status, page = get("/iteration/it-0")
     assert status == 200 and "/pairs/it-0?proposal=1" in page
+    assert "Facts were paraphrased away." in page and "fact_preservation improved" in page
     status, page = get("/pairs/it-0?proposal=1")
     assert status == 200
     assert "2 pair(s) whose outcome changed" in page

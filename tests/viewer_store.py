@@ -63,6 +63,7 @@ def build(store: Store, *, tasks: int = 4, trials_per_task: int = 2, nights: int
         store.proposals.add(ProposalRow(iteration_id=iteration_id, ordinal=1, agent="card_agent",
                                         branch=f"optimizer/{iteration_id}/card_agent-1", proposer="llm",
                                         status="accepted", reason="accepted", diff=DIFF,
+                                        rationale="Facts were paraphrased away.",
                                         candidate_run_id=ids["candidate"],
                                         decision={"rules": [{"rule": "improvement", "passed": True,
                                                              "reason": "fact_preservation improved"}],

@@ -130,7 +130,8 @@ class Reader:
     def proposals(self, iteration_id: str) -> list[dict[str, Any]]:
         p = schema.proposals
         return self._rows(select(p.c.ordinal, p.c.branch, p.c.status, p.c.reason, p.c.diff, p.c.candidate_run_id,
-                                 p.c.rationale, p.c.decision_json, p.c.created_at).where(p.c.iteration_id == iteration_id).order_by(p.c.ordinal))
+                                 p.c.rationale, p.c.decision_json, p.c.created_at)
+                          .where(p.c.iteration_id == iteration_id).order_by(p.c.ordinal))
 
     def base_runs(self, iteration: dict[str, Any]) -> list[str]:
         """The runs holding the base prompt's trials an iteration's gate paired with its
