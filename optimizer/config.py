@@ -129,6 +129,11 @@ class Settings(BaseModel):
     """Trials added to a proposal's `max_rollouts` for each targeted bucket after the first."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
+    target_order: Literal["auto", "changeable", "headroom"] = "auto"
+    """How target selection ranks buckets: `headroom`, the most tasks failing per round first;
+    `changeable`, those failing on a confusion a grader names (template X chosen where Y was
+    expected) counted twice (`optimizer.targets`). `auto`: `changeable` for the embedded
+    (`local/*`) agent models, else `headroom`."""
     models_file: str = DEFAULT_MODELS_FILE
     """litellm `model_list` file (relative to the project root) whose `model_name`s are served by
     several deployments through a litellm Router: llama-server, vLLM, any OpenAI-compatible
@@ -146,9 +151,11 @@ class Settings(BaseModel):
     """Coding-agent command line for `--proposer command`; `{request}` and `{workdir}` are
     replaced by the (shell-quoted) request file and worktree paths."""
     proposer_timeout: float = Field(default=900.0, gt=0, le=86400.0)
-    patch_format: Literal["auto", "edits", "rule"] = "auto"
+    patch_format: Literal["auto", "edits", "rule", "contrast"] = "auto"
     """What the `llm` proposer asks the patcher for: exact search/replace `edits`, or one new
-    `rule` appended to the prompt. `auto`: `rule` for the embedded (`local/*`) models, else `edits`."""
+    `rule` appended to the prompt; `contrast` asks for one rule from a short request of
+    contrastive cases (what the agent did, what was expected; `optimizer.contrast`), a form for
+    small patcher models. `auto`: `rule` for the embedded (`local/*`) models, else `edits`."""
     candidates: int = Field(default=1, ge=1, le=20)
     """Proposals per iteration (the best accepted one is kept); with a search, how many of its
     candidates go to the gate at most (up to 2)."""

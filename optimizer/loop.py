@@ -39,11 +39,13 @@ from optimizer.loop_staging import LoopSides, Stage, export_prompts, unseen_from
 from optimizer.models import context_window, validate_model
 from optimizer.models.mock import check_patcher_script
 from optimizer.patch import LintIndex, check_change, check_prompt_text
-from optimizer.proposers import LOG_TAIL_LINES, FixedProposer, Proposal, ProposalRequest, make_proposer
+from optimizer.proposers import (LOG_TAIL_LINES, FixedProposer, Proposal, ProposalRequest, make_proposer,
+                                 patch_format)
 from optimizer.registry import get_agent
 from optimizer.store.digest import StoreChanged, StoreWatch
 from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
                                render_request, select_targets)
+from optimizer.targets import prefers_named
 from optimizer.runner import PlannedTrial, new_run_id, plan, record_ending
 from optimizer.search import (PROMOTE, SCREEN_INDEX, ScreeningAdapter, SearchProposer, load_records, pool_folder,
                               run_search, screening_sets)
@@ -190,7 +192,8 @@ class _Iteration:
             iteration_id=result.iteration_id, base_commit=base.commit, agent_model=self.settings.agent_model,
             max_changed_lines=self.settings.max_changed_lines, token_budget=budget,
             rejected_ideas=rejected_ideas(rejected, {f"{t.suite}/{t.bucket}" for t in selection.targets}),
-            non_voting=self.non_voting, judge_model=self.settings.judge_model)
+            non_voting=self.non_voting, judge_model=self.settings.judge_model,
+            patch_format=patch_format(self.settings))
         result.request_path = result.run_dir / "request.md"
         write_text(result.request_path, request)
         targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]
@@ -198,7 +201,8 @@ class _Iteration:
                                  iteration_id=result.iteration_id, base_commit=base.commit,
                                  agent_model=self.settings.agent_model, max_changed_lines=self.settings.max_changed_lines,
                                  token_budget=budget, non_voting=self.non_voting, judge_model=self.settings.judge_model,
-                                 rejected_ideas=rejected_ideas(rejected, set(targets)))
+                                 rejected_ideas=rejected_ideas(rejected, set(targets)),
+                                 patch_format=patch_format(self.settings))
         self.log(f"targets: {', '.join(targets)} ({len(failures)} failing task(s), {omitted} left out of the request)")
         self.log(f"request: {result.request_path}")
         store.iterations.set_targets(result.iteration_id, agent=selection.agent, targets=targets,
@@ -267,7 +271,7 @@ class _Iteration:
             confirm = self.settings.batch_pairs if self.settings.search_rollouts else 0
         while True:
             selection = select_targets(self.evidence, self.suites, max_targets=self.settings.target_buckets,
-                                       agent=agent, skip=skip)
+                                       agent=agent, skip=skip, prefer_named=prefers_named(self.settings))
             if selection is None or not confirm:
                 return selection
             adapter = self._adapter(selection)
@@ -330,7 +334,8 @@ class _Iteration:
                  f"{len(val)} screening tasks), pool {folder}")
         outcome = run_search(adapter, search_proposer, base_prompt=prompt, train=train, val=val,
                              budget=settings.search_rollouts, folder=folder, seed=settings.seed,
-                             promote=min(PROMOTE, settings.candidates))
+                             promote=min(PROMOTE, settings.candidates), iteration=result.iteration_id,
+                             resumes=[job["iteration_id"] for job in self.stage.interrupted])
         result.search = outcome
         self.log(f"search: {len(outcome.candidates)} candidate(s), {len(outcome.promoted)} promoted "
                  f"(base prompt screened at {outcome.base_score:.2f})")

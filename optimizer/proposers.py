@@ -54,7 +54,7 @@ SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 MAX_RULE_SENTENCES = 3
 """The rule format asks for one or two sentences; one more is let through, a list of rules or a
 model repeating itself is sent back."""
-MAX_ANSWER_TOKENS = {"edits": 2000, "rule": 600}
+MAX_ANSWER_TOKENS = {"edits": 2000, "rule": 600, "contrast": 600}
 """A rationale and edits within the 40-line budget (or a rationale and one rule) fit in well under
 this; the cap stops a small model that repeats itself from generating for minutes."""
 STOP_GRACE_S = 2.0
@@ -191,7 +191,7 @@ class LLMProposer:
 
 
 def _edits(answer, patch_format: str) -> list[Edit]:
-    if patch_format == "rule":
+    if patch_format in ("rule", "contrast"):
         rule = str(answer.rule or "").strip()
         return [Edit("", "\n" + rule)] if rule else []  # appended as a paragraph of its own
     return [Edit(edit.search, edit.replace) for edit in answer.edits or []]
@@ -201,7 +201,7 @@ def _problem(patched: str, edits: list[Edit], patch_format: str,
              check: Callable[[str], str | None] | None) -> str | None:
     """Why an answer that applies would still not be used (every reason at once), or None."""
     problems = []
-    if patch_format == "rule":
+    if patch_format in ("rule", "contrast"):
         rule = edits[0].replace.strip()
         lines = len([line for line in rule.splitlines() if line.strip()])
         sentences = len(SENTENCE_END.findall(rule))

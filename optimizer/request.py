@@ -21,6 +21,8 @@ from typing import Any
 
 import jinja2
 
+from optimizer.contrast import pieces as contrast_pieces
+from optimizer.contrast import render_contrast
 from optimizer.scoring import trial_value
 from optimizer.targets import bucket_confusions, changeable, confused_tasks, top_confusions
 from optimizer.types import Suite, Trial
@@ -96,13 +98,15 @@ def bucket_status(trials: list[Trial], suite_names: set[str]) -> list[dict[str, 
 
 
 def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int = 1,
-                   agent: str | None = None, skip: set[tuple[str, str]] | None = None) -> Selection | None:
+                   agent: str | None = None, skip: set[tuple[str, str]] | None = None,
+                   prefer_named: bool = False) -> Selection | None:
     """The agent and buckets to work on, or None when no train trial failed (buckets in `skip`,
     as (suite, bucket), are not targeted; they still count as failing in the status list).
 
     Buckets are ranked by what a prompt can change: the tasks expected to fail per round
     (`failing` in `bucket_status`), those failing with a confusion a grader names counted twice
-    (`optimizer.targets.changeable`), then the lower mean score. A raw count of failed trials
+    (`optimizer.targets.changeable`; only the failing tasks when not `prefer_named`), then the
+    lower mean score. A raw count of failed trials
     would favour a task alone in its bucket, which runs several times the trials of the others;
     the agent is the one with the most failing tasks."""
     skip = skip or set()
@@ -117,7 +121,8 @@ def select_targets(trials: list[Trial], suites: list[Suite], *, max_targets: int
             continue
         rows = bucket_status(trials, set(names))
         failing = sorted((row for row in rows if row["failed"] and (row["suite"], row["bucket"]) not in skip),
-                         key=lambda r: (-changeable(r, r["confused"]), r["mean_score"], r["suite"], r["bucket"]))
+                         key=lambda r: (-changeable(r, r["confused"] if prefer_named else 0.0), r["mean_score"],
+                                        r["suite"], r["bucket"]))
         if not failing:
             continue
         key = (-sum(row["failing"] for row in failing), agent_name)
@@ -234,10 +239,14 @@ def render_request(*, selection: Selection, failures: list[dict[str, Any]], prom
                    manual: Manual, iteration_id: str, base_commit: str, agent_model: str,
                    max_changed_lines: int, token_budget: int,
                    rejected_ideas: list[str] | None = None, non_voting: list[str] | None = None,
-                   judge_model: str = "") -> tuple[str, int]:
+                   judge_model: str = "", patch_format: str = "edits") -> tuple[str, int]:
     """The request text, and how many failures were left out to fit `token_budget`. `non_voting`
     names the graders whose scores the gate leaves out (LLM judges not calibrated on
-    `judge_model`), so the patcher knows their verdicts decide nothing."""
+    `judge_model`), so the patcher knows their verdicts decide nothing. `patch_format`
+    "contrast" renders the short contrast request instead (`optimizer.contrast`)."""
+    if patch_format == "contrast":
+        text = render_contrast(selection=selection, failures=failures, prompt=prompt, rejected_ideas=rejected_ideas)
+        return text, max(0, len(failures) - len(contrast_pieces(failures)))
     template = _environment().get_template("request.md.j2")
     context = dict(agent=selection.agent, targets=selection.targets, other_buckets=selection.others,
                    prompt=prompt.rstrip("\n"), prompt_file=prompt_file, manual=manual.text,

@@ -39,8 +39,10 @@ def baseline() -> list[Trial]:
 
 
 def test_a_bucket_whose_failures_the_graders_name_outranks_a_bucket_failing_more_for_no_named_reason():
-    selection = select_targets(baseline(), SUITES, max_targets=2)
+    selection = select_targets(baseline(), SUITES, max_targets=2, prefer_named=True)
     assert [t.bucket for t in selection.targets] == ["template_quote", "fact_preservation"]
+    assert [t.bucket for t in select_targets(baseline(), SUITES, max_targets=2).targets] == \
+        ["fact_preservation", "template_quote"], "ranked by headroom alone unless asked"
     assert selection.targets[0].confusions == (("event where quote was expected (card_template_choice)", 4),)
     assert selection.targets[1].confusions == ()
 
@@ -48,7 +50,7 @@ def test_a_bucket_whose_failures_the_graders_name_outranks_a_bucket_failing_more
 def test_without_named_confusions_the_bucket_failing_most_is_still_first():
     plain = [t if t.bucket != "template_quote" or t.status == "passed" else
              trial("template_quote", t.task_id, t.index, UNNAMED) for t in baseline()]
-    assert [t.bucket for t in select_targets(plain, SUITES).targets] == ["fact_preservation"]
+    assert [t.bucket for t in select_targets(plain, SUITES, prefer_named=True).targets] == ["fact_preservation"]
 
 
 def test_confusions_come_only_from_failed_train_trials():
@@ -60,8 +62,18 @@ def test_confusions_come_only_from_failed_train_trials():
 
 
 def test_the_request_shows_the_targets_confusions():
-    selection = select_targets(baseline(), SUITES)
+    selection = select_targets(baseline(), SUITES, prefer_named=True)
     text, _ = render_request(selection=selection, failures=[], prompt="prompt", prompt_file="p.md",
                              manual=load_manual(PROJECT_ROOT, "card_agent"), iteration_id="it",
                              base_commit="0" * 40, agent_model="mock/sim", max_changed_lines=3, token_budget=10_000)
     assert "  - event where quote was expected (card_template_choice): 4 failed trials" in text
+
+
+def test_named_confusions_lead_on_the_embedded_agent_model_or_when_set():
+    from optimizer.config import Settings
+    from optimizer.targets import prefers_named
+
+    assert prefers_named(Settings(agent_model="local/qwen2.5-coder-1.5b"))
+    assert not prefers_named(Settings(agent_model="mock/sim"))
+    assert prefers_named(Settings(agent_model="mock/sim", target_order="changeable"))
+    assert not prefers_named(Settings(agent_model="local/qwen2.5-coder-1.5b", target_order="headroom"))
