@@ -123,6 +123,24 @@ def test_the_viewer_never_writes_the_store(store_path, get):
     assert Reader(engine).trial(1) is not None
 
 
+def test_the_viewer_reads_either_database_and_refuses_to_write_it(store_url):
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from optimizer.viewer import Reader, open_engine
+
+    store = Store(store_url)
+    ids = build(store)
+    store.close()
+    engine = open_engine(store_url)
+    reader = Reader(engine)
+    assert len(reader.changed_pairs(reader.base_runs(reader.iteration(ids["iteration"])), ids["candidate"])) == 2
+    with pytest.raises(DBAPIError, match="(?i)read.?only"), engine.connect() as conn:
+        conn.execute(text("DELETE FROM grader_results"))
+    assert reader.trial(1)["graders"]
+    engine.dispose()
+
+
 def test_a_missing_store_is_exit_2(cli, isolated):
     code, out, err = cli("view", "--port", "0")
     assert code == 2

@@ -38,8 +38,10 @@ def open_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "connect")
     def _read_only(dbapi_connection, _record) -> None:
-        with dbapi_connection.cursor() as cursor:
-            cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        """Committed, so that the pool's rollback on check-in keeps it (as the store's UTC)."""
+        dbapi_connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        dbapi_connection.execute("SET TIME ZONE 'UTC'")
+        dbapi_connection.commit()
     return engine
 
 
