@@ -52,6 +52,7 @@ def load_suite(name_or_path: str, project_root: Path) -> Suite:
         _check_fixtures(task, path, root, project_root)
         _check_graders(task, path, spec.agent_name)
         _check_reference_tools(task, path, agent)
+        _check_bucket(task, path)
         task._path = path
         task._suite_root = root
         tasks.append(task)
@@ -148,6 +149,16 @@ def _check_input(task: Task, path: Path) -> None:
             raise TaskFileError("required, but missing: without it the task runs as an empty note", path=path,
                                 field=field, fix='add "input": {"content": "<the note>"} ("" for a task that means '
                                                  f"an empty note); {FORMAT_HELP}")
+
+
+def _check_bucket(task: Task, path: Path) -> None:
+    """A task names its failure bucket: the loop targets, gates and reports by bucket, and a task
+    without one would be pooled with every other such task under "unbucketed"."""
+    if not task.metadata.get("failure_bucket", "").strip():
+        raise TaskFileError("required, but missing: every task belongs to a failure bucket", path=path,
+                            field="metadata.failure_bucket",
+                            fix='add "metadata": {"failure_bucket": "<the kind of failure this task catches>"}; '
+                                f"{FORMAT_HELP}")
 
 
 def _check_fixtures(task: Task, path: Path, suite_root: Path, project_root: Path) -> None:

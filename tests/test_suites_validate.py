@@ -1,5 +1,5 @@
-"""`optimizer suites validate` on a task with no reference solution: the oracle has nothing to
-replay, so the task is reported as not checked (naming the fix), never as a failed task."""
+"""`optimizer suites validate` and suite loading: a task with no reference solution is reported as not
+checked (the oracle has nothing to replay), never as failed; a task with no failure bucket is refused."""
 
 from __future__ import annotations
 
@@ -26,3 +26,24 @@ def test_a_task_whose_reference_solution_falls_short_still_fails(cli, isolated, 
     assert code != 0
     assert "tmp_suite: 1 tasks, 1 failing" in out and "card_event_short: failed" in out
     assert "no reference solution" not in out
+
+
+def test_a_task_without_a_failure_bucket_is_refused_naming_the_file_and_the_field(cli, isolated, tmp_path):
+    loose = event_task("card_event_loose", metadata={"split": "train"})
+    suite = write_suite(tmp_path / "s", [event_task(), loose])
+    for command in (["suites", "validate"], ["eval", "--agent-model", "mock/oracle"]):
+        code, out, err = cli(*command, "--suite", str(suite))
+        assert code == 2, out + err
+        assert "card_event_loose.json" in err and "metadata.failure_bucket" in err
+        assert '"failure_bucket"' in err and "unbucketed" not in out + err
+
+
+def test_the_task_file_reference_in_the_plugin_docs_is_the_table_the_loader_models_generate():
+    from optimizer.task_format import table
+    from tests.conftest import PROJECT_ROOT
+
+    doc = (PROJECT_ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    start = doc.index("| Field | Type | Default | Meaning |")
+    assert doc[start:start + len(table())] == table()
+    assert "| `metadata.failure_bucket` | `str` | required |" in table()
+    assert "| `input.fixture_dir` | `str \\| None` | `None` |" in table()
