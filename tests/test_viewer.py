@@ -147,6 +147,13 @@ def test_a_missing_store_is_exit_2(cli, isolated):
     assert "no store at" in err and "optimizer.db" in err
 
 
+def test_an_unreachable_database_is_exit_2(cli, isolated, monkeypatch, free_tcp_port):
+    monkeypatch.setenv("OPTIMIZER_DATABASE_URL", f"postgresql+psycopg://nobody:secret@127.0.0.1:{free_tcp_port}/none")
+    code, out, err = cli("view", "--port", "0")
+    assert code == 2
+    assert "cannot open the store at" in err and "database_url" in err and "secret" not in err
+
+
 def test_a_busy_port_is_exit_2(cli, store_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

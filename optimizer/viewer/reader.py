@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, and_, case, create_engine, event, func, or_, select
+from sqlalchemy.exc import DBAPIError
 
-from optimizer.errors import InputError
+from optimizer.errors import InputError, first_line
 from optimizer.store import schema
+from optimizer.store.store import store_location
 
 PAGE = 50
 """Rows per page of a list (runs, iterations, trials)."""
@@ -42,6 +44,12 @@ def open_engine(url: str) -> Engine:
         dbapi_connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
         dbapi_connection.execute("SET TIME ZONE 'UTC'")
         dbapi_connection.commit()
+    try:
+        engine.connect().close()
+    except DBAPIError as exc:
+        engine.dispose()
+        raise InputError(f"cannot open the store at {store_location(url)}: {first_line(str(exc.orig), 'error')}",
+                         field="database_url", fix="point database_url at a reachable database") from None
     return engine
 
 
