@@ -19,7 +19,7 @@ from optimizer.loop_records import IterationResult, LoopContext
 from optimizer.registry import get_agent
 from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id
 from optimizer.search import SCREEN_INDEX, text_sha
-from optimizer.store.runs import task_without_count
+from optimizer.store.runs import UNFINISHED, task_without_count
 from optimizer.types import RunResult, Suite, Trial
 
 
@@ -99,6 +99,14 @@ class Stage:
 
     def run(self, planned: list[PlannedTrial], prompt_root: Path, *, kind: str, label: str,
             run_id: str | None = None) -> RunResult:
+        """Run `planned` in `run_id`, or in a run of the same kind and spec that the iteration this
+        one resumes (`interrupted`) finished before it was killed, keeping its trials (an
+        unfinished one is adopted by `run_trials`)."""
+        if self.interrupted and not (run_id and self.store.runs.exists(run_id)):
+            spec = fingerprints(self.suites, self.settings, prompt_root, planned)
+            left = self.store.runs.left_by(self.interrupted, spec, kind)
+            if left and self.store.runs.get(left)["status"] not in UNFINISHED:
+                run_id = left
         return run_trials(self.ctx, self.settings, self.suites, planned, prompt_root, kind=kind, label=label,
                           run_id=run_id)
 
@@ -137,6 +145,14 @@ class Stage:
         result.rollouts += ran
         result.model_rollouts += called_model([t for t in run.trials if (t.suite, t.task_id, t.index) not in taken])
         return run.trials
+
+    @functools.cached_property
+    def interrupted(self) -> list[dict]:
+        """The iterations on this base commit interrupted since its last verdict: this one runs in
+        their place, so the screening, base and candidate runs they finished are taken in, not
+        run again (a night killed inside its gate and resumed runs the trials of the
+        uninterrupted night, no more)."""
+        return self.store.iterations.interrupted_since_verdict(self.result.base.commit)
 
     @functools.cached_property
     def recorded(self) -> dict[tuple[str, str, int], Trial]:

@@ -343,12 +343,15 @@ def save_records(folder: Path, records: list[Candidate]) -> None:
 
 
 def run_search(adapter: ScreeningAdapter, proposer: SearchProposer, *, base_prompt: str, train: list[Example],
-               val: list[Example], budget: int, folder: Path, seed: int, promote: int = PROMOTE) -> SearchOutcome:
+               val: list[Example], budget: int, folder: Path, seed: int, promote: int = PROMOTE,
+               iteration: str = "", resumes: Iterable[str] = ()) -> SearchOutcome:
     """gepa's search for `budget` more rollouts in `folder` (continuing a pool found there),
-    then the promotion rule."""
+    then the promotion rule. The budget counts from where `iteration` started in the pool, or,
+    when it runs in place of interrupted iterations (`resumes`), from where the first of them
+    started: a search killed and resumed spends its budget once."""
     gepa_dir = folder / "gepa"
     gepa_dir.mkdir(parents=True, exist_ok=True)
-    spent = gepa_adapter.spent_evaluations(gepa_dir)
+    spent = _budget_start(folder, gepa_adapter.spent_evaluations(gepa_dir), iteration, resumes)
     start = adapter.rollouts
     selection = parent_selector(proposer.records, seed) if faulty(proposer.records) else "pareto"
     try:
@@ -373,6 +376,18 @@ def run_search(adapter: ScreeningAdapter, proposer: SearchProposer, *, base_prom
     outcome.folder, outcome.rollouts = folder, adapter.rollouts - start
     save_records(folder, proposer.records)
     return outcome
+
+
+def _budget_start(folder: Path, spent: int, iteration: str, resumes: Iterable[str]) -> int:
+    """Where `iteration`'s budget counts from in the pool at `folder`, now `spent` evaluations in:
+    where the first of the interrupted iterations it `resumes` started, else `spent`; kept in
+    `starts.json` beside the pool."""
+    path = folder / "starts.json"
+    starts = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    start = min((starts[name] for name in resumes if name in starts), default=spent)
+    if iteration:
+        write_json(path, {**starts, iteration: start})
+    return start
 
 
 def promote_candidates(result, records: list[Candidate], val: list[Example], targets: set[tuple[str, str]],

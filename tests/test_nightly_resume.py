@@ -185,3 +185,46 @@ def test_a_night_whose_commits_are_not_in_this_clone_is_not_resumed(cli, repo, t
     code, _, output = nightly(cli, tmp_path, "--resume")
     assert code == 2, output
     assert f"was started in {repo.resolve()}" in output and "is not in this repository" in output
+
+
+def _kind_trials(state: Path, kind: str) -> int:
+    """The trials recorded in a night's first run of `kind`."""
+    try:
+        with sqlite3.connect(state / "optimizer.db", timeout=5) as db:
+            return db.execute("select count(*) from trials where run_id = (select run_id from runs where kind = ? "
+                              "order by started_at limit 1)", (kind,)).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_a_night_killed_inside_its_gate_resumes_as_the_same_night(repo, tmp_path):
+    """Killed while the first iteration's gate runs the candidate, the resumed iteration takes in
+    the candidate, screening and base trials the killed process recorded (the same prompts, at
+    the same indexes) instead of starting its comparison over: the night ends as the
+    uninterrupted one, with the same branch, commits and decisions, and not one trial more."""
+    git(repo, "stash", "-u")  # a clean checkout, as --merge needs
+    killed = tmp_path / "killed"
+    subprocess.run(["cp", "-a", str(repo), str(killed)], check=True)
+    reference_state, state = tmp_path / "reference-state", tmp_path / "killed-state"
+    done = subprocess.run([OPTIMIZER, "nightly", "--plain", *NIGHT_FLAGS, "--json", str(tmp_path / "reference.json")],
+                          cwd=repo, env=_env(repo, reference_state, **STARTING), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    reference = _outcome(repo, reference_state, json.loads((tmp_path / "reference.json").read_text()))
+    candidate = _kind_trials(reference_state, "candidate")
+    assert candidate >= 4 and reference["statuses"][0] == "accepted", reference
+
+    env = _env(killed, state, **STARTING)
+    process = subprocess.Popen([OPTIMIZER, "nightly", "--plain", *NIGHT_FLAGS], cwd=killed, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while process.poll() is None and _kind_trials(state, "candidate") < candidate // 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert process.poll() is None, "the night ended before its gate had run half of the candidate's trials"
+    process.kill()  # SIGKILL, inside the first iteration's gate
+    process.wait()
+    assert 0 < _kind_trials(state, "candidate") < candidate
+    done = subprocess.run([OPTIMIZER, "nightly", "--resume", "--plain", "--json", str(tmp_path / "resumed.json")],
+                          cwd=killed, env=_env(killed, state, **RESUMING), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _outcome(killed, state, json.loads((tmp_path / "resumed.json").read_text())) == reference

@@ -70,7 +70,7 @@ def test_screening_sets_hold_train_tasks_only_and_repeat_a_small_target():
     assert small_val == small_train, "a small budget screens the targets only"
 
 
-def pool_search(folder: Path, budget: int, records: list[Candidate] | None = None):
+def pool_search(folder: Path, budget: int, records: list[Candidate] | None = None, **resumed):
     items = card_items()
     run, ran = scripted_run(lambda task, prompt: task.bucket != "fact_preservation" or RULE in prompt)
     adapter = ScreeningAdapter(items, run, targets={("card_agent", "fact_preservation")},
@@ -86,7 +86,7 @@ def pool_search(folder: Path, budget: int, records: list[Candidate] | None = Non
     train, val = screening_sets(plan(load_suites(["card_agent"], PROJECT_ROOT), trials=1),
                                 {("card_agent", "fact_preservation")}, "card_agent", budget=budget)
     return run_search(adapter, proposer, base_prompt="base", train=train, val=val, budget=budget,
-                      folder=folder, seed=0), ran
+                      folder=folder, seed=0, **resumed), ran
 
 
 def test_the_right_candidate_is_promoted_and_useless_ones_are_not(tmp_path):
@@ -328,6 +328,22 @@ def test_a_resumed_search_continues_the_pool(tmp_path):
         "the base prompt's first screen is not repeated"
     assert len(json.loads((folder / "gepa" / "candidates.json").read_text())) >= len(state)
     assert [c.number for c in second.candidates][: len(records)] == [r.number for r in records]
+
+
+def test_a_search_run_in_place_of_an_interrupted_one_spends_the_budget_once(tmp_path):
+    """An iteration killed after its search, resumed by another, screens no new trial (the
+    budget counts from where the interrupted one started); a later iteration gets a budget of
+    its own."""
+    folder = tmp_path / "pool"
+    first, ran_first = pool_search(folder, budget=30, iteration="killed")
+    assert ran_first and first.rollouts >= 30
+    again, ran_again = pool_search(folder, budget=30, records=load_records(folder), iteration="resumed",
+                                   resumes=["killed"])
+    assert set(ran_again) <= set(ran_first), "only trials the killed search ran (the loop takes them in)"
+    assert [c.number for c in again.candidates] == [c.number for c in first.candidates]
+    assert json.loads((folder / "starts.json").read_text()) == {"killed": 0, "resumed": 0}
+    later, ran_later = pool_search(folder, budget=30, records=load_records(folder), iteration="later")
+    assert ran_later and later.rollouts >= 30
 
 
 @pytest.fixture

@@ -78,6 +78,20 @@ class Iterations(Repository):
             return conn.execute(select(func.min(table.c.started_at)).where(
                 table.c.base_commit == base_commit)).scalar_one()
 
+    def interrupted_since_verdict(self, base_commit: str) -> list[dict[str, Any]]:
+        """Iterations on `base_commit` interrupted (killed, Ctrl-C, a signal) after its last verdict,
+        each with its id, owner columns and start: the runs their processes started, and the
+        search budget they spent, belong to the iteration a resumed job runs in their place
+        (`Runs.left_by`, `search.run_search`)."""
+        table, since = schema.iterations, self.last_verdict(base_commit)
+        query = select(table.c.iteration_id, table.c.owner_host, table.c.owner_pid, table.c.owner_start,
+                       table.c.started_at).where(
+            table.c.base_commit == base_commit, table.c.status == "interrupted", table.c.owner_start.is_not(None))
+        if since is not None:
+            query = query.where(table.c.started_at >= since)
+        with self._reading() as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
+
     def rows(self) -> list[dict[str, Any]]:
         """Every iteration, oldest first, its JSON columns decoded (`targets`, `settings`, `summary`)."""
         with self._reading() as conn:

@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, or_, select, update
 
 from optimizer.store import schema
 from optimizer.store._repository import Repository, decode
@@ -78,6 +78,23 @@ class Runs(Repository):
             if taken.rowcount:
                 return row["run_id"]
         return None
+
+    def left_by(self, jobs: list[dict[str, Any]], fingerprints: dict[str, Any], kind: str) -> str | None:
+        """The newest run of this kind with exactly these fingerprints that the process of one of
+        `jobs` (interrupted iterations: `Iterations.interrupted_since_verdict`) started during it,
+        finished or not: what that iteration ran before it was killed, for the one resumed in its
+        place to take in (its trials are the same prompts at the same indexes)."""
+        if not jobs:
+            return None
+        table, wanted = schema.runs, _canonical(fingerprints)
+        during = [(table.c.owner_host == job["owner_host"]) & (table.c.owner_pid == job["owner_pid"])
+                  & (table.c.owner_start == job["owner_start"]) & (table.c.started_at >= job["started_at"])
+                  for job in jobs]
+        query = (select(table.c.run_id, table.c.fingerprints_json).where(table.c.kind == kind, or_(*during))
+                 .order_by(table.c.started_at.desc()))
+        with self._reading() as conn:
+            rows = conn.execute(query).all()
+        return next((run_id for run_id, stored in rows if _canonical(json.loads(stored)) == wanted), None)
 
     def _unfinished(self, fingerprints: dict[str, Any], kind: str) -> list[dict[str, Any]]:
         """Unfinished runs of this kind with these fingerprints, newest first, but those whose
