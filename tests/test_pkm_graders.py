@@ -203,7 +203,8 @@ def public_format_suite(tmp_path: Path, expected_outcome: dict) -> Task:
     root = tmp_path / "public_pkm"
     (root / "tasks").mkdir(parents=True)
     (root / "suite.json").write_text('{"name": "public_pkm", "agent_name": "pkm_agent"}', encoding="utf-8")
-    task = {"id": "run_log", "input": {"content": "ran 8k, 5:40 pace, knee ok", "fact_id": FACT_ID},
+    task = {"id": "run_log", "metadata": {"failure_bucket": "route_into_existing_file"},
+            "input": {"content": "ran 8k, 5:40 pace, knee ok", "fact_id": FACT_ID},
             "reference_solution": {"expected_outcome": expected_outcome},
             "graders": [{"name": "pkm_completion"}, {"name": "pkm_routed_correctly"}]}
     (root / "tasks" / "run_log.json").write_text(json.dumps(task), encoding="utf-8")
