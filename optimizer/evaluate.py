@@ -32,10 +32,26 @@ def prepare(settings: Settings, project_root: Path, suite_names: list[str] | Non
     planned = plan(suites, trials=settings.trials, task_glob=task_glob)
     for suite in suites:
         read_prompt(get_agent(suite.spec.agent_name), project_root)
+        _check_simulated(settings.agent_model, suite)
     validate_model(settings.agent_model, field="agent_model")
     if judges_used(suites):
         validate_model(settings.judge_model, field="judge_model")
     return EvalPlan(settings=settings, project_root=project_root, suites=suites, trials=planned)
+
+
+def _check_simulated(model: str, suite: Suite) -> None:
+    """mock/sim plays an agent from the simulation profile it registered; without one every trial
+    would error at its first model call, which reads as a model, key or network problem."""
+    from optimizer.errors import ConfigError
+    from optimizer.models.mock import parse_mock_model
+
+    entry = get_agent(suite.spec.agent_name)
+    parsed = parse_mock_model(model.removeprefix("mock/")) if model.startswith("mock/") else None
+    if parsed and parsed[0] == "sim" and entry.sim_profile is None:
+        raise ConfigError(f"agent {entry.name!r} (suite {suite.name!r}) has no simulation profile, so mock/sim "
+                          "cannot play it", field="agent_model",
+                          fix="use --agent-model mock/oracle (replays reference solutions) or a real model, or "
+                              "register the agent with sim_profile=SimProfile(...)")
 
 
 def execute(eval_plan: EvalPlan, store: Store, *, prompt_root: Path | None = None,

@@ -47,3 +47,18 @@ def test_the_task_file_reference_in_the_plugin_docs_is_the_table_the_loader_mode
     assert doc[start:start + len(table())] == table()
     assert "| `metadata.failure_bucket` | `str` | required |" in table()
     assert "| `input.fixture_dir` | `str \\| None` | `None` |" in table()
+
+
+def test_mock_sim_on_an_agent_without_a_simulation_profile_is_a_configuration_error_naming_the_fix(
+        cli, isolated, monkeypatch):
+    import dataclasses
+
+    from optimizer import registry
+
+    registry.load_plugins()
+    monkeypatch.setitem(registry._agents, "card_agent",
+                        dataclasses.replace(registry.get_agent("card_agent"), sim_profile=None))
+    code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/sim", "--trials", "1")
+    assert code == 2, out + err
+    assert "agent_model" in err and "no simulation profile" in err and "mock/oracle" in err
+    assert "network" not in err and "key" not in err.replace("keep", "")
