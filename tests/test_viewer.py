@@ -94,6 +94,14 @@ def test_an_iterations_changed_pairs_show_the_prompt_diff_and_both_transcripts(g
     assert page.index("Prompt diff") < page.index('class="pair"')
 
 
+def test_the_address_a_markdown_review_links_to_shows_the_accepted_proposals_changed_pairs(get):
+    from optimizer.review import changed_pairs_url
+
+    status, page = get(changed_pairs_url("", "it-0"))
+    assert status == 200 and "2 pair(s) whose outcome changed" in page
+    assert get("/iterations/it-0/other")[0] == 404
+
+
 @pytest.mark.parametrize("path, status", [("/trial/abc", 400), ("/trial/99999", 404), ("/run/nope", 404),
                                           ("/iteration/nope", 404), ("/pairs/it-0?proposal=9", 404),
                                           ("/run/base-0?page=x", 400), ("/no/such/page", 404)])

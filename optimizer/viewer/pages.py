@@ -112,8 +112,10 @@ def pairs(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, 
     record = reader.iteration(parts[0])
     if record is None:
         raise NotFound(f"no iteration {parts[0]!r}")
-    ordinal = query.get("proposal", "1")
-    proposal = next((p for p in reader.proposals(parts[0]) if str(p["ordinal"]) == ordinal), None)
+    proposals = reader.proposals(parts[0])
+    accepted = next((str(p["ordinal"]) for p in proposals if p["status"] == "accepted"), "1")
+    ordinal = query.get("proposal", accepted)
+    proposal = next((p for p in proposals if str(p["ordinal"]) == ordinal), None)
     if proposal is None:
         raise NotFound(f"iteration {parts[0]!r} has no proposal {ordinal!r}")
     page = _page_number(query)
@@ -126,13 +128,21 @@ def pairs(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, 
             "pairs": [(reader.trial(base), reader.trial(candidate)) for base, candidate in shown]}
 
 
+def changed(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, Any]:
+    """`/iterations/<id>/changed`, the address `optimizer review --format markdown` links to:
+    the changed pairs of the iteration's accepted proposal (else its first)."""
+    if parts[1] != "changed":
+        raise NotFound(f"no page {parts[1]!r} of an iteration")
+    return pairs(reader, parts[:1], query)
+
+
 def trend(reader: Reader, _: list[str], __: dict[str, str]) -> dict[str, Any]:
     return {"template": "trends", "title": "Pass rate over time", "trends": trends(reader.engine)}
 
 
 ROUTES: dict[str, tuple[int, Callable[[Reader, list[str], dict[str, str]], dict[str, Any]]]] = {
     "": (0, home), "run": (1, run), "trial": (1, trial), "iteration": (1, iteration), "pairs": (1, pairs),
-    "trends": (0, trend)}
+    "iterations": (2, changed), "trends": (0, trend)}
 """First path segment -> (number of segments after it, page)."""
 
 
