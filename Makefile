@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup model run demo eval validate test test-local test-browser bench clean
+.PHONY: setup model run demo eval validate test test-local test-browser bench clean aider
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,14 @@ demo: setup
 		OPTIMIZER_PROPOSER_COMMAND="$(CURDIR)/$(BIN)/python $(CURDIR)/benchmarks/sim_patcher.py {request} {workdir} agents/prompts/card_agent.md" \
 		$(CURDIR)/$(BIN)/optimizer run --agent-model mock/sim --fail-on-reject
 	@echo "the demo is its own project: cd $(DEMO) && $(CURDIR)/$(BIN)/optimizer review"
+
+# aider (docs/proposers.md#aider) in a venv of its own, outside /tmp (the proposer's box has a
+# private /tmp) and outside the project's venv (its pins are not ours). About 4 minutes.
+AIDER_VENV ?= $(HOME)/.cache/prompt-optimizer/aider-venv
+aider:
+	test -x $(AIDER_VENV)/bin/aider || { $(PYTHON) -m venv $(AIDER_VENV) && \
+		$(AIDER_VENV)/bin/pip install --quiet aider-chat==0.86.2; }
+	$(AIDER_VENV)/bin/aider --version
 
 eval: setup
 	$(BIN)/optimizer eval --suite card_agent --agent-model mock/sim --trials 2 --json .optimizer/last-eval.json

@@ -44,8 +44,12 @@ def task_calls(suite_names: list[str]) -> dict[str, list]:
 
 
 class Stub:
-    def __init__(self, name: str, log: Path, calls: dict[str, list], die_on: int | None, delay: float):
+    def __init__(self, name: str, log: Path, calls: dict[str, list], die_on: int | None, delay: float,
+                 reply: str | None = None):
         self.name, self.log, self.calls, self.die_on, self.delay = name, log, calls, die_on, delay
+        self.reply = reply
+        """With `--reply-file`: the text of every answer to a request without tools (a coding agent's
+        edit, say), instead of the short final message."""
         self.received = 0
         self.lock = threading.Lock()
 
@@ -61,6 +65,8 @@ class Stub:
         script = self.calls.get(first, []) if body.get("tools") else []
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         message, finish = scripted_reply(script, messages)
+        if self.reply is not None and not body.get("tools"):
+            message, finish = {"role": "assistant", "content": self.reply}, "stop"
         time.sleep(self.delay)
         with self.lock, self.log.open("a", encoding="utf-8") as out:
             out.write(f"{self.name} turn={turn}\n")
@@ -105,8 +111,10 @@ def main() -> None:
     parser.add_argument("--suite", action="append", help="suites whose tasks it answers (default: card_agent)")
     parser.add_argument("--die-on", type=int, default=None)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--reply-file", type=Path, help="answer every request without tools with this text")
     args = parser.parse_args()
-    stub = Stub(args.name, args.log, task_calls(args.suite or ["card_agent"]), args.die_on, args.delay)
+    stub = Stub(args.name, args.log, task_calls(args.suite or ["card_agent"]), args.die_on, args.delay,
+                args.reply_file.read_text() if args.reply_file else None)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(stub))
     server.daemon_threads = True
     print(f"PORT {server.server_address[1]}", flush=True)
