@@ -22,7 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("optimizer", "agents", "graders", "outcomes")
-FOUNDATION = {"optimizer.errors", "optimizer.types", "optimizer.files", "optimizer.ledger"}
+FOUNDATION = {"optimizer.errors", "optimizer.types", "optimizer.files", "optimizer.ledger",
+              "optimizer.procfs"}
 """The `optimizer` modules below the model layer, which it may import."""
 
 
