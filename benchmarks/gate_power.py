@@ -68,6 +68,7 @@ from optimizer.runner import PlannedTrial, Runner, plan  # noqa: E402
 from optimizer.scoring import trials_frame  # noqa: E402
 from optimizer.store import Store  # noqa: E402
 from optimizer.suites import load_suites  # noqa: E402
+from optimizer.spending import decision_alpha  # noqa: E402
 from optimizer.types import Trial  # noqa: E402
 
 GEPA_MINIBATCH = 3
@@ -238,17 +239,21 @@ def aa_nights(args, sim, planned, base, agent, rng, policy, chosen, baseline_dra
     prompt); a night that accepts any candidate would merge a patch that changes nothing."""
     tally = CaseTally()
     for _ in range(args.nights):
-        accepted, rollouts = False, 0
+        accepted, rollouts, decided = False, 0, 0
         for _ in range(args.night_iterations):
             baseline = baseline_draw()
             targets = chosen(baseline)
             if targets is None:
                 continue
             for _ in range(args.night_candidates):
-                verdict, spent, _ = new_gate(sim, planned, baseline, base, base, targets, agent, rng, policy)
+                decided += 1
+                level = decision_alpha(policy.alpha, args.night_alpha, decided) if args.night_alpha else policy.alpha
+                verdict, spent, _ = new_gate(sim, planned, baseline, base, base, targets, agent, rng,
+                                             replace(policy, alpha=level))
                 accepted, rollouts = accepted or verdict, rollouts + spent
         tally.add(accepted, rollouts, False)
-    name = f"A/A night ({args.night_iterations} it. x {args.night_candidates} cand.)"
+    spending = f"night_alpha {args.night_alpha}" if args.night_alpha else "alpha each"
+    name = f"A/A night ({args.night_iterations} it. x {args.night_candidates} cand., {spending})"
     print(f"{suite_name:<11} {name:<40} {'new':<9} {cells(tally)}", flush=True)
 
 
@@ -272,6 +277,9 @@ def main() -> None:
     parser.add_argument("--nights", type=int, default=0, help="A/A nights to run (default: none)")
     parser.add_argument("--night-iterations", type=int, default=6)
     parser.add_argument("--night-candidates", type=int, default=2)
+    parser.add_argument("--night-alpha", type=float, default=Settings.model_fields["night_alpha"].default,
+                        help="the night's decisions spend this family-wise level (optimizer.spending); 0: each "
+                             "decision at alpha, as before")
     parser.add_argument("--effects", nargs="*", default=None, help="effects of the library to try (default: all)")
     parser.add_argument("--policy", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="override GatePolicy fields, e.g. max_rollouts=400")

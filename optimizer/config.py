@@ -177,6 +177,10 @@ class Settings(BaseModel):
     alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
     """Level of the improvement test (anytime-valid; each targeted bucket at this level: an
     intersection-union test, docs/gate.md)."""
+    night_alpha: float = Field(default=0.10, gt=0.0, lt=1.0)
+    """Family-wise level of a nightly's accepts: its j-th gated candidate is tested at
+    min(`alpha`, night_alpha / (j (j + 1))), so the chance that a night merges any patch that
+    changes nothing is at most this (`optimizer.spending`)."""
     alpha_harm: float = Field(default=0.10, gt=0.0, lt=1.0)
     """Family-wise level of the harm tests: the chance that noise vetoes a patch that harms
     nothing, over every bucket, the holdout split and the regression suites together."""

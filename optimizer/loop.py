@@ -49,6 +49,7 @@ from optimizer.targets import prefers_named
 from optimizer.runner import PlannedTrial, new_run_id, plan, record_ending
 from optimizer.search import (PROMOTE, SCREEN_INDEX, ScreeningAdapter, SearchProposer, load_records, pool_folder,
                               run_search, screening_sets)
+from optimizer.spending import decision_alpha
 from optimizer.suites import load_suites, with_regression_suites
 from optimizer.types import Suite, Trial
 
@@ -61,9 +62,12 @@ def _rel(repo, project_root: Path, prompt_file: str) -> str:
 
 def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, base_ref: str | None = None,
                   dry_run: bool = False, agent: str | None = None,
-                  iteration_id: str | None = None, search_dir: Path | None = None) -> IterationResult:
+                  iteration_id: str | None = None, search_dir: Path | None = None,
+                  night_decisions: int | None = None) -> IterationResult:
     """One iteration. `search_dir` holds the search pools (default `<state_dir>/search`): a pool
-    is found again there by its agent, base prompt and targets, and continued."""
+    is found again there by its agent, base prompt and targets, and continued. Inside a night,
+    `night_decisions` is how many candidates the night gated before this iteration: the gate
+    then tests each candidate at its share of `night_alpha` (`optimizer.spending`)."""
     settings = loop_settings(ctx.settings)
     check_search_budget(settings)
     root = ctx.project_root
@@ -100,6 +104,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
             base_root = export_prompts(repo, base.commit, prompt_files, Path(folder))
             iteration = _Iteration(ctx, settings, repo, suites, prompt_paths, prompt_files, planned, result, base_root)
             iteration.search_dir = search_dir or state_dir / "search"
+            iteration.night_decisions = night_decisions
             iteration.run(dry_run=dry_run, agent=agent)
     except (CheckoutChanged, StoreChanged):  # already recorded as stopped
         raise
@@ -147,6 +152,8 @@ class _Iteration:
         self.non_voting = non_voting_graders(ctx.store, suites, settings.judge_model) if judges_used(suites) else []
         self.search_dir: Path = ctx.project_root / settings.state_dir / "search"
         self.adapter: ScreeningAdapter | None = None
+        self.night_decisions: int | None = None
+        """Inside a night, the candidates gated before this one (this iteration's own included)."""
 
     def run(self, *, dry_run: bool, agent: str | None) -> None:
         result, store, base = self.result, self.store, self.result.base
@@ -482,8 +489,15 @@ class _Iteration:
         asked = {(t.suite, t.bucket) for t in result.selection.targets}
         record.candidate_run_id = run_id = new_run_id()
         sides = LoopSides(self.stage, prompt_root, run_id)
+        policy = self.policy
+        if self.night_decisions is not None:
+            self.night_decisions += 1
+            policy = replace(policy, alpha=decision_alpha(self.settings.alpha, self.settings.night_alpha,
+                                                          self.night_decisions))
+            self.log(f"gate: decision {self.night_decisions} of the night, improvement test at "
+                     f"alpha {policy.alpha:.4f}")
         comparison = compare(sides, planned=self.planned, baseline=self.baseline, targets=targets,
-                             agent=selection.agent, regression_suites=self.regression, policy=self.policy,
+                             agent=selection.agent, regression_suites=self.regression, policy=policy,
                              non_voting=self.non_voting, log=self.log, seen=self.seen,
                              named=buckets_named(record.diff, self.planned, selection.agent, asked))
         decision = comparison.decision

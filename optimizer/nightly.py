@@ -301,7 +301,8 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
                 f"at {result.tip_commit[:12]}")
         try:
             iteration = run_iteration(ctx, suite_names=names, base_ref=result.branch, agent=agent,
-                                      iteration_id=result.current["iteration_id"])
+                                      iteration_id=result.current["iteration_id"],
+                                      night_decisions=decisions(ctx.store, result))
         except BudgetExceeded as exc:
             gitops.delete_branches(repo, f"optimizer/{result.current['iteration_id']}/")
             result.iterations.append({"number": number, "iteration_id": result.current["iteration_id"],
@@ -324,6 +325,14 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
         result.iterations.append(row)
         result.current = None
         _save(ctx, result, ledger)
+
+
+def decisions(store, result: NightlyResult) -> int:
+    """The candidates the night's finished iterations put to the gate, read from the store (a
+    resumed night counts what its killed process decided): each spent its share of
+    `night_alpha`."""
+    return sum(1 for row in result.iterations if row.get("iteration_id")
+               for proposal in store.proposals.rows(iteration_id=row["iteration_id"]) if proposal.get("decision"))
 
 
 def _row(store, number: int, iteration_id: str, status: str, agent: str | None) -> tuple[dict[str, Any], dict | None]:

@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,30 @@ def test_good_proposals_stack_on_the_nightly_branch_in_order(cli, repo, isolated
         roles = {role for (role,) in db.execute("select distinct role from ledger")}
     assert status == "finished" and json.loads(state)["accepted"] == 2
     assert {"agent", "patcher"} <= roles
+
+
+def improvement_levels(store: Path) -> list[float]:
+    """The level each gated proposal's improvement test was run at, in the order decided."""
+    with sqlite3.connect(store) as db:
+        decisions = [json.loads(row) for (row,) in db.execute(
+            "select decision_json from proposals where decision_json is not null order by id")]
+    return [next(rule["numbers"]["alpha"] for rule in decision["rules"] if "alpha" in rule.get("numbers", {}))
+            for decision in decisions]
+
+
+def test_a_nights_decisions_spend_night_alpha_so_its_chance_of_any_false_accept_stays_under_it(
+        cli, repo, isolated, tmp_path, monkeypatch):
+    """The j-th candidate a night gates is tested at night_alpha / (j (j + 1)) (0.05, 0.0167,
+    0.0083 at the default 0.10): their sum, the bound on merging anything by chance, is in the
+    night's summary; an `optimizer run` alone tests at `alpha`."""
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE), after_data_line(LINK_HARM),
+           after_data_line(PERSON_RULE, METRIC_RULE))
+    code, summary, output = nightly(cli, tmp_path, "--max-iterations", "3")
+    assert code == 0, output
+    levels = improvement_levels(isolated / "optimizer.db")
+    assert levels == pytest.approx([0.05, 0.10 / 6, 0.10 / 12]), levels
+    assert summary["gate_decisions"] == 3 and summary["false_accept_bound"] == pytest.approx(0.075), summary
+    assert "at most 0.075" in output
 
 
 def test_the_night_stops_after_consecutive_rejections(cli, repo, isolated, tmp_path, monkeypatch):

@@ -57,7 +57,8 @@ def nightly_command(
     from optimizer.errors import InputError
     from optimizer.files import write_json
     from optimizer.ledger import Budget
-    from optimizer.nightly import NightlyLimits, parse_duration, run_nightly
+    from optimizer.nightly import NightlyLimits, decisions, parse_duration, run_nightly
+    from optimizer.spending import spent
 
     if order not in ("worst-first", "alternate"):
         raise InputError(f"unknown order {order!r}", field="--order", fix="use worst-first or alternate")
@@ -80,12 +81,18 @@ def nightly_command(
     result = run_nightly(ctx, suite_names=suite or None, base_ref=base, limits=limits, merge=merge, day=when,
                          resume=resume, given=_given(command), overrides=override or ())
     summary = result.as_dict()
+    gated = decisions(ctx.store, result)
+    bound = spent(ctx.settings.alpha, ctx.settings.night_alpha, gated)
+    summary.update(gate_decisions=gated, false_accept_bound=bound)
     if json_path:
         write_json(json_path, summary)
     console.print(f"nightly {result.nightly_id}: {len(result.iterations)} iteration(s), {len(result.accepted)} "
                   f"accepted on {result.branch}; stopped: {result.stop_reason}; spent ${result.spent_usd:.4f}, "
                   f"{result.spent_tokens:,} tokens{'; merged' if result.merged else ''}", highlight=False,
                   soft_wrap=True)
+    console.print(f"the gate decided {gated} candidate(s) at levels from optimizer.spending: the chance this night "
+                  f"merged a patch that changes nothing is at most {bound:.3f} (night_alpha "
+                  f"{ctx.settings.night_alpha})", highlight=False, soft_wrap=True)
     for row in result.iterations:
         console.print(f"  {row['number']:>2}. {row['status']:<16} {', '.join(row.get('targets') or []) or '-'}"
                       f"{'  ' + row['commit'][:12] if row.get('commit') else ''}", highlight=False, markup=False)
