@@ -92,6 +92,9 @@ def test_an_iterations_changed_pairs_show_the_prompt_diff_and_both_transcripts(g
     assert "card_task_1 #0" in page and "failed &rarr; passed" in page
     assert '<span class="add">+Keep every fact of the note.</span>' in page
     assert page.index("Prompt diff") < page.index('class="pair"')
+    # side by side, the long system prompt is folded away (the diff says what changed); a trial's own page shows it
+    folded = page.split("<details>")[1:]
+    assert len(folded) == 4 and all("Turn a note into a card." in part.split("</details>")[0] for part in folded)
 
 
 def test_the_address_a_markdown_review_links_to_shows_the_accepted_proposals_changed_pairs(get):
