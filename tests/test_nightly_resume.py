@@ -73,10 +73,10 @@ def _kill_at(command: list[str], repo: Path, env: dict, state: Path, trials: int
     process.wait()
 
 
-def test_a_night_killed_in_its_baseline_resumes_with_every_setting_it_started_with(repo, tmp_path):
-    """Killed twice in its first baseline (the second time after resuming in an environment that
-    says otherwise), the night ends as the uninterrupted one: the same branch and commits, and
-    not one trial more."""
+def _uninterrupted_night(repo: Path, tmp_path: Path) -> tuple[Path, Path, Path, dict]:
+    """The night run to its end in `repo`, beside a copy of the clean checkout for the night
+    that will be killed: (that copy, its state folder, the reference's state folder, the
+    reference's outcome)."""
     git(repo, "stash", "-u")  # a clean checkout, as --merge needs
     killed = tmp_path / "killed"
     subprocess.run(["cp", "-a", str(repo), str(killed)], check=True)
@@ -85,7 +85,15 @@ def test_a_night_killed_in_its_baseline_resumes_with_every_setting_it_started_wi
                           cwd=repo, env=_env(repo, reference_state, **STARTING), capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    reference = _outcome(repo, reference_state, json.loads((tmp_path / "reference.json").read_text()))
+    return killed, state, reference_state, _outcome(repo, reference_state,
+                                                    json.loads((tmp_path / "reference.json").read_text()))
+
+
+def test_a_night_killed_in_its_baseline_resumes_with_every_setting_it_started_with(repo, tmp_path):
+    """Killed twice in its first baseline (the second time after resuming in an environment that
+    says otherwise), the night ends as the uninterrupted one: the same branch and commits, and
+    not one trial more."""
+    killed, state, reference_state, reference = _uninterrupted_night(repo, tmp_path)
     assert reference["branch"] == "optimizer/nightly-2026-11-24" and reference["merged"], reference
     assert reference["statuses"][0] == "accepted" and len(reference["statuses"]) == 2, reference
 
@@ -202,15 +210,7 @@ def test_a_night_killed_inside_its_gate_resumes_as_the_same_night(repo, tmp_path
     the candidate, screening and base trials the killed process recorded (the same prompts, at
     the same indexes) instead of starting its comparison over: the night ends as the
     uninterrupted one, with the same branch, commits and decisions, and not one trial more."""
-    git(repo, "stash", "-u")  # a clean checkout, as --merge needs
-    killed = tmp_path / "killed"
-    subprocess.run(["cp", "-a", str(repo), str(killed)], check=True)
-    reference_state, state = tmp_path / "reference-state", tmp_path / "killed-state"
-    done = subprocess.run([OPTIMIZER, "nightly", "--plain", *NIGHT_FLAGS, "--json", str(tmp_path / "reference.json")],
-                          cwd=repo, env=_env(repo, reference_state, **STARTING), capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    reference = _outcome(repo, reference_state, json.loads((tmp_path / "reference.json").read_text()))
+    killed, state, reference_state, reference = _uninterrupted_night(repo, tmp_path)
     candidate = _kind_trials(reference_state, "candidate")
     assert candidate >= 4 and reference["statuses"][0] == "accepted", reference
 
