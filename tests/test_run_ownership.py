@@ -236,8 +236,10 @@ def _open_blank(url: str, start) -> None:
 
 
 def test_processes_opening_a_blank_sqlite_store_at_once_all_succeed(tmp_path):
-    """Commands started side by side on a fresh state folder take turns migrating it."""
-    context = multiprocessing.get_context("fork")
+    """Commands started side by side on a fresh state folder take turns migrating it. The
+    processes are spawned, as commands are: a fork of this test process would inherit the locks
+    its other threads (earlier tests' heartbeats) happen to hold, and wait on them forever."""
+    context = multiprocessing.get_context("spawn")
     count = 3
     for attempt in range(5):
         url = f"sqlite:///{tmp_path / str(attempt) / 'optimizer.db'}"
