@@ -53,7 +53,7 @@ from typing import Any, Iterable, Literal
 
 import numpy as np
 
-from optimizer.scoring import mean_interval, spoiled, trial_value
+from optimizer.scoring import mean_interval, spoiled, voting_value
 from optimizer.stats import HARM_GRID, anytime_p, detectable_share, sign_test_p, signs, wealth_path
 from optimizer.types import Trial
 
@@ -174,21 +174,6 @@ class Decision:
 
 
 # ---------------------------------------------------------------- pairs
-def gate_value(trial: Trial, non_voting: frozenset[str] = frozenset()) -> float | None:
-    """What a trial counts for: its score (1/0 by verdict without one), or None when errored or
-    scored only by non-voting graders."""
-    if trial.status == "errored":
-        return None
-    if non_voting and trial.grader_results:
-        applicable = [r for r in trial.grader_results if r.applicable]
-        voting = [r for r in applicable if r.grader not in non_voting]
-        if applicable and not voting:
-            return None
-        if len(voting) < len(applicable):
-            return sum(r.score for r in voting) / len(voting)
-    return trial_value(trial.score, trial.status)
-
-
 @dataclass
 class Pair:
     order: int
@@ -236,7 +221,7 @@ class PairTable:
         self.tasks.setdefault(key, TaskKey(before.suite, before.task_id, before.bucket, before.split, regression))
         self.added += 1
         self.pairs.setdefault(key, []).append(Pair(
-            self.added, before.index, gate_value(before, self.non_voting), gate_value(after, self.non_voting),
+            self.added, before.index, voting_value(before, self.non_voting), voting_value(after, self.non_voting),
             before.status == "errored", after.status == "errored", spoiled(before) or spoiled(after),
             before.status == "passed", after.status == "passed"))
 

@@ -28,14 +28,22 @@ def spoiled(trial: Trial) -> bool:
     return trial.status == "errored" and (trial.error or "").startswith(INFRASTRUCTURE_ENDING)
 
 
+def graded_score(results: Iterable[GraderResult], leave_out: frozenset[str] = frozenset()) -> float | None:
+    """A trial's score: the mean of its applicable graders' scores, less the graders in
+    `leave_out` (judges that do not vote); None when no grader is left. The one place a score is
+    computed: the runner records it, the gate recomputes it only when it leaves graders out."""
+    scores = [result.score for result in results if result.applicable and result.grader not in leave_out]
+    return sum(scores) / len(scores) if scores else None
+
+
 def trial_verdict(results: list[GraderResult]) -> tuple[TrialStatus, float | None]:
+    """The trial's status and score from its graders' results (see the module docstring)."""
     if any(result.errored for result in results):
         return "errored", None
-    applicable = [result for result in results if result.score is not None]
-    if not applicable:
+    score = graded_score(results)
+    if score is None:
         return "passed", None
-    score = sum(result.score for result in applicable) / len(applicable)
-    return ("passed" if all(result.passed for result in applicable) else "failed"), score
+    return ("passed" if all(result.passed for result in results if result.applicable) else "failed"), score
 
 
 def trials_frame(trials: Iterable[Trial]) -> pd.DataFrame:
@@ -89,6 +97,17 @@ def trial_value(score: float | None, status: str) -> float:
     if score is not None and not (isinstance(score, float) and math.isnan(score)):
         return float(score)
     return 1.0 if status == "passed" else 0.0
+
+
+def voting_value(trial: Trial, non_voting: frozenset[str] = frozenset()) -> float | None:
+    """What a trial counts for in a comparison: its score (1/0 by its verdict without one), the
+    score of its voting graders alone when some applicable grader is `non_voting`, or None when
+    it errored or only non-voting graders scored it."""
+    if trial.status == "errored":
+        return None
+    if any(result.applicable and result.grader in non_voting for result in trial.grader_results):
+        return graded_score(trial.grader_results, non_voting)
+    return trial_value(trial.score, trial.status)
 
 
 def mean_interval(values: list[float], confidence: float = 0.95, *,
