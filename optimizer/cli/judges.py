@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -25,14 +25,10 @@ def calibrate_command(
                                                 "criteria. A calibration counts for the form it measured."),
 ) -> None:
     """Run each judge over its labelled examples; report Spearman correlation and pass/fail agreement."""
-    from rich.table import Table
-
     from optimizer import calibration
-    from optimizer.cli._common import console, recording
     from optimizer.config import find_project_root, load_settings
     from optimizer.errors import EXIT_FAILED, InputError
-    from optimizer.files import write_json
-    from optimizer.judging import CALIBRATION_BAR, JudgeSettings, judges
+    from optimizer.judging import JudgeSettings, judges
     from optimizer.models import validate_model
     from optimizer.store import open_store
 
@@ -57,11 +53,28 @@ def calibrate_command(
                          fix="use --judge-form rubric or auto for it")
     judge_settings = JudgeSettings(model=settings.judge_model, cache=store.cache if settings.cache else None,
                                    retry_attempts=settings.retry_attempts, form=judge_form)
+    reports = _calibrate(settings, store, [(name, known[name]) for name in names], judge_settings)
+    store.close()
+    if json_path:
+        _write_reports(json_path, settings.judge_model, known, judge_form, reports)
+    if fail_under is not None and any(r.spearman is None or r.spearman < fail_under for r in reports):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _calibrate(settings, store, chosen: list[tuple[str, Any]], judge_settings) -> list:
+    """Each chosen judge, as (name, entry), calibrated and its report saved, with a progress line
+    every five examples; then the table of their results on the console."""
+    from rich.table import Table
+
+    from optimizer import calibration
+    from optimizer.cli._common import console, recording
+    from optimizer.judging import CALIBRATION_BAR
+
     table = Table(title=f"judge calibration on {settings.judge_model}", title_justify="left")
     for column in ("judge", "form", "examples", "errored", "Spearman", "agreement", "verdict"):
         table.add_column(column, justify="left" if column in ("judge", "form", "verdict") else "right")
     reports = []
-    for name in names:
+    for name, entry in chosen:
         done = []
 
         def progress(row, name=name, done=done):
@@ -70,22 +83,26 @@ def calibrate_command(
                 console.print(f"{name}: {len(done)} examples judged", highlight=False)
 
         with recording(settings, store):
-            report = calibration.calibrate(known[name], judge_settings, on_example=progress)
+            report = calibration.calibrate(entry, judge_settings, on_example=progress)
         calibration.save(store, report)
         reports.append(report)
         verdict = ("[yellow]FLAGGED[/yellow] below " if report.flagged else "[green]ok[/green] meets ") + \
             f"{CALIBRATION_BAR}"
-        table.add_row(name, known[name].form_for(settings.judge_model, judge_form), str(len(report.rows)),
+        table.add_row(name, entry.form_for(settings.judge_model, judge_settings.form), str(len(report.rows)),
                       str(report.errored),
                       "–" if report.spearman is None else f"{report.spearman:.2f}",
                       "–" if report.agreement is None else f"{report.agreement:.0%}", verdict)
     console.print(table)
-    store.close()
-    if json_path:
-        write_json(json_path, {"model": settings.judge_model, "bar": CALIBRATION_BAR, "judges": [
-            {"judge": r.judge, "form": known[r.judge].form_for(settings.judge_model, judge_form),
-             "rubric_hash": r.rubric_hash, "examples": len(r.rows), "errored": r.errored,
-             "spearman": r.spearman, "agreement": r.agreement, "flagged": r.flagged, "rows": r.rows,
-             "usage": r.usage.model_dump()} for r in reports]})
-    if fail_under is not None and any(r.spearman is None or r.spearman < fail_under for r in reports):
-        raise typer.Exit(EXIT_FAILED)
+    return reports
+
+
+def _write_reports(path: Path, model: str, known: dict, judge_form: str, reports: list) -> None:
+    """The calibration reports as JSON, every labelled example's row included."""
+    from optimizer.files import write_json
+    from optimizer.judging import CALIBRATION_BAR
+
+    write_json(path, {"model": model, "bar": CALIBRATION_BAR, "judges": [
+        {"judge": r.judge, "form": known[r.judge].form_for(model, judge_form),
+         "rubric_hash": r.rubric_hash, "examples": len(r.rows), "errored": r.errored,
+         "spearman": r.spearman, "agreement": r.agreement, "flagged": r.flagged, "rows": r.rows,
+         "usage": r.usage.model_dump()} for r in reports]})
