@@ -1,0 +1,42 @@
+"""What the gate is asked to hold: its mode, its levels and the comparison's pair budget. Decides
+nothing itself; every rule and every stopping point reads its numbers from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+GateMode = Literal["strict", "lenient"]
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """The gate's levels and the comparison's pair budget (settings of the same names)."""
+
+    mode: GateMode = "strict"
+    alpha: float = 0.05
+    alpha_harm: float = 0.10
+    max_bucket_drop: float = 0.10
+    batch_pairs: int = 8
+    max_target_pairs: int = 64
+    min_bucket_pairs: int = 8
+    max_bucket_pairs: int = 48
+    max_rollouts: int = 250
+    extra_target_rollouts: int = 50
+    clear_after: int = 16
+    """Pairs a harm group needs before its bets falling to `CLEARED_BELOW` clear it: two unlucky
+    first pairs no longer end the checks of a bucket that a patch broke."""
+    refuse_unsafe: str = "never"
+    """Reject when a group is *not shown safe* at the end (the budget spent with it open):
+    `never`, `pooled` (only the pooled group of all non-target tasks) or `any` group."""
+    name_weighting: bool = False
+    """Weight the harm tests toward the buckets a patch names (`harm_thresholds`). Off: a harm
+    worded to name another bucket moved half of `alpha_harm` and the pairs to an innocent one
+    (docs/gate.md); kept for `benchmarks/gate_power.py --arms weighted`."""
+
+    def budget(self, targets: int) -> int:
+        """Trials a proposal with this many targeted buckets may run: `max_rollouts`, plus
+        `extra_target_rollouts` for each target after the first (each needs improvement pairs of
+        its own; without them the harm checks would get only what the targets left)."""
+        return self.max_rollouts + self.extra_target_rollouts * max(0, targets - 1)
+

@@ -1,0 +1,133 @@
+"""The decision: the gate's rules over the pairs collected, and whether the candidate is accepted.
+
+Strict mode: every target improved (`optimizer.gate.improvement`), no harm group harmed
+(`optimizer.gate.harm`), and the candidate errors no more often than the base prompt (an exact
+sign test at `alpha_harm` over the pairs where one side errored; spoiled pairs count for
+neither). Lenient mode: some bucket mean up, no bucket mean down.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from optimizer.gate.groups import groups_of, is_named
+from optimizer.gate.harm import harm_rows, harm_thresholds
+from optimizer.gate.improvement import improvement_status
+from optimizer.gate.pairs import PairTable
+from optimizer.gate.policy import GatePolicy
+from optimizer.gate.report import BucketChange, Decision, RuleResult, bucket_row
+from optimizer.gate.sequential import EPSILON, group_stats
+from optimizer.stats import sign_test_p
+
+
+def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: GatePolicy = GatePolicy(),
+           stage: str = "full", rollouts: int = 0, capped: bool = False,
+           named: Iterable[tuple[str, str]] = ()) -> Decision:
+    """The gate's decision on the pairs collected. `stage="targeted"` judges the targeted buckets
+    only (the comparison stopped before running the rest). `named`: the buckets the patch names."""
+    groups = groups_of(table, targets, named if policy.name_weighting else ())
+    status = improvement_status(table, groups.targets, policy)
+    target_rows = [row for _, row in status.values()]
+    harmed = harm_rows(table, groups, policy) if stage != "targeted" else []
+    rows = target_rows + [row for _, row in harmed if row.kind == "bucket"]
+    rows.sort(key=lambda row: (row.suite, row.bucket))
+    extra = {row.kind: row for _, row in harmed if row.kind == "holdout"}
+    extra["overall"] = bucket_row("*", "overall (train)", group_stats(table, table.keys(split="train", regression=False)),
+                               kind="overall")
+    rows += [row for _, row in harmed if row.kind in ("pooled", "regression")]
+    excluded, worse, better = table.errored_counts()
+
+    rules: list[RuleResult] = []
+    if policy.mode == "lenient":
+        rules.append(_lenient(target_rows, [row for _, row in harmed]))
+    else:
+        rules.append(_improvement(status, policy))
+        if stage != "targeted":
+            named_groups = [f"{suite}/{label}" for suite, label, kind, _ in groups.harm
+                            if is_named((suite, label, kind), groups.named)]
+            rules.append(_no_harm([row for _, row in harmed], harm_thresholds(groups, policy), policy, named_groups))
+    if stage != "targeted":
+        rules.append(_errored_rule(worse, better, policy))
+    return Decision(accepted=all(rule.passed for rule in rules), mode=policy.mode, stage=stage, rules=rules,
+                    buckets=rows, overall=_summary(extra.get("overall")), holdout=_summary(extra.get("holdout")),
+                    excluded_pairs=excluded, rollouts=rollouts, capped=capped, non_voting=sorted(table.non_voting))
+
+
+def _summary(row: BucketChange | None) -> dict[str, Any]:
+    if row is None:
+        return {"before": math.nan, "after": math.nan, "change": 0.0, "tasks": 0, "pairs": 0}
+    summary = {"before": row.before, "after": row.after, "change": row.change, "tasks": row.tasks,
+               "pairs": row.pairs}
+    if row.kind != "overall":  # the train split overall is described, not tested
+        summary.update(verdict=row.verdict, p_harm=row.p_harm, mde=None if math.isnan(row.mde) else row.mde)
+    return summary
+
+
+def _label(row: BucketChange) -> str:
+    return row.bucket if row.suite == "*" else f"{row.suite}/{row.bucket}"
+
+
+def _improvement(status: dict, policy: GatePolicy) -> RuleResult:
+    problems, wins = [], []
+    for state, row in status.values():
+        label = _label(row)
+        if state == "improved":
+            wins.append(f"{label} {row.before:.2f} -> {row.after:.2f} (p={row.p_improve:.3f}, "
+                        f"{row.pairs} pairs)")
+        elif state == "unjudged":
+            problems.append(f"{label} is scored only by uncalibrated judges (unjudged)")
+        elif row.pairs == 0:
+            problems.append(f"{label} has no scored pairs")
+        elif row.change <= EPSILON:
+            problems.append(f"{label} did not improve ({row.before:.2f} -> {row.after:.2f}, {row.pairs} pairs)")
+        else:
+            problems.append(f"{label} rose {row.change:+.2f} but not significantly "
+                            f"(p={row.p_improve:.3f} >= {policy.alpha}, {row.pairs} pairs)")
+    if not status:
+        problems.append("no bucket was targeted")
+    numbers = {"alpha": policy.alpha, "targeted": [row.as_dict() for _, row in status.values()]}
+    if problems:
+        return RuleResult("improvement", False, "; ".join(problems), numbers)
+    return RuleResult("improvement", True, "; ".join(wins), numbers)
+
+
+def _no_harm(rows: list[BucketChange], thresholds: list[float], policy: GatePolicy,
+             named: list[str]) -> RuleResult:
+    harmed = [f"{_label(r)} fell {r.change:+.2f}, significant (p={r.p_harm:.4f}, {r.pairs} pairs)"
+              for r in rows if r.verdict == "harmed"]
+    if policy.refuse_unsafe != "never":
+        harmed += [f"{_label(r)} not shown safe ({r.change:+.2f}, detectable drop {r.mde:.2f}, {r.pairs} pairs)"
+                   for r in rows if r.verdict == "not shown safe" and (policy.refuse_unsafe == "any" or r.kind == "pooled")]
+    numbers = {"alpha_harm": policy.alpha_harm, "groups": len(rows),
+               "evalue_threshold": max(thresholds, default=1 / policy.alpha_harm),
+               "evalue_thresholds": {_label(row): value for row, value in zip(rows, thresholds)},
+               "max_bucket_drop": policy.max_bucket_drop, "named": named}
+    if harmed:
+        return RuleResult("no_harm", False, "; ".join(harmed), numbers)
+    unsure = [f"{_label(r)} ({r.change:+.2f}, detectable drop {r.mde:.2f})" for r in rows
+              if r.verdict == "not shown safe"]
+    note = f"; not shown safe at these pairs: {', '.join(unsure)}" if unsure else ""
+    weighted = f", half of it on {', '.join(named)}, which the patch names" if named else ""
+    return RuleResult("no_harm", True, f"no significant drop in {len(rows)} group(s) "
+                                       f"(family-wise alpha {policy.alpha_harm}{weighted}){note}", numbers)
+
+
+def _errored_rule(worse: int, better: int, policy: GatePolicy) -> RuleResult:
+    p = sign_test_p(worse, better)
+    numbers = {"candidate_only": worse, "base_only": better, "p": p}
+    if worse > better and p < policy.alpha_harm:
+        return RuleResult("errored", False, f"the candidate errored on {worse} pair(s) where the base did not, "
+                                            f"against {better} the other way (sign test p={p:.3f})", numbers)
+    return RuleResult("errored", True, f"errored pairs: {worse} candidate-only, {better} base-only", numbers)
+
+
+def _lenient(targets: list[BucketChange], others: list[BucketChange]) -> RuleResult:
+    rows = [row for row in targets + others if row.kind == "bucket" and row.pairs]
+    up = [_label(r) for r in rows if r.change > EPSILON]
+    down = [f"{_label(r)} {r.change:+.2f}" for r in rows if r.change < -EPSILON]
+    if down:
+        return RuleResult("lenient", False, f"bucket mean(s) fell: {', '.join(down)}", {"up": up, "down": down})
+    if not up:
+        return RuleResult("lenient", False, "no bucket mean rose", {"up": up, "down": down})
+    return RuleResult("lenient", True, f"rose: {', '.join(up)}; none fell", {"up": up, "down": down})
