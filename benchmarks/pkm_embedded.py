@@ -4,8 +4,9 @@ Runs one task per failure bucket of the PKM suite (13 tasks; the first train tas
 bucket, by id) on `local/qwen2.5-coder-1.5b` as agent and judge, one trial each, through the
 real runner, and prints per task: how the trial ended (finished; finished after the reminders
 ran out; turn limit; kept repeating calls; timeout), turns, prompt and generated tokens, seconds and score; then the
-totals (share finished by the agent, median turns, median seconds, pass rate, mean score) and
-where the turns went (tool calls by name, calls repeating the previous one exactly, files read
+totals (share finished by the agent, median turns, median seconds, pass rate, mean score), of
+the tasks that must be filed how many were filed and how many in the right place (the
+completion and routing graders' verdicts), and where the turns went (tool calls by name, calls repeating the previous one exactly, files read
 again, tool errors). Needs `optimizer model install`; asserts nothing.
 
     python benchmarks/pkm_embedded.py [--tasks N] [--model MODEL] [--transcripts DIR]
@@ -77,6 +78,21 @@ def where_turns_went(trial: Trial) -> collections.Counter:
     return counts
 
 
+def filing(trial: Trial) -> str:
+    """For a task whose note must be filed: `right place` (filed, and the routing grader passed),
+    `filed elsewhere`, `skipped` or `not filed`; empty for a task that must be skipped."""
+    results = {result.grader: result for result in trial.grader_results}
+    completion = results.get("pkm_completion")
+    if completion is None or completion.details.get("path") != "persist":
+        return ""
+    if completion.details.get("confusion", {}).get("got") == "skip":
+        return "skipped"
+    if not completion.details.get("filed_in"):
+        return "not filed"
+    routing = results.get("pkm_routed_correctly")
+    return "right place" if routing is not None and routing.applicable and routing.passed else "filed elsewhere"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=None, help="at most this many buckets (default: all)")
@@ -93,7 +109,7 @@ def main() -> None:
         store = Store(f"sqlite:///{folder}/bench.db")
         runner = Runner(settings, store, project_root=ROOT)
         print(f"{'task':<40} {'bucket':<28} {'ending':<25} {'turns':>5} {'prompt':>8} {'gen':>6} "
-              f"{'s':>6} {'score':>5}", flush=True)
+              f"{'s':>6} {'score':>5} filing", flush=True)
         for item in planned:
             started = time.monotonic()
             trial = runner.run([suite], [item], kind="bench").trials[0]
@@ -102,7 +118,7 @@ def main() -> None:
             row = {"task": trial.task_id, "bucket": trial.bucket, "ending": ending(trial), "turns": usage.calls,
                    "prompt": usage.prompt_tokens, "generated": usage.completion_tokens, "seconds": seconds,
                    "score": trial.score if trial.score is not None else float("nan"),
-                   "passed": trial.status == "passed"}
+                   "passed": trial.status == "passed", "filing": filing(trial)}
             rows.append(row)
             if args.transcripts:
                 args.transcripts.mkdir(parents=True, exist_ok=True)
@@ -111,7 +127,8 @@ def main() -> None:
                     indent=1, ensure_ascii=False, default=str), encoding="utf-8")
             where.update(where_turns_went(trial))
             print(f"{row['task']:<40} {row['bucket']:<28} {row['ending']:<25} {row['turns']:>5} "
-                  f"{row['prompt']:>8,} {row['generated']:>6,} {row['seconds']:>6.0f} {row['score']:>5.2f}", flush=True)
+                  f"{row['prompt']:>8,} {row['generated']:>6,} {row['seconds']:>6.0f} {row['score']:>5.2f} "
+                  f"{row['filing']}", flush=True)
     finished = sum(1 for r in rows if r["ending"].startswith("finished"))
     scores = [r["score"] for r in rows if r["score"] == r["score"]]
     print(f"\n{len(rows)} trials: finished by the agent {finished}/{len(rows)} = {finished / len(rows):.0%}; "
@@ -119,6 +136,9 @@ def main() -> None:
           f"median seconds {statistics.median(r['seconds'] for r in rows):.0f}; "
           f"pass {sum(r['passed'] for r in rows)}/{len(rows)}; "
           f"mean score {statistics.mean(scores) if scores else float('nan'):.2f}")
+    to_file = [r["filing"] for r in rows if r["filing"]]
+    print(f"tasks to be filed {len(to_file)}: filed {sum(f in ('right place', 'filed elsewhere') for f in to_file)}, "
+          f"in the right place {to_file.count('right place')}, skipped {to_file.count('skipped')}")
     print("endings: " + ", ".join(f"{name} {count}" for name, count in
                                   collections.Counter(r["ending"] for r in rows).most_common()))
     print("where the turns went: " + ", ".join(f"{name} {count}" for name, count in where.most_common()))
