@@ -15,7 +15,8 @@ Cases, per suite (each repeat draws a fresh baseline as the loop plans it: 4 tri
   acceptance is a harmful accept.
 * **effect harms** (`--cases effects`): the target's rule plus one wording of a harmful effect of
   the sim's effect library (`optimizer.sim.Effect`): `named` (the line names a bucket it lowers),
-  `unnamed` (names none), `other` (names a bucket it leaves alone); spread over several buckets
+  `unnamed` (names none), `other` (names a bucket it leaves alone), `unnamed+harmless` (the
+  unnamed line beside a distractor, a line that moves nothing); spread over several buckets
   or graded (-0.10 to -0.30 on the pass rate). The target is the lowest bucket the effect leaves
   alone. Every acceptance is a harmful accept.
 * **gains** (`--cases gains`): the unnamed wording of a helpful effect (+0.10 to +0.30 on its
@@ -44,6 +45,7 @@ of 3 train examples must beat the parent's on the same minibatch, both evaluated
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import tempfile
@@ -89,6 +91,20 @@ def failing_scores(suite_names: list[str], trials: int) -> dict[tuple[str, str],
         if trial.status == "failed":
             table[(trial.suite, trial.task_id)].append(trial.score or 0.0)
     return table
+
+
+def calibrated(suite_names: list[str], path: str | None) -> dict[tuple[str, str], list[float]]:
+    """`failing_scores`, kept in `path` (JSON) when given: runs comparing gate settings then share
+    one calibration, so their differences come from the settings alone."""
+    if path and Path(path).exists():
+        saved = json.loads(Path(path).read_text(encoding="utf-8"))
+        if set(saved["suites"]) >= set(suite_names):
+            return {(suite, task): scores for suite, task, scores in saved["fails"]}
+    fails = failing_scores(suite_names, trials=16)
+    if path:
+        Path(path).write_text(json.dumps({"suites": suite_names, "fails": [[s, t, v] for (s, t), v in fails.items()]}),
+                              encoding="utf-8")
+    return fails
 
 
 @dataclass
@@ -222,12 +238,16 @@ def with_lines(prompt: str, *lines: str) -> str:
     return prompt.rstrip("\n") + "\n" + "\n".join(f"- {line}" for line in lines) + "\n"
 
 
-def effect_harms(effect, texts, base, sim, by_bucket, repeats, run_case, suite_name) -> None:
+def effect_harms(effect, texts, base, sim, by_bucket, repeats, run_case, suite_name, wordings=None) -> None:
     """One harmful case per wording of `effect`: the rule of the lowest bucket it leaves alone
-    (the target) plus that wording."""
+    (the target) plus that wording; and `unnamed+harmless`, the unnamed wording beside one of the
+    sim's distractors (a line that moves no bucket), as a real patch's harm rides with other edits."""
     target = min((b for b in by_bucket if b not in effect.change), key=lambda b: sim.true_mean(by_bucket[b], base))
-    for kind, wording in sorted(effect.wordings.items()):
-        harmful = with_lines(base, texts.rules[target], wording)
+    variants = [(kind, (wording,)) for kind, wording in sorted(effect.wordings.items())]
+    if "unnamed" in effect.wordings:
+        variants.append(("unnamed+harmless", (effect.wordings["unnamed"], texts.distractors[0])))
+    for kind, lines in [(kind, lines) for kind, lines in variants if not wordings or kind in wordings]:
+        harmful = with_lines(base, texts.rules[target], *lines)
         drops = " ".join(f"{bucket[:12]} -{sim.true_mean(by_bucket[bucket], base) - sim.true_mean(by_bucket[bucket], harmful):.2f}"
                          for bucket, change in effect.change.items() if change < 0 and bucket in by_bucket)
         run_case(f"harm {effect.name} [{kind}] ({drops})", harmful, repeats, lambda _, t=target: {(suite_name, t)})
@@ -281,6 +301,10 @@ def main() -> None:
                         help="the night's decisions spend this family-wise level (optimizer.spending); 0: each "
                              "decision at alpha, as before")
     parser.add_argument("--effects", nargs="*", default=None, help="effects of the library to try (default: all)")
+    parser.add_argument("--wordings", nargs="*", default=None,
+                        help="wordings of a harmful effect to try: named unnamed other unnamed+harmless (default: all)")
+    parser.add_argument("--calibration", default=None, metavar="PATH",
+                        help="keep the failing-trial scores in this JSON file and reuse them (default: measure anew)")
     parser.add_argument("--policy", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="override GatePolicy fields, e.g. max_rollouts=400")
     args = parser.parse_args()
@@ -288,7 +312,7 @@ def main() -> None:
     overrides = dict(item.split("=", 1) for item in args.policy)
     policy = GatePolicy(**{key: (value == "True") if isinstance(getattr(GatePolicy(), key), bool)
                            else type(getattr(GatePolicy(), key))(value) for key, value in overrides.items()})
-    fails = failing_scores(args.suites, trials=16)
+    fails = calibrated(args.suites, args.calibration)
     print(f"calibration: failing-trial scores from {16} real mock/sim trials per task "
           f"({time.monotonic() - started:.0f} s)")
     print(f"policy: {policy}")
@@ -370,7 +394,7 @@ def main() -> None:
             if args.effects and effect.name not in args.effects:
                 continue
             if effect.harmful and "effects" in args.cases:
-                effect_harms(effect, texts, base, sim, by_bucket, args.harm, run_case, suite_name)
+                effect_harms(effect, texts, base, sim, by_bucket, args.harm, run_case, suite_name, args.wordings)
             elif not effect.harmful and "gains" in args.cases:
                 bucket, change = next(iter(effect.change.items()))
                 gain = sim.true_mean(by_bucket[bucket], with_lines(base, effect.wordings["unnamed"])) - \
