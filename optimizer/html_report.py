@@ -177,6 +177,42 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
     """The page's data for a nightly id or an iteration id (default: the latest night, else the
     latest iteration)."""
     nightlies = store.nightlies.rows()
+    title, header, iteration_ids = _subject(store, nightlies, target)
+    costs = costs_by(store, "iteration_id")
+    iterations = _iteration_rows(store, iteration_ids, costs)
+    specs = spec_lines(store.runs.rows("run_id", "kind", "fingerprints_json"))
+    for row in iterations:
+        row.update(specs.get(row["baseline_run_id"]) or {"spec": None, "spec_changes": None})
+    points = []
+    for row in iterations:
+        if row["baseline_run_id"]:
+            points.append(Point(f"#{row['number']} start", row["baseline_run_id"],
+                                _bucket_means(store, row["baseline_run_id"]), f"#{row['number']}"))
+    end, gate = _end(store, iterations)
+    if end is not None:
+        points.append(end)
+    targeted = {target for row in iterations for target in row["targets"]}
+    table = _bucket_table(points[0].buckets if points else {}, points[-1].buckets if points else {}, targeted, gate,
+                          iterations)
+    night_points = _night_points(store, nightlies, costs)
+    accepted = sum(1 for row in iterations for p in row["proposals"] if p["status"] == "accepted")
+    total_cost = sum(row["cost_usd"] for row in iterations)
+    last_baseline = next((row["baseline_run_id"] for row in reversed(iterations) if row["baseline_run_id"]), None)
+    last_run = store.runs.get(points[-1].run_id) if points else None
+    judges = ((last_run or {}).get("summary") or {}).get("judges") or []
+    return {"title": title, "header": header, "iterations": iterations, "table": table, "judges": judges,
+            "chart_iterations": _multiples(points, targeted), "chart_nights": _multiples(night_points, targeted),
+            "cost_total": total_cost, "accepted": accepted,
+            "cost_per_accepted": total_cost / accepted if accepted else None,
+            "failures": _worst_failures(store, last_baseline), "failures_run": last_baseline,
+            "trends": _trends(store),
+            "generated": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def _subject(store: Store, nightlies: list[dict[str, Any]], target: str | None
+             ) -> tuple[str, dict[str, Any], list[str]]:
+    """The page's title, header and iteration ids: the night `target` names (default the latest),
+    else the iteration it names (default the latest, when the store has no night)."""
     night = next((n for n in nightlies if n["nightly_id"] == target), None) if target else \
         (nightlies[-1] if nightlies else None)
     if night is not None:
@@ -201,22 +237,12 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
                   "base": f"{chosen.get('base_ref')} @ {chosen['base_commit'][:12]}", "tip": "",
                   "stop_reason": "", "spent_usd": None, "spent_tokens": None,
                   "accepted": int(chosen["status"] == "accepted")}
-    costs = costs_by(store, "iteration_id")
-    iterations = _iteration_rows(store, iteration_ids, costs)
-    specs = spec_lines(store.runs.rows("run_id", "kind", "fingerprints_json"))
-    for row in iterations:
-        row.update(specs.get(row["baseline_run_id"]) or {"spec": None, "spec_changes": None})
-    points = []
-    for row in iterations:
-        if row["baseline_run_id"]:
-            points.append(Point(f"#{row['number']} start", row["baseline_run_id"],
-                                _bucket_means(store, row["baseline_run_id"]), f"#{row['number']}"))
-    end, gate = _end(store, iterations)
-    if end is not None:
-        points.append(end)
-    targeted = {target for row in iterations for target in row["targets"]}
-    table = _bucket_table(points[0].buckets if points else {}, points[-1].buckets if points else {}, targeted, gate,
-                          iterations)
+    return title, header, iteration_ids
+
+
+def _night_points(store: Store, nightlies: list[dict[str, Any]], costs: dict[str, dict]) -> list[Point]:
+    """One point per night for the chart across nights: the bucket means of its last iteration's
+    accepted candidate, else of that iteration's baseline."""
     night_points = []
     for other in nightlies:
         ids = [row["iteration_id"] for row in (other.get("state") or {}).get("iterations") or []
@@ -227,18 +253,7 @@ def build(store: Store, target: str | None = None) -> dict[str, Any]:
         if runs:
             night_points.append(Point(str(other["started_at"])[:10] + " " + other["nightly_id"][-6:], runs[-1],
                                       _bucket_means(store, runs[-1]), str(other["started_at"])[5:10]))
-    accepted = sum(1 for row in iterations for p in row["proposals"] if p["status"] == "accepted")
-    total_cost = sum(row["cost_usd"] for row in iterations)
-    last_baseline = next((row["baseline_run_id"] for row in reversed(iterations) if row["baseline_run_id"]), None)
-    last_run = store.runs.get(points[-1].run_id) if points else None
-    judges = ((last_run or {}).get("summary") or {}).get("judges") or []
-    return {"title": title, "header": header, "iterations": iterations, "table": table, "judges": judges,
-            "chart_iterations": _multiples(points, targeted), "chart_nights": _multiples(night_points, targeted),
-            "cost_total": total_cost, "accepted": accepted,
-            "cost_per_accepted": total_cost / accepted if accepted else None,
-            "failures": _worst_failures(store, last_baseline), "failures_run": last_baseline,
-            "trends": _trends(store),
-            "generated": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return night_points
 
 
 def _trends(store: Store) -> dict[str, Any]:
