@@ -14,7 +14,7 @@ machine, and prints per configuration:
 
 The in-process engine is run from a git worktree of `--baseline-ref` (the last commit that had
 it) and needs llama-cpp-python 0.3.36 in this virtualenv: `pip install llama-cpp-python==0.3.36`
-with `CMAKE_ARGS` set to the flags in optimizer/models/install.py (or `--skip-baseline`).
+with `CMAKE_ARGS` set to the flags in optimizer/engines/llamacpp/install.py (or `--skip-baseline`).
 
     python benchmarks/local_model.py [--trials 1] [--slots 1,2,4] [--skip-baseline]
 
@@ -76,7 +76,7 @@ class PeakMemory:
 
 
 def _servers() -> list[int]:
-    from optimizer.models import server
+    from optimizer.engines.llamacpp import server
 
     return [state["server_pid"] for state in server.running() if state.get("server_pid")]
 
@@ -187,7 +187,8 @@ class CpuLoad:
 
 
 def measure_load(args) -> None:
-    from optimizer.models import install, local
+    from optimizer.engines import llamacpp as local
+    from optimizer.engines.llamacpp import install
 
     binary, gguf = install.require_server(), install.require_ready()
     threads = [int(value) for value in args.load_threads.split(",")]
@@ -227,7 +228,7 @@ def main() -> None:
     parser.add_argument("--skip-eval", action="store_true", help="with --load: only the tokens/s table")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from optimizer.models import install
+    from optimizer.engines.llamacpp import install
 
     status = install.status()
     if not status.ready:

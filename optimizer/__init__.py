@@ -4,9 +4,9 @@ The public API, the whole plugin contract: what an agent, a grader or an LLM jud
 against, the built-in ones included (docs/plugins.md). The data types; the model client; the
 `@agent`, `@grader` and `@judge` decorators, the grader config base and the `AnswerKey` mark; the
 typed outcome's base `OutcomeModel`; the tool-calling loop (`ToolLoop`, `Tool`, `ToolOutput`,
-`LoopLimits`); asking a judge (`ask`); and the simulated-agent rules. Everything else in the
-package is the harness, scheduling included: trials run on plain threads, and an agent or grader
-blocks as it likes.
+`LoopLimits`); asking a judge (`ask`); a model provider (`register_provider`, `Provider`); and
+the simulated-agent rules. Everything else in the package is the harness, scheduling included:
+trials run on plain threads, and an agent or grader blocks as it likes.
 
 The names are imported on first use (PEP 562), so `optimizer --help` and the commands that call
 no model do not pay for building every data model at start-up.
@@ -25,6 +25,7 @@ _EXPORTS = {
                          "TrialTimeout"),
     "optimizer.judging": ("Criterion", "Judge", "JudgeError", "PASS_THRESHOLD", "Verdict", "ask", "judge"),
     "optimizer.models": ("Completion", "ModelClient", "ToolCallRequest"),
+    "optimizer.models.providers": ("Provider", "register_provider"),
     "optimizer.registry": ("AnswerKey", "GraderConfig", "agent", "grader"),
     "optimizer.sim": ("Rule", "RuleTexts", "SimProfile", "load_rule_texts"),
     "optimizer.types": ("GraderResult", "GraderSpec", "Outcome", "OutcomeModel", "RunResult", "Suite", "SuiteSpec",

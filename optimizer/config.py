@@ -21,7 +21,7 @@ ENVIRONMENT = "environment (OPTIMIZER_*)"
 ENV_PREFIX = "OPTIMIZER_"
 NOT_SETTINGS = {
     "OPTIMIZER_ROOT": "the project folder (`find_project_root`)",
-    "OPTIMIZER_MODEL_DIR": "where the embedded model is kept (`optimizer.models.install`)",
+    "OPTIMIZER_MODEL_DIR": "where the embedded model is kept (`optimizer.engines.llamacpp.install`)",
     "OPTIMIZER_PLAIN": "plain progress lines instead of live bars (`optimizer.cli._common`)",
 }
 """The `OPTIMIZER_*` environment variables the project reads that are not settings. Every other
@@ -343,9 +343,9 @@ def put_in_use(settings: Settings, root: Path) -> Settings:
     for settings `load_settings` read, and for a resumed night's stored ones."""
     _check_workspace_dir(settings)
     check_search_budget(settings)
-    from optimizer.models import local  # the embedded model's server is shared by the whole process
+    from optimizer.models import configure_providers  # e.g. the embedded model's slots, shared by the whole process
 
-    local.configure(settings.local_slots)
+    configure_providers(settings)
     _use_models_file(settings, root)
     _check_model_strings(settings)
     return settings
@@ -353,14 +353,18 @@ def put_in_use(settings: Settings, root: Path) -> Settings:
 
 def _check_model_strings(settings: Settings) -> None:
     """Every model setting names a model some provider knows, whether or not this command uses it
-    (`--judge-model nope/x` on a suite without judges is a typo all the same). Plugins load first:
-    a plugin may register a provider."""
-    from optimizer.models import check_model_string
-    from optimizer.registry import load_plugins
+    (`--judge-model nope/x` on a suite without judges is a typo all the same). Plugins load first
+    when a model's provider is not known yet, since a plugin may register one; a command on the
+    built-in models (`optimizer history`) does not import them."""
+    from optimizer.models import check_model_string, provider_of, routing
 
-    load_plugins()
-    for field in ("agent_model", "judge_model", "patcher_model"):
-        check_model_string(getattr(settings, field), field=field)
+    models = {field: getattr(settings, field) for field in ("agent_model", "judge_model", "patcher_model")}
+    if any(provider_of(model) is None and not routing.routes(model) for model in models.values()):
+        from optimizer.registry import load_plugins
+
+        load_plugins()
+    for field, model in models.items():
+        check_model_string(model, field=field)
 
 
 def _use_models_file(settings: Settings, root: Path) -> None:

@@ -97,7 +97,8 @@ def test_aider_on_the_embedded_model_gives_a_patch_or_a_clear_no_patch(cli, isol
     """The 1.5B model as aider's model (the agent on mock/sim): whatever it writes, the iteration ends in a patch the
     gate judged or no patch with its reason (e.g. "empty: the patch changes nothing" when the model's
     edits did not follow aider's format), and the user's checkout is untouched."""
-    from optimizer.models import install, local, server
+    from optimizer.engines import llamacpp as local
+    from optimizer.engines.llamacpp import install, server
 
     assert install.status().ready, "the local model is not installed: make model"
     monkeypatch.setenv("OPTIMIZER_AGENT_MODEL", "mock/sim")  # the embedded model serves aider alone

@@ -42,8 +42,9 @@ def all_blocks() -> list[tuple[str, str]]:
 
 
 def optimizer_command(bin_dir: Path) -> None:
-    """`.venv/bin/optimizer` of the copy: the installed entry point beside this interpreter, or a
-    wrapper that runs the CLI with this interpreter when there is none."""
+    """`.venv/bin/optimizer` and `.venv/bin/python` of the copy: the installed entry point beside
+    this interpreter (or a wrapper that runs the CLI with this interpreter when there is none),
+    and this interpreter."""
     bin_dir.mkdir(parents=True)
     installed = Path(sys.executable).parent / "optimizer"
     target = bin_dir / "optimizer"
@@ -52,7 +53,9 @@ def optimizer_command(bin_dir: Path) -> None:
     else:
         target.write_text(f"#!/bin/sh\nexec '{sys.executable}' -c 'from optimizer.cli import main; main()' \"$@\"\n")
         target.chmod(0o755)
-    (bin_dir / "python").symlink_to(sys.executable)
+    python = bin_dir / "python"  # a wrapper, not a link: a link's interpreter would not find its venv
+    python.write_text(f"#!/bin/sh\nexec '{sys.executable}' \"$@\"\n")
+    python.chmod(0o755)
 
 
 @pytest.fixture

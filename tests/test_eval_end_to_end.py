@@ -52,7 +52,7 @@ def test_an_unused_judge_model_does_not_limit_concurrency(tmp_path):
     pkm = prepare(Settings(agent_model="mock/sim", judge_model="mock/sim", concurrency=6), PROJECT_ROOT,
                   ["pkm_agent"])
     judged = Settings(agent_model="mock/sim", judge_model=local, concurrency=6)
-    from optimizer.models import local as embedded
+    from optimizer.engines import llamacpp as embedded
 
     assert Runner(judged, store, project_root=PROJECT_ROOT).workers(pkm.trials) == embedded.slots() < 6
     store.close()

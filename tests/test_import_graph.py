@@ -4,6 +4,11 @@
   the foundation modules it stands on, never `agents/` or `graders/`. What the mock models play
   is installed into it from above (`optimizer.models.mock.play`, `TrialContext.sim_profile`).
   Imports inside functions count here: a lazy import upward is still an import upward.
+* An engine (`optimizer/engines/`, the embedded llama.cpp model) is a provider of the model layer
+  like an outside one: it stands on the model layer and the foundation alone, and nothing of the
+  harness imports it but the command that installs it (`optimizer model`). The model layer
+  imports no engine: a `local/` model reaches its engine through the `optimizer.providers` entry
+  point (tests/test_providers.py).
 * Graders import nothing from the agents they grade, nor agents from graders: both read the
   agent's typed outcome from `outcomes/`, which imports neither.
 * The harness (`optimizer/`) names no built-in grader: what it needs from one (the answer-key
@@ -91,6 +96,31 @@ def test_the_model_layer_imports_nothing_above_it():
               if (within(target, "optimizer") and not within(target, "optimizer.models")
                   and target not in FOUNDATION) or within(target, "agents") or within(target, "graders")}
     assert not upward, sorted(upward)
+
+
+def test_the_model_layer_imports_no_engine():
+    assert "optimizer.engines.llamacpp" in MODULES and "optimizer.engines.llamacpp.served" in MODULES
+    engines = {f"{name} -> {target}" for name in MODULES if within(name, "optimizer.models")
+               for target in imports(name) if within(target, "optimizer.engines")}
+    assert not engines, sorted(engines)
+
+
+def test_an_engine_stands_on_the_model_layer_alone():
+    """The public hook it registers through is imported from `optimizer` itself."""
+    allowed = ("optimizer.models", "optimizer.engines", *FOUNDATION)
+    beyond = {f"{name} -> {target}" for name in MODULES if within(name, "optimizer.engines")
+              for target in imports(name)
+              if within(target, "optimizer") and target != "optimizer"
+              and not any(within(target, base) for base in allowed)
+              or any(within(target, package) for package in ("agents", "graders", "outcomes"))}
+    assert not beyond, sorted(beyond)
+    assert "optimizer" in imports("optimizer.engines.llamacpp")
+
+
+def test_only_the_install_command_imports_an_engine():
+    importers = {name for name in MODULES if within(name, "optimizer") and not within(name, "optimizer.engines")
+                 for target in imports(name) if within(target, "optimizer.engines")}
+    assert importers == {"optimizer.cli.model"}, sorted(importers)
 
 
 def test_graders_import_nothing_from_agents():

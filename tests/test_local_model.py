@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from agents.card.tool import SCHEMA, validate
-from optimizer.models import _local_tools, install
+from optimizer.engines.llamacpp import grammar, install
 from optimizer.store import Store, default_url
 from tests.conftest import PROJECT_ROOT
 
@@ -24,17 +24,17 @@ def _alternatives(schema: dict) -> list[str]:
 
 
 def test_reply_schema_follows_tool_choice():
-    assert _alternatives(_local_tools.reply_schema(TOOLS)) == ["save_timeline_card", "skip", "final"]
-    assert _alternatives(_local_tools.reply_schema(TOOLS, "required")) == ["save_timeline_card", "skip"]
+    assert _alternatives(grammar.reply_schema(TOOLS)) == ["save_timeline_card", "skip", "final"]
+    assert _alternatives(grammar.reply_schema(TOOLS, "required")) == ["save_timeline_card", "skip"]
     named = {"type": "function", "function": {"name": "skip"}}
-    assert _alternatives(_local_tools.reply_schema(TOOLS, named)) == ["skip"]
-    assert "final" not in _local_tools.system_note(allow_final=False)
-    assert "final" in _local_tools.system_note(allow_final=True)
+    assert _alternatives(grammar.reply_schema(TOOLS, named)) == ["skip"]
+    assert "final" not in grammar.system_note(allow_final=False)
+    assert "final" in grammar.system_note(allow_final=True)
 
 
 def test_an_allowed_tools_choice_narrows_the_grammar_and_keeps_the_prompt_listing():
     from optimizer.models.client import _narrowed
-    from optimizer.models.local import ALLOWED_TOOLS_KEY
+    from optimizer.models import ALLOWED_TOOLS_KEY
 
     path_only = {"type": "object", "properties": {"path": {"enum": ["a.md", "b.md"]}}, "required": ["path"]}
     read = {"type": "function", "function": {"name": "read", "parameters": {
@@ -43,7 +43,7 @@ def test_an_allowed_tools_choice_narrows_the_grammar_and_keeps_the_prompt_listin
     choice = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
         {"type": "function", "function": {"name": "read", "parameters": path_only}},
         {"type": "function", "function": {"name": "skip"}}]}}
-    schema = _local_tools.reply_schema(tools, choice)
+    schema = grammar.reply_schema(tools, choice)
     assert _alternatives(schema) == ["read", "skip"], "only the allowed tools, and no final answer"
     assert schema["anyOf"][0]["properties"]["arguments"]["properties"]["path"] == {"enum": ["a.md", "b.md"]}
 
@@ -61,7 +61,7 @@ def test_an_allowed_tools_choice_narrows_the_grammar_and_keeps_the_prompt_listin
 
 
 def test_reply_schema_keeps_only_keywords_the_grammar_converter_knows():
-    arguments = _local_tools.reply_schema([SCHEMA])["anyOf"][0]["properties"]["arguments"]
+    arguments = grammar.reply_schema([SCHEMA])["anyOf"][0]["properties"]["arguments"]
     text = json.dumps(arguments)
     assert '"description"' not in text
     assert arguments["required"] == SCHEMA["function"]["parameters"]["required"]
@@ -69,12 +69,12 @@ def test_reply_schema_keeps_only_keywords_the_grammar_converter_knows():
 
 
 def test_a_reply_becomes_an_openai_tool_call_or_answer():
-    message, finish = _local_tools.to_message('{"name": "skip", "arguments": {"why": "trivial"}}', "call_0")
+    message, finish = grammar.to_message('{"name": "skip", "arguments": {"why": "trivial"}}', "call_0")
     assert finish == "tool_calls"
     assert message["tool_calls"][0]["function"] == {"name": "skip", "arguments": '{"why": "trivial"}'}
-    message, finish = _local_tools.to_message('{"final": "done"}', "call_1")
+    message, finish = grammar.to_message('{"final": "done"}', "call_1")
     assert (message["content"], finish) == ("done", "stop")
-    message, finish = _local_tools.to_message('{"name": "skip", "argum', "call_2")
+    message, finish = grammar.to_message('{"name": "skip", "argum', "call_2")
     assert finish == "length" and message["content"].startswith('{"name"')
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from optimizer.errors import ModelConfigError
-from optimizer.models import install, local, server
+from optimizer.engines import llamacpp
+from optimizer.engines.llamacpp import install, served, server
 from tests.conftest import PROJECT_ROOT
 
 FAKE = PROJECT_ROOT / "tests" / "fake_llama_server.py"
@@ -34,8 +35,8 @@ def fake(tmp_path, monkeypatch):
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
     monkeypatch.setattr(install, "require_ready", lambda field="agent_model": gguf)
-    monkeypatch.setattr(local, "_model", local.ServedModel())
-    monkeypatch.setattr(local, "spec", lambda: SPEC)
+    monkeypatch.setattr(served, "_model", served.ServedModel())
+    monkeypatch.setattr(llamacpp, "spec", lambda: SPEC)
     yield log
     server.release(SPEC)
     _wait_for(lambda: not server.running(), what="the supervisor to stop")
@@ -61,7 +62,7 @@ def _other_process(code: str, *, wait: bool = True) -> subprocess.Popen:
     """A second optimizer process with the same model folder, holding the server while it runs."""
     prelude = textwrap.dedent(f"""
         import sys, time
-        from optimizer.models import install, server
+        from optimizer.engines.llamacpp import install, server
         install.require_ready = lambda field='agent_model': None
         spec = server.ServerSpec(slots={SPEC.slots}, slot_context={SPEC.slot_context}, threads={SPEC.threads})
     """)
@@ -94,7 +95,7 @@ def test_a_killed_server_is_restarted_and_the_cut_call_sent_again(fake):
     server.endpoint(SPEC)
     first = server.read_state(SPEC)
     os.kill(first["server_pid"], signal.SIGKILL)
-    reply = local._model.complete([{"role": "user", "content": "hello"}])
+    reply = served._model.complete([{"role": "user", "content": "hello"}])
     assert reply.message == {"role": "assistant", "content": '{"final": "ok"}'}
     _wait_for(lambda: server.read_state(SPEC)["restarts"] == 1, what="the restart to be recorded")
     state = server.read_state(SPEC)
@@ -106,7 +107,7 @@ def test_a_reply_under_tools_is_a_tool_call_and_usage_is_the_servers(fake, monke
     monkeypatch.setenv("FAKE_LLAMA_REPLY", '{"name": "skip", "arguments": {"why": "a greeting"}}')
     tools = [{"type": "function", "function": {"name": "skip", "parameters": {
         "type": "object", "properties": {"why": {"type": "string"}}, "required": ["why"]}}}]
-    reply = local._model.complete([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+    reply = served._model.complete([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
                                   tools=tools, tool_choice="required")
     call = reply.message["tool_calls"][0]
     assert reply.finish_reason == "tool_calls"
@@ -123,8 +124,8 @@ def test_a_deadline_while_generating_stops_the_reply(fake, monkeypatch):
     monkeypatch.setenv("FAKE_LLAMA_DELAY", "0.05")
     server.endpoint(SPEC)
     started = time.monotonic()
-    with pytest.raises(Timeout, match=local.GENERATING_AT_DEADLINE):
-        local._model.complete([{"role": "user", "content": "go on"}], deadline=time.monotonic() + 0.5)
+    with pytest.raises(Timeout, match=served.GENERATING_AT_DEADLINE):
+        served._model.complete([{"role": "user", "content": "go on"}], deadline=time.monotonic() + 0.5)
     assert time.monotonic() - started < 2.0, "the stream is closed at the deadline, not read to its end"
 
 
@@ -133,7 +134,7 @@ def test_an_error_the_server_streams_is_its_own_not_a_lost_server(fake, monkeypa
 
     monkeypatch.setenv("FAKE_LLAMA_ERROR", "failed to sample a token")
     with pytest.raises(APIError, match="failed to sample a token") as caught:
-        local._model.complete([{"role": "user", "content": "hello"}])
+        served._model.complete([{"role": "user", "content": "hello"}])
     assert caught.value.status_code == 500
     assert len(fake.read_text().splitlines()) == 1, "a server that answered is not sent the call again"
 
@@ -176,11 +177,11 @@ def test_a_card_trial_on_a_server_too_slow_to_finish_one_reply_is_errored_as_the
     monkeypatch.setenv("FAKE_LLAMA_REPLY", '{"final": "' + "x" * 200 + '"}')
     monkeypatch.setenv("FAKE_LLAMA_DELAY", "0.05")
     suite = write_suite(tmp_path / "suite", [event_task("slow", timeout_seconds=1)])
-    settings = load_settings(PROJECT_ROOT, {"agent_model": local.MODEL, "cache": False})
+    settings = load_settings(PROJECT_ROOT, {"agent_model": llamacpp.MODEL, "cache": False})
     run, summary = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
     trial = run.trials[0]
     assert (trial.status, trial.score) == ("errored", None), trial.error
-    assert trial.error.startswith(f"infrastructure: no call to {local.MODEL} completed in "), trial.error
+    assert trial.error.startswith(f"infrastructure: no call to {llamacpp.MODEL} completed in "), trial.error
     assert summary["totals"]["errored"] == 1
 
 
@@ -188,6 +189,6 @@ def test_a_card_trial_on_a_server_too_slow_to_finish_one_reply_is_errored_as_the
 def test_the_server_generates_on_all_cores_but_one(monkeypatch, cores, generating, reading):
     """A core left over keeps one other busy process from stalling every generated token."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
-    command = local.spec().command(Path("llama-server"), Path("model.gguf"), 8080)
+    command = llamacpp.spec().command(Path("llama-server"), Path("model.gguf"), 8080)
     assert command[command.index("--threads") + 1] == str(generating)
     assert command[command.index("--threads-batch") + 1] == str(reading)

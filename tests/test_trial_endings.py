@@ -177,7 +177,7 @@ def _generating_model():
     from litellm import CustomLLM
     from litellm.exceptions import Timeout
 
-    from optimizer.models.local import GENERATING_AT_DEADLINE
+    from optimizer.models import GENERATING_AT_DEADLINE
 
     class Generating(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):

@@ -18,7 +18,7 @@ def install_command(
     Safe to repeat: finished steps are skipped. About 6 minutes the first time on 2 cores
     (most of it the llama.cpp compile), seconds afterwards.
     """
-    from optimizer.models.provision import provision
+    from optimizer.engines.llamacpp.provision import provision
 
     started = time.monotonic()
 
@@ -33,9 +33,7 @@ def install_command(
 def status_command() -> None:
     """Report what the embedded model still needs (exit 2 when it cannot run yet)."""
     from optimizer.errors import EXIT_BAD_INPUT
-    from optimizer.models import install
-
-    from optimizer.models import server
+    from optimizer.engines.llamacpp import install, server
 
     current = install.status()
     for line in current.lines():
@@ -59,10 +57,11 @@ def serve_command(
     import dataclasses
     import os
 
-    from optimizer.models import install, local
+    from optimizer.engines import llamacpp
+    from optimizer.engines.llamacpp import install
 
     install.require_ready("local model")
-    spec = dataclasses.replace(local.spec(), slots=slots)
+    spec = dataclasses.replace(llamacpp.spec(), slots=slots)
     command = spec.command(install.server_binary(), install.gguf_path(), port, host)
     typer.echo(" ".join(command), err=True)
     os.execv(command[0], command)

@@ -1,36 +1,44 @@
 """The model layer: every model call goes through litellm (only `suites validate` answers the
 `mock/*` models in process; see `optimizer.models.mock`).
 
-Built-in providers: `mock/oracle` and `mock/sim` (see `optimizer.models.mock`). Any other
-litellm model string works (`openai/...`, `anthropic/...`, `ollama/...`), and so does a
-`model_name` of the models file, served by several deployments (see `optimizer.models.routing`).
+Built-in providers: `mock/oracle` and `mock/sim` (see `optimizer.models.mock`); others register
+through `optimizer.models.providers` (the embedded `local/*` model among them, from its own
+package). Any other litellm model string works (`openai/...`, `anthropic/...`, `ollama/...`), and
+so does a `model_name` of the models file, served by several deployments (see
+`optimizer.models.routing`).
 """
 
 from __future__ import annotations
 
 from optimizer.errors import ModelConfigError
-from optimizer.models import local
 from optimizer.models import mock
 from optimizer.models import routing
 from optimizer.models.mock import answer_variant
-from optimizer.models._context import TrialContext, register_trial, unregister_trial
-from optimizer.models._litellm import litellm_module, price_as_free, register_provider, registered_prefixes
-from optimizer.models.client import (Completion, MalformedResponse, ModelClient, ResponseCache, RetryPolicy,
-                                     ToolCallRequest)
+from optimizer.models._context import ALLOWED_TOOLS_KEY, TrialContext, register_trial, unregister_trial
+from optimizer.models._litellm import litellm_module
+from optimizer.models.client import (GENERATING_AT_DEADLINE, Completion, MalformedResponse, ModelClient, ResponseCache,
+                                     RetryPolicy, ToolCallRequest)
+from optimizer.models.providers import (Provider, configure_providers, price_as_free, provider_of, register_provider,
+                                        registered_prefixes)
 
-__all__ = ["Completion", "MalformedResponse", "ModelClient", "ResponseCache", "RetryPolicy", "ToolCallRequest",
-           "TrialContext", "answer_variant", "answered_in_process", "check_model_string", "concurrency_limit", "context_window", "is_embedded", "litellm_module", "register_provider", "register_trial", "unregister_trial", "validate_model"]
+__all__ = ["ALLOWED_TOOLS_KEY", "Completion", "GENERATING_AT_DEADLINE", "MalformedResponse", "ModelClient", "Provider",
+           "ResponseCache", "RetryPolicy", "ToolCallRequest", "TrialContext", "answer_variant", "answered_in_process",
+           "check_model_string", "concurrency_limit", "configure_providers", "context_window", "is_embedded",
+           "litellm_module", "price_as_free", "provider_of", "register_provider", "registered_prefixes",
+           "register_trial", "unregister_trial", "validate_model"]
 
 
 def is_embedded(model: str) -> bool:
-    """An embedded (`local/*`) model, served by llama.cpp's server on this machine."""
-    return model.startswith(f"{local.PREFIX}/")
+    """A model its provider runs on this machine (`Provider.embedded`: `local/*`)."""
+    found = provider_of(model)
+    return found is not None and found.embedded
 
 
 def answered_in_process(model: str) -> bool:
     """A model answered by a provider registered in this process (`mock/*`, a plugin's), other
-    than the embedded model and the models file's names."""
-    return model.split("/", 1)[0] in registered_prefixes() and not is_embedded(model) and not routing.routes(model)
+    than an embedded model and the models file's names."""
+    found = provider_of(model)
+    return found is not None and not found.embedded and not routing.routes(model)
 
 
 def concurrency_limit(model: str) -> int | None:
@@ -38,14 +46,16 @@ def concurrency_limit(model: str) -> int | None:
     embedded model's server decodes `local_slots` sequences at once; a name of the models file,
     the sum of its deployments' `max_parallel_requests`); None when only the caller's setting
     limits it."""
-    if is_embedded(model):
-        return local.slots()
+    found = None if routing.routes(model) else provider_of(model)
+    if found is not None:
+        return found.concurrency(model) if found.concurrency else None
     return routing.concurrency(model)
 
 
 def context_window(model: str) -> int | None:
-    """The context length in tokens when this process sets it (the embedded model); else None."""
-    return local.N_CTX if is_embedded(model) else None
+    """The context length in tokens when the model's provider sets it (the embedded model); else None."""
+    found = None if routing.routes(model) else provider_of(model)
+    return found.context_window(model) if found is not None and found.context_window else None
 
 
 def check_model_string(model: str, *, field: str = "model") -> None:
@@ -57,13 +67,10 @@ def check_model_string(model: str, *, field: str = "model") -> None:
     if not model or "/" not in model:
         raise ModelConfigError(f"{model!r} is not a model string", field=field,
                                fix="use provider/name, e.g. mock/sim, openai/gpt-4o-mini")
-    prefix, name = model.split("/", 1)
-    if prefix == "mock" and mock.parse_mock_model(name) is None:
-        raise ModelConfigError(f"unknown mock model {model!r}", field=field,
-                               fix=f"use one of: {', '.join('mock/' + n for n in mock.MOCK_NAMES)}")
-    if prefix == local.PREFIX and model != local.MODEL:
-        raise ModelConfigError(f"unknown local model {model!r}", field=field, fix=f"use {local.MODEL}")
-    if prefix in ("mock", local.PREFIX) or prefix in registered_prefixes():
+    found = provider_of(model)
+    if found is not None:
+        if found.check is not None:
+            found.check(model, field)
         return
     try:
         litellm_module().get_llm_provider(model)
@@ -78,14 +85,10 @@ def validate_model(model: str, *, field: str = "model") -> None:
     if routing.routes(model):
         routing.validate(model, field=field)
         return
-    prefix = model.split("/", 1)[0]
-    if prefix == "mock":
-        price_as_free("mock", model)
-        return
-    if prefix == local.PREFIX:
-        local.validate(model, field=field)
-        return
-    if prefix in registered_prefixes():
+    found = provider_of(model)
+    if found is not None:
+        if found.validate is not None:
+            found.validate(model, field)
         return
     litellm = litellm_module()
     missing = litellm.validate_environment(model).get("missing_keys") or []

@@ -20,6 +20,10 @@ SCRIPT_KEY = "optimizer_patcher_script"
 """Metadata of a patcher call: the `mock/patcher` script file."""
 SKILL_KEY = "optimizer_patcher_skill"
 """Metadata of a patcher call: the weak `mock/patcher`'s skill (`mock_patcher_skill`)."""
+ALLOWED_TOOLS_KEY = "optimizer_allowed_tools"
+"""Request metadata holding an OpenAI `allowed_tools` choice, for a provider that
+`lists_every_tool`: the only tools a reply may call (each perhaps with a narrower schema of its
+arguments), while the prompt lists them all as declared."""
 SEED_KEY = "optimizer_patcher_seed"
 """Metadata of a patcher call: the settings' seed, which the weak `mock/patcher` draws from."""
 

@@ -12,9 +12,10 @@ def dspy_lm(model: str, *, metadata: dict[str, Any], max_tokens: int, retry_atte
     """A dspy LM on `model` through litellm, with our providers registered first and dspy's own
     cache off (callers cache what they need in the store). `seed`, when given, is sent with every
     call (providers that sample by seed then reproduce)."""
-    from optimizer.models import litellm_module
+    from optimizer.models import litellm_module, provider_of
 
     litellm_module()
+    provider_of(model)  # a provider declared by an entry point registers before dspy asks litellm
     import dspy
 
     extra = {} if seed is None else {"seed": seed}

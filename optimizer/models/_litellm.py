@@ -2,20 +2,21 @@
 
 Importing litellm takes several seconds, so it is imported only when a model is called. Its cost
 map is read from the installed package (never fetched), its own cache and retries are off (the
-harness does both), and our custom providers are registered on first use.
+harness does both), and the registered providers' handlers (`optimizer.models.providers`) are
+installed on first use.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable
+from typing import Any
 
 from optimizer import ledger
+from optimizer.models.providers import free_models, registered
 
 _lock = threading.Lock()
 _litellm: Any = None
-_providers: dict[str, tuple[Callable[[], Any], list[str]]] = {}
 _handlers: dict[str, Any] = {}
 
 
@@ -45,37 +46,19 @@ def litellm_loaded() -> bool:
     return _litellm is not None
 
 
-def register_provider(prefix: str, factory: Callable[[], Any], models: list[str] | None = None) -> None:
-    """Register a litellm custom provider serving `prefix/<name>` model strings.
-
-    `factory` builds the `litellm.CustomLLM` handler once litellm is imported. `models` lists
-    full model strings to price at zero, which also spares litellm a slow cost lookup per call.
-    """
+def provider_changed(prefix: str) -> None:
+    """Build a (re)registered provider's handler now if litellm is loaded, else when it is."""
     with _lock:
-        _providers[prefix] = (factory, list(models or []))
         _handlers.pop(prefix, None)
         if _litellm is not None:
             _install_providers()
 
 
-def price_as_free(prefix: str, model: str) -> None:
-    """Price one more model string of a registered provider at zero."""
-    with _lock:
-        factory, models = _providers[prefix]
-        if model not in models:
-            models.append(model)
-            if _litellm is not None:
-                _install_providers()
-
-
-def registered_prefixes() -> set[str]:
-    return set(_providers)
-
-
 def _install_providers() -> None:
-    for prefix, (factory, _) in _providers.items():
+    providers = registered()
+    for prefix, provider in providers.items():
         if prefix not in _handlers:
-            _handlers[prefix] = factory()
+            _handlers[prefix] = provider.handler()
     _litellm.custom_provider_map = [
         {"provider": prefix, "custom_handler": handler} for prefix, handler in _handlers.items()
     ]
@@ -93,7 +76,7 @@ def _install_providers() -> None:
     try:
         _litellm.register_model({
             model: {**free, "litellm_provider": prefix}
-            for prefix, (_, models) in _providers.items() for model in models
+            for prefix, models in free_models().items() for model in models
         })
     finally:
         quiet.setLevel(level)

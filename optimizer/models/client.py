@@ -16,8 +16,10 @@ from typing import Any, Callable, Protocol
 from optimizer.errors import DeadlinePassed, ModelCallError, TrialTimeout
 from optimizer.ledger import charged, estimate_tokens
 from optimizer.models import mock, routing
-from optimizer.models._context import METADATA_KEY
+from optimizer.models._context import ALLOWED_TOOLS_KEY, METADATA_KEY
 from optimizer.models._litellm import litellm_loaded, litellm_module
+from optimizer.models.providers import provider_of
+from optimizer.models.tool_choice import offered as offered_tools
 from optimizer.types import Usage
 
 RETRYABLE_STATUS = {408, 409, 425, 429}
@@ -28,6 +30,10 @@ RATE_WINDOW = 256
 """Calls of a model whose tokens/s make its normal rate (the most recent ones)."""
 RATE_MIN_CALLS = 8
 """Completed calls of a model before its normal rate is known."""
+GENERATING_AT_DEADLINE = "the local model was still generating at the trial's deadline"
+"""What a provider puts in the time-out it raises when the trial's deadline stops a generation
+under way: the model was answering (the agent used up the time), unlike a model that never got
+to answer. The trial then ends as when its deadline passes between two calls."""
 
 
 class ResponseCache(Protocol):
@@ -304,6 +310,7 @@ def _sender(model: str) -> Callable[..., Any]:
     litellm's own retries off, since `_call_with_retries` does them."""
     if routing.routes(model):
         return routing.completion
+    provider_of(model)  # registers a provider declared by an entry point before litellm is asked
     return functools.partial(litellm_module().completion, num_retries=0)
 
 
@@ -341,28 +348,26 @@ def _narrowed(model: str, tools: list[dict] | None, params: dict[str, Any],
     """What to send for an OpenAI `allowed_tools` choice, which litellm passes only to a few
     providers: the tools to list, the tools a reply may call, and the parameters. An entry of
     the choice may carry `parameters`, a narrower schema of that tool's arguments for this call
-    (paths that exist, say). The embedded model gets every tool as declared (its cached prompt
-    prefix holds) and the choice itself in `metadata` for its grammar; any other model gets the
-    allowed tools alone, narrowed. The choice's mode becomes the `tool_choice`."""
+    (paths that exist, say). A provider that `lists_every_tool` (the embedded model, whose cached
+    prompt prefix then holds) gets every tool as declared and the choice itself in `metadata`;
+    any other model gets the allowed tools alone, narrowed. The choice's mode becomes the
+    `tool_choice`."""
     choice = params.get("tool_choice")
     if not (isinstance(choice, dict) and choice.get("type") == "allowed_tools") or not tools:
         return tools, tools, params
-    from optimizer.models import _local_tools
-    from optimizer.models.local import ALLOWED_TOOLS_KEY, PREFIX
-
-    offered = _local_tools.offered(tools, choice)
+    offered = offered_tools(tools, choice)
     params = {**params, "tool_choice": (choice.get("allowed_tools") or {}).get("mode", "auto")}
-    if model.startswith(f"{PREFIX}/"):
+    provider = provider_of(model)
+    if provider is not None and provider.lists_every_tool:
         metadata[ALLOWED_TOOLS_KEY] = choice
         return tools, offered, params
     return offered, offered, params
 
 
 def _cut_by_deadline(exc: Exception, deadline: float | None) -> bool:
-    """The embedded model was stopped mid-answer by the trial's deadline. (A hosted model's
-    time-out says nothing of whether it was answering, so it is retried like any other.)"""
-    from optimizer.models.local import GENERATING_AT_DEADLINE
-
+    """The model was stopped mid-answer by the trial's deadline, as its provider says with
+    `GENERATING_AT_DEADLINE`. (A hosted model's time-out says nothing of whether it was
+    answering, so it is retried like any other.)"""
     return deadline is not None and time.monotonic() >= deadline and GENERATING_AT_DEADLINE in str(exc)
 
 

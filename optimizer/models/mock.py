@@ -42,9 +42,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from optimizer.errors import ModelConfigError
 from optimizer.models._context import (JUDGE_INPUTS_KEY, JUDGE_KEY, METADATA_KEY, PROPOSAL_KEY, SCRIPT_KEY,
                                       SEED_KEY, SKILL_KEY, trial_context)
-from optimizer.models._litellm import register_provider
+from optimizer.models.providers import Provider, price_as_free, provider_of, register_provider
 
 MOCK_NAMES = ("oracle", "sim", "patcher")
 _MODEL = re.compile(r"^(?P<name>[a-z_]+)(@(?P<ms>\d+)ms)?$")
@@ -118,15 +119,13 @@ def _response(model: str, messages: list[dict], message: dict, finish: str) -> d
 def answer_variant(model: str, sim_noise: str) -> str | None:
     """What decides `model`'s answers besides the request, so the response cache never serves an
     answer made under another: `mock/sim`'s noise mode; for models outside this module, the
-    version of litellm, which parses their replies, and for the embedded model the llama.cpp
-    build that serves it (an upgrade runs the calls again rather than reuse replies the old
-    version made or parsed)."""
-    if model.startswith("local/"):
-        from optimizer.models import install
-
-        return f"{reply_packages()},{install.server_binary().name}"
+    version of litellm, which parses their replies, and what the model's provider adds
+    (`Provider.answer_variant`: for the embedded model the llama.cpp build that serves it), so an
+    upgrade runs the calls again rather than reuse replies the old version made or parsed."""
     if not model.startswith("mock/"):
-        return reply_packages()
+        provider = provider_of(model)
+        own = provider.answer_variant(model) if provider is not None and provider.answer_variant else None
+        return reply_packages() if own is None else f"{reply_packages()},{own}"
     parsed = parse_mock_model(model.removeprefix("mock/"))
     return f"sim_noise={sim_noise}" if parsed and parsed[0] == "sim" else None
 
@@ -281,4 +280,15 @@ def _make_handler():
     return OptimizerMockLLM()
 
 
-register_provider("mock", _make_handler, [f"mock/{name}" for name in MOCK_NAMES])
+def _check(model: str, field: str) -> None:
+    if parse_mock_model(model.removeprefix("mock/")) is None:
+        raise ModelConfigError(f"unknown mock model {model!r}", field=field,
+                               fix=f"use one of: {', '.join('mock/' + n for n in MOCK_NAMES)}")
+
+
+def _validate(model: str, field: str) -> None:
+    price_as_free("mock", model)  # a latency suffix makes a model string of its own
+
+
+register_provider("mock", Provider(handler=_make_handler, models=tuple(f"mock/{name}" for name in MOCK_NAMES),
+                                   check=_check, validate=_validate))

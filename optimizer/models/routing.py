@@ -18,7 +18,6 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from optimizer import ledger
@@ -118,6 +117,8 @@ def use_models_file(path: Path, *, required: bool) -> None:
 
 def load(path: Path) -> ModelsFile:
     """The models file at `path`, checked; errors name the file, the field and the fix."""
+    import yaml  # only when there is a models file: most commands have none
+
     text = read_input(path, ModelConfigError, field="models_file")
     try:
         data = yaml.safe_load(text)
@@ -156,17 +157,20 @@ def concurrency(model: str) -> int | None:
 
 
 def validate(model: str, *, field: str) -> None:
-    """Refuse a routed name some deployment of which cannot be called: the embedded model when it
-    is not installed here, a key it reads from an unset environment variable, or (with neither
-    `api_key` nor `api_base`) a provider key litellm finds missing."""
-    from optimizer.models import local
+    """Refuse a routed name some deployment of which cannot be called: a registered provider's
+    model its provider refuses (the embedded model when it is not installed here), a key it
+    reads from an unset environment variable, or (with neither `api_key` nor `api_base`) a
+    provider key litellm finds missing."""
     from optimizer.models._litellm import litellm_module
+    from optimizer.models.providers import provider_of
 
     for index, params in enumerate(_file.deployments(model) if _file is not None else []):
         where = f"{_path}: deployment {index + 1} of {model!r} ({params.model})"
-        if params.model.startswith(f"{local.PREFIX}/"):  # else a call would fail only as it starts the server
+        provider = provider_of(params.model)
+        if provider is not None:  # else the embedded model would fail only as a call starts its server
             try:
-                local.validate(params.model, field=field)
+                if provider.validate is not None:
+                    provider.validate(params.model, field)
             except ModelConfigError as exc:
                 raise ModelConfigError(f"{where}: {exc.message}", field=field, fix=exc.fix) from None
             continue
@@ -202,7 +206,10 @@ def _router_and_cap() -> tuple[Any, float | None]:
                                    fix="load the settings before calling a routed model")
         if _router is None:
             from optimizer.models._litellm import litellm_module
+            from optimizer.models.providers import provider_of
 
+            for entry in current.model_list:  # a provider declared by an entry point registers before litellm is asked
+                provider_of(entry.litellm_params.model)
             model_list = [entry.model_dump(exclude_none=True) for entry in current.model_list]
             _router = litellm_module().Router(model_list=model_list,
                                               **current.router_settings.model_dump(exclude_none=True))

