@@ -1,4 +1,13 @@
-"""Named, recorded schema migrations, applied in order. Never edit one that has shipped: add one."""
+"""The store's schema, made and upgraded by frozen revisions applied in order, each recorded.
+
+Each revision (`optimizer/store/revisions/`) writes out the DDL it runs and is never edited once
+shipped, as in Simon Willison's llm: a store is what its applied revisions made, so revision 1
+keeps making the first release's tables however `schema.py` changes, and a column added later
+reaches old and new stores alike through the revision that adds it. A store says which revisions
+it has in `schema_migrations` (one row per revision, by name, since the first release) and
+`schema_version` (their number, so an older optimizer refuses a newer store). docs/concepts.md
+says why this and not Alembic.
+"""
 
 from __future__ import annotations
 
@@ -8,56 +17,37 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Callable, Iterator
 
-from sqlalchemy import Connection, Table, func, insert, inspect, select, update
+from sqlalchemy import (Column, Connection, DateTime, Integer, MetaData, String, Table, func, insert, inspect, select,
+                        update)
 
 from optimizer.errors import ConfigError
-from optimizer.store import schema
-from optimizer.store.ownership import OWNER_COLUMNS
-
-
-def _initial(conn: Connection) -> None:
-    schema.metadata.create_all(conn, tables=[schema.runs, schema.trials, schema.grader_results,
-                                             schema.response_cache])
-
-
-def _loop(conn: Connection) -> None:
-    schema.metadata.create_all(conn, tables=[schema.iterations, schema.proposals])
-
-
-def _judges(conn: Connection) -> None:
-    schema.metadata.create_all(conn, tables=[schema.judge_calibrations])
-
-
-def _nightly(conn: Connection) -> None:
-    schema.metadata.create_all(conn, tables=[schema.ledger, schema.nightlies])
-
-
-def _owners(conn: Connection) -> None:
-    """The owner columns of running runs and iterations (see `optimizer.store.ownership`). A
-    table made by an earlier migration from today's `schema` has them already; an older one gets
-    them, empty on its rows."""
-    add_missing_columns(conn, schema.runs, OWNER_COLUMNS)
-    add_missing_columns(conn, schema.iterations, OWNER_COLUMNS)
-
-
-def add_missing_columns(conn: Connection, table: Table, names: tuple[str, ...]) -> None:
-    """Add those of `names`, as `table` defines them (nullable), that the stored table lacks."""
-    stored = {column["name"] for column in inspect(conn).get_columns(table.name)}
-    quote = conn.dialect.identifier_preparer.quote
-    for name in names:
-        if name not in stored:
-            kind = table.c[name].type.compile(dialect=conn.dialect)
-            conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(name)} {kind}")
-
+from optimizer.store.revisions import (r0001_initial, r0002_loop, r0003_judge_calibrations, r0004_ledger_nightly,
+                                       r0005_run_owners)
 
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
-    ("0001_initial", _initial),
-    ("0002_loop", _loop),
-    ("0003_judge_calibrations", _judges),
-    ("0004_ledger_nightly", _nightly),
-    ("0005_run_owners", _owners),
+    ("0001_initial", r0001_initial.upgrade),
+    ("0002_loop", r0002_loop.upgrade),
+    ("0003_judge_calibrations", r0003_judge_calibrations.upgrade),
+    ("0004_ledger_nightly", r0004_ledger_nightly.upgrade),
+    ("0005_run_owners", r0005_run_owners.upgrade),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+
+bookkeeping = MetaData()
+"""The two tables that record a store's revisions, as the first release made them. Frozen like a
+revision: every store, whatever its age, is recognised by them."""
+
+applied_revisions = Table(
+    "schema_migrations", bookkeeping,
+    Column("name", String, primary_key=True),
+    Column("applied_at", DateTime(timezone=True), nullable=False),
+)
+
+version_row = Table(
+    "schema_version", bookkeeping,
+    Column("id", Integer, primary_key=True),
+    Column("version", Integer, nullable=False),
+)
 
 MIGRATION_LOCK_KEY = 0x6F70_745F_6D69_6772  # "opt_migr"
 """The PostgreSQL advisory lock under which a store is migrated (any 64-bit number no other
@@ -84,34 +74,46 @@ def sqlite_lock(url: str) -> Iterator[None]:
         os.close(handle)
 
 
-def migrate(conn: Connection) -> list[str]:
-    """Apply the migrations this database has not seen; return their names.
+def migrate(conn: Connection, *, target: int | None = None) -> list[str]:
+    """Apply the first `target` revisions (all by default) that this database has not recorded,
+    in order, each with its record; return their names. All of it is one transaction, on SQLite
+    too, so a process killed halfway leaves the store as it found it. (A smaller `target` makes
+    a store as an older release left it, for tests.)
 
     `conn` must be in a transaction. Processes that open a blank store at once (a team's jobs
     starting together, or commands started side by side) take turns, so the second finds the
     tables the first made instead of failing to make them again: on PostgreSQL each migrates
     under a transaction-scoped advisory lock; a SQLite store is opened under `sqlite_lock`."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(select(func.pg_advisory_xact_lock(MIGRATION_LOCK_KEY)))
-    schema.metadata.create_all(conn, tables=[schema.schema_migrations, schema.schema_version])
-    stored = conn.execute(select(schema.schema_version.c.version)).scalar()
-    if stored is not None and stored > SCHEMA_VERSION:
-        raise ConfigError(f"the store has schema version {stored}, newer than this tool's {SCHEMA_VERSION}",
+    target = len(MIGRATIONS) if target is None else target
+    _begin(conn)
+    bookkeeping.create_all(conn)
+    stored = conn.execute(select(version_row.c.version)).scalar()
+    if stored is not None and stored > len(MIGRATIONS):
+        raise ConfigError(f"the store has schema version {stored}, newer than this tool's {len(MIGRATIONS)}",
                           fix="upgrade the optimizer package or point --state-dir elsewhere")
-    done = set(conn.execute(select(schema.schema_migrations.c.name)).scalars())
+    done = set(conn.execute(select(applied_revisions.c.name)).scalars())
     applied = []
-    for name, step in MIGRATIONS:
+    for name, upgrade in MIGRATIONS[:target]:
         if name in done:
             continue
-        step(conn)
-        conn.execute(insert(schema.schema_migrations).values(name=name, applied_at=datetime.now(timezone.utc)))
+        upgrade(conn)
+        conn.execute(insert(applied_revisions).values(name=name, applied_at=datetime.now(timezone.utc)))
         applied.append(name)
-    version = conn.execute(select(schema.schema_version.c.version)).scalar()
-    if version is None:
-        conn.execute(insert(schema.schema_version).values(id=1, version=SCHEMA_VERSION))
-    elif version != SCHEMA_VERSION:
-        conn.execute(update(schema.schema_version).values(version=SCHEMA_VERSION))
+    if stored is None:
+        conn.execute(insert(version_row).values(id=1, version=target))
+    elif stored < target:
+        conn.execute(update(version_row).values(version=target))
     return applied
+
+
+def _begin(conn: Connection) -> None:
+    """Take this connection's turn, and on SQLite open the transaction now: Python's sqlite3
+    begins one only before the first INSERT, UPDATE or DELETE, so a `CREATE` or `ALTER` ahead of
+    it would commit on its own. `BEGIN IMMEDIATE` also takes the write lock at once."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(MIGRATION_LOCK_KEY)))
+    elif conn.dialect.name == "sqlite" and not conn.connection.dbapi_connection.in_transaction:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def table_names(conn: Connection) -> set[str]:

@@ -1,4 +1,5 @@
-"""Table definitions of the store (SQLAlchemy Core). Changes go through named migrations."""
+"""Table definitions of the store (SQLAlchemy Core), as the code reads and writes them. A change here
+ships with a new revision in `optimizer/store/revisions/` that makes it (`tests/test_migrations.py`)."""
 
 from __future__ import annotations
 
