@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from optimizer.judging import get_judge
-
 if TYPE_CHECKING:
     from optimizer.registry import AgentEntry, GraderEntry
 
@@ -233,6 +231,8 @@ def grader_spec(entry: "GraderEntry") -> GraderSpec:
     module = entry.func.__module__
     top = module.split(".")[0]
     package = module_file(top).parent if hasattr(sys.modules[top], "__path__") else None
+    from optimizer.judging import get_judge  # not at the top: `optimizer history` reads specs without the judges
+
     judge = get_judge(entry.judge) if entry.judge else None
     return GraderSpec(version=entry.version, module=file_hash(module_file(module)),
                       package=files_hash(tree_files(package, "*.py"), package) if package

@@ -5,6 +5,10 @@ The helpers also build the stores of the report's tests (tests/test_report.py)."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from datetime import datetime, timedelta, timezone
 
 from optimizer.history import load_history
@@ -93,3 +97,29 @@ def test_only_the_latest_runs_are_listed_oldest_first(tmp_path):
     assert [run["run_id"] for run in history.runs] == ["run-000003", "run-000004"]
     assert history.bucket_scores == [{"bucket": "card_agent/trivial_input", "eval 000003": 0.75, "eval 000004": 1.0}]
     assert history.nightlies == [] and history.cost_by_role == []
+
+
+def test_history_starts_without_what_it_does_not_read(isolated, tmp_path):
+    """`optimizer history` only reads the store: it imports no plugin, no judge, no model client
+    library, no data-frame library and no engine beyond its registration (docs/cli.md gives its
+    start-up time). The embedded model, the default of every role, is checked by name only."""
+    store = Store(default_url(isolated))
+    add_run(store, "run-000001", "eval", {"trivial_input": 0.5}, 0)
+    store.close()
+    env = {key: value for key, value in os.environ.items() if not key.endswith("_MODEL")}
+    code = textwrap.dedent("""
+        import json, sys
+        from optimizer.cli import main
+        sys.argv = ["optimizer", "history"]
+        try:
+            main()
+        except SystemExit as exc:
+            assert not exc.code, exc.code
+        heavy = ("agents", "graders", "litellm", "pandas", "dspy", "optimizer.judging", "optimizer.registry",
+                 "optimizer.engines.llamacpp.server", "optimizer.engines.llamacpp.served", "rich.progress", "yaml")
+        print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] in heavy or name in heavy)))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "run-000001" in done.stdout
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []

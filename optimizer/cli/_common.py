@@ -10,7 +10,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 console = Console(stderr=False, width=None if sys.stdout.isatty() else 150)
@@ -45,6 +44,9 @@ class TrialProgress:
         self.first_done: float | None = None
         """When the first trial finished: the ETA is paced from there, since the time before it
         holds one-off start-up (importing litellm takes seconds) that later trials do not repeat."""
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)  # here: a command without trials (history) skips it
+
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("eta"),
                                  TimeRemainingColumn(), console=err_console, disable=not interactive())
