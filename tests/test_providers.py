@@ -157,3 +157,11 @@ def test_an_entry_point_that_registers_nothing_is_a_configuration_error(tmp_path
     """, path=str(tmp_path))
     assert found["message"] == "silent_provider registered no provider for silent/..."
     assert "register_provider('silent'" in found["fix"]
+
+
+def test_a_prefix_nobody_serves_says_which_and_how_a_provider_is_installed():
+    from optimizer.models import check_model_string
+
+    with pytest.raises(ModelConfigError, match="no provider is registered for 'nobody'") as caught:
+        check_model_string("nobody/model-x", field="agent_model")
+    assert caught.value.field == "agent_model" and "pip install -e ." in caught.value.fix

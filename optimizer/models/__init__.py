@@ -75,8 +75,11 @@ def check_model_string(model: str, *, field: str = "model") -> None:
     try:
         litellm_module().get_llm_provider(model)
     except Exception:
-        raise ModelConfigError(f"litellm does not know the provider of {model!r}", field=field,
-                               fix="use a litellm model string such as openai/gpt-4o-mini or ollama/llama3") from None
+        raise ModelConfigError(f"litellm does not know the provider of {model!r}, and no provider is registered "
+                               f"for {model.split('/', 1)[0]!r}", field=field,
+                               fix="use a litellm model string such as openai/gpt-4o-mini or ollama/llama3, or "
+                                   "install the package that provides it (`pip install -e .` for this project's "
+                                   "own, e.g. local/)") from None
 
 
 def validate_model(model: str, *, field: str = "model") -> None:
