@@ -43,7 +43,7 @@ from optimizer.proposers import (LOG_TAIL_LINES, FixedProposer, Proposal, Propos
                                  patch_format)
 from optimizer.registry import get_agent
 from optimizer.store.digest import StoreChanged, StoreWatch
-from optimizer.request import (Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
+from optimizer.request import (Manual, Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
                                render_request, select_targets)
 from optimizer.targets import prefers_named
 from optimizer.runner import PlannedTrial, new_run_id, plan, record_ending
@@ -156,26 +156,10 @@ class _Iteration:
         """Inside a night, the candidates gated before this one (this iteration's own included)."""
 
     def run(self, *, dry_run: bool, agent: str | None) -> None:
-        result, store, base = self.result, self.store, self.result.base
-        for path in self.prompt_paths.values():
-            if gitops.uncommitted(self.repo, path):
-                self.log(f"note: {path} has uncommitted changes; the loop uses the committed version "
-                         f"at {base.commit[:12]}")
-        self.baseline = self.stage.baseline()
-        self.evidence = self.stage.evidence(self.baseline)
-        self.seen = unseen_from(self.evidence, high=SCREEN_INDEX)
-        pooled = self.stage.base_pool()
-        self.watch = StoreWatch(self.store, [result.baseline_run_id, *self.stage.sources])
-        if pooled:
-            self.log(f"base prompt: {pooled} trials at fresh indexes that earlier iterations ran on this base are "
-                     f"reused")
+        result, store = self.result, self.store
+        self._load_evidence()
         rejected = store.proposals.rejected()
-        exhausted = exhausted_buckets(rejected + store.iterations.rejected_unproposed(base.commit), base.commit,
-                                      self.settings.bucket_patience)
-        if exhausted:
-            self.log(f"not targeted ({self.settings.bucket_patience}+ rejected proposals, or searches that promoted "
-                     f"none, at this base): "
-                     + ", ".join(sorted("/".join(key) for key in exhausted)))
+        exhausted = self._exhausted(rejected)
         selection = self._select(agent, exhausted)
         if selection is None:
             result.status = "nothing_to_fix"
@@ -187,62 +171,100 @@ class _Iteration:
             return
         result.selection = selection
         prompt_path = self.prompt_paths[selection.agent]
-        prompt = gitops.read_at(self.repo, base.commit, prompt_path)
+        prompt = gitops.read_at(self.repo, result.base.commit, prompt_path)
         manual = load_manual(self.ctx.project_root, selection.agent)
-        failures = failure_records(self.evidence, self.suites, selection)
-        budget = self.settings.request_token_budget
-        window = context_window(self.settings.patcher_model) if self.settings.proposer == "llm" else None
-        if window:  # half the patcher's context: the rest holds its instructions and the answer
-            budget = min(budget, window // 2)
-        request, omitted = render_request(
-            selection=selection, failures=failures, prompt=prompt, prompt_file=prompt_path, manual=manual,
-            iteration_id=result.iteration_id, base_commit=base.commit, agent_model=self.settings.agent_model,
-            max_changed_lines=self.settings.max_changed_lines, token_budget=budget,
-            rejected_ideas=rejected_ideas(rejected, {f"{t.suite}/{t.bucket}" for t in selection.targets}),
-            non_voting=self.non_voting, judge_model=self.settings.judge_model,
-            patch_format=patch_format(self.settings))
-        result.request_path = result.run_dir / "request.md"
-        write_text(result.request_path, request)
-        targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]
-        self.request_args = dict(selection=selection, prompt_file=prompt_path, manual=manual,
-                                 iteration_id=result.iteration_id, base_commit=base.commit,
-                                 agent_model=self.settings.agent_model, max_changed_lines=self.settings.max_changed_lines,
-                                 token_budget=budget, non_voting=self.non_voting, judge_model=self.settings.judge_model,
-                                 rejected_ideas=rejected_ideas(rejected, set(targets)),
-                                 patch_format=patch_format(self.settings))
-        self.log(f"targets: {', '.join(targets)} ({len(failures)} failing task(s), {omitted} left out of the request)")
-        self.log(f"request: {result.request_path}")
-        store.iterations.set_targets(result.iteration_id, agent=selection.agent, targets=targets,
-                                     baseline_run_id=result.baseline_run_id, request_path=str(result.request_path),
-                                     manual_sha256=manual.sha256)
+        self._write_request(selection, prompt, prompt_path, manual, rejected)
         if dry_run:
             result.status = "dry_run"
             store.iterations.finish(result.iteration_id, "dry_run", iteration_summary(result))
             return
+        self._propose(selection, prompt, prompt_path, manual.sha256)
+        self._keep_best()
+        result.status = "accepted" if result.accepted else "rejected"
+        result.report_path = write_report(result)
+        store.iterations.finish(result.iteration_id, result.status, iteration_summary(result))
 
+    def _load_evidence(self) -> None:
+        """The base prompts' trials the selection and the gate rest on (the baseline, the other
+        recorded trials, the pool at fresh indexes), and the watch over the runs they came from."""
+        for path in self.prompt_paths.values():
+            if gitops.uncommitted(self.repo, path):
+                self.log(f"note: {path} has uncommitted changes; the loop uses the committed version "
+                         f"at {self.result.base.commit[:12]}")
+        self.baseline = self.stage.baseline()
+        self.evidence = self.stage.evidence(self.baseline)
+        self.seen = unseen_from(self.evidence, high=SCREEN_INDEX)
+        pooled = self.stage.base_pool()
+        self.watch = StoreWatch(self.store, [self.result.baseline_run_id, *self.stage.sources])
+        if pooled:
+            self.log(f"base prompt: {pooled} trials at fresh indexes that earlier iterations ran on this base are "
+                     f"reused")
+
+    def _exhausted(self, rejected: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        """The buckets not targeted again at this base: `bucket_patience` rejected proposals, or
+        searches that promoted none."""
+        base = self.result.base
+        exhausted = exhausted_buckets(rejected + self.store.iterations.rejected_unproposed(base.commit), base.commit,
+                                      self.settings.bucket_patience)
+        if exhausted:
+            self.log(f"not targeted ({self.settings.bucket_patience}+ rejected proposals, or searches that promoted "
+                     f"none, at this base): "
+                     + ", ".join(sorted("/".join(key) for key in exhausted)))
+        return exhausted
+
+    def _write_request(self, selection: Selection, prompt: str, prompt_path: str, manual: Manual,
+                       rejected: list[dict[str, Any]]) -> None:
+        """`request.md` for the proposer, recorded with the targets. Its arguments but the prompt
+        and the failures are kept (`request_args`): the search renders one per parent prompt."""
+        result, settings = self.result, self.settings
+        failures = failure_records(self.evidence, self.suites, selection)
+        budget = settings.request_token_budget
+        window = context_window(settings.patcher_model) if settings.proposer == "llm" else None
+        if window:  # half the patcher's context: the rest holds its instructions and the answer
+            budget = min(budget, window // 2)
+        targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]
+        self.request_args = dict(selection=selection, prompt_file=prompt_path, manual=manual,
+                                 iteration_id=result.iteration_id, base_commit=result.base.commit,
+                                 agent_model=settings.agent_model, max_changed_lines=settings.max_changed_lines,
+                                 token_budget=budget, non_voting=self.non_voting, judge_model=settings.judge_model,
+                                 rejected_ideas=rejected_ideas(rejected, set(targets)),
+                                 patch_format=patch_format(settings))
+        request, omitted = render_request(prompt=prompt, failures=failures, **self.request_args)
+        result.request_path = result.run_dir / "request.md"
+        write_text(result.request_path, request)
+        self.log(f"targets: {', '.join(targets)} ({len(failures)} failing task(s), {omitted} left out of the request)")
+        self.log(f"request: {result.request_path}")
+        self.store.iterations.set_targets(result.iteration_id, agent=selection.agent, targets=targets,
+                                          baseline_run_id=result.baseline_run_id,
+                                          request_path=str(result.request_path), manual_sha256=manual.sha256)
+
+    def _propose(self, selection: Selection, prompt: str, prompt_path: str, manual_sha: str) -> None:
+        """The candidates: from a search, best first until one is accepted, or `candidates`
+        proposals straight to the gate."""
         proposer = make_proposer(self.settings)
         if proposer.note:
             self.log(f"note: {proposer.note}")
         lint_index = LintIndex.from_suites(self.suites)
         if self.settings.search_rollouts:
-            self._search_then_gate(proposer, selection, prompt, prompt_path, lint_index, manual.sha256)
-        else:
-            candidates = self.settings.candidates
-            for number in range(1, candidates + 1):
-                self._gate_one(proposer, selection, prompt, prompt_path, lint_index, manual.sha256,
-                               name=f"{selection.agent}-{number}", note=f"{number} of {candidates} this iteration")
+            self._search_then_gate(proposer, selection, prompt, prompt_path, lint_index, manual_sha)
+            return
+        candidates = self.settings.candidates
+        for number in range(1, candidates + 1):
+            self._gate_one(proposer, selection, prompt, prompt_path, lint_index, manual_sha,
+                           name=f"{selection.agent}-{number}", note=f"{number} of {candidates} this iteration")
 
-        accepted = [p for p in result.proposals if p.status == "accepted"]
-        if len(accepted) > 1:
-            best = max(accepted, key=lambda p: _targeted_gain(p.decision))
-            for other in accepted:
-                if other is not best:
-                    other.status, other.reason = "superseded", f"accepted, but {best.branch} gained more"
-                    gitops.delete_branch(self.repo, other.branch)
-                    store.proposals.set_status(other.proposal_id, other.status, other.reason)
-        result.status = "accepted" if result.accepted else "rejected"
-        result.report_path = write_report(result)
-        store.iterations.finish(result.iteration_id, result.status, iteration_summary(result))
+    def _keep_best(self) -> None:
+        """Of several accepted candidates, the one that gained most on its targets stays; the
+        others are superseded and their branches deleted."""
+        accepted = [p for p in self.result.proposals if p.status == "accepted"]
+        if len(accepted) < 2:
+            return
+        best = max(accepted, key=lambda p: _targeted_gain(p.decision))
+        for other in accepted:
+            if other is not best:
+                other.status, other.reason = "superseded", f"accepted, but {best.branch} gained more"
+                gitops.delete_branch(self.repo, other.branch)
+                self.store.proposals.set_status(other.proposal_id, other.status, other.reason)
 
     def _gate_one(self, proposer, selection: Selection, prompt: str, prompt_path: str, lint_index: LintIndex,
                   manual_sha: str, *, name: str, note: str) -> ProposalRecord:
