@@ -398,6 +398,41 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
     confirmation trials), for the promotion test and the gate's targets only.
 
     A candidate already promoted in an earlier run of this pool is not promoted again."""
+    scores, by_bucket = _screening_scores(result, val, targets, items)
+    base_sha = text_sha(result.candidates[0][COMPONENT])
+    base, base_target = scores[base_sha]
+    base_buckets = {bucket: list(values) for bucket, values in by_bucket[base_sha].items()}
+    for bucket, value in base_extra:
+        base_buckets.setdefault(bucket, []).append(value)
+    base_sample = _pooled(base_buckets)
+    _enter_pool(records, scores)
+    pool = sorted((r for r in records if r.status == "pool"),
+                  key=lambda r: (changed_lines(r.diff), -(r.screen_score or 0.0), -(r.target_score or 0.0), r.number))
+    promoted: list[Candidate] = []
+    refused = faulty(records)
+    for record in pool:
+        covered = next((other for other in promoted + refused if carries(record.text, other)), None)
+        reason = _not_promoted(record, _pooled(by_bucket.get(record.sha, {})), base_target, base_sample,
+                               covered=covered, refused=refused, full=len(promoted) >= limit, limit=limit)
+        if reason:
+            record.status, record.reason = "not_promoted", reason
+            continue
+        record.status = "promoted"
+        record.reason = f"screening {record.screen_score:.2f} (targets {record.target_score:.2f}) vs base {base:.2f}"
+        record.gate_targets, dropped = gate_targets(by_bucket.get(record.sha, {}), base_buckets, targets)
+        if dropped:
+            record.reason += "; judged on " + ", ".join(record.gate_targets) + " only (" + "; ".join(
+                f"{name} screened {cand:.2f}, base {was:.2f}" for name, cand, was in dropped) + ")"
+        promoted.append(record)
+    return SearchOutcome(candidates=records, promoted=promoted, folder=Path(), rollouts=0, base_score=base,
+                         base_target_score=base_target)
+
+
+def _screening_scores(result, val: list[Example], targets: set[tuple[str, str]],
+                      items: dict[tuple[str, str], PlannedTrial]
+                      ) -> tuple[dict[str, tuple[float, float]], dict[str, dict[tuple[str, str], list[float]]]]:
+    """Per candidate text (by its sha): its mean screening score on every screening task and on
+    the targeted ones (the latter pooled per bucket), and its targeted scores by bucket."""
     bucket_of = {i: (example.suite, items[example.key].task.bucket) for i, example in enumerate(val)}
     targeted = [i for i in range(len(val)) if bucket_of[i] in targets]
     scores: dict[str, tuple[float, float]] = {}
@@ -410,12 +445,12 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
             if i in subscores:
                 buckets.setdefault(bucket_of[i], []).append(subscores[i])
         scores[sha] = (_mean(values), _mean(_pooled(buckets)))
-    base_sha = text_sha(result.candidates[0][COMPONENT])
-    base, base_target = scores[base_sha]
-    base_buckets = {bucket: list(values) for bucket, values in by_bucket[base_sha].items()}
-    for bucket, value in base_extra:
-        base_buckets.setdefault(bucket, []).append(value)
-    base_sample = _pooled(base_buckets)
+    return scores, by_bucket
+
+
+def _enter_pool(records: list[Candidate], scores: dict[str, tuple[float, float]]) -> None:
+    """The open candidates gepa screened join the pool with their scores; one gepa screened out
+    on its minibatch says so, unless it has a reason already."""
     by_sha = {record.sha: record for record in records if record.status in OPEN}
     for sha, (score, target) in scores.items():
         if sha in by_sha:
@@ -426,38 +461,26 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
         if record.status == "screened_out" and not record.reason:
             record.reason = (f"lost to its parent on gepa's minibatch ({sum(record.parent_minibatch):.2f} -> "
                              f"{sum(record.minibatch):.2f})")
-    pool = sorted((r for r in records if r.status == "pool"),
-                  key=lambda r: (changed_lines(r.diff), -(r.screen_score or 0.0), -(r.target_score or 0.0), r.number))
-    promoted: list[Candidate] = []
-    refused = faulty(records)
-    for record in pool:
-        covered = next((other for other in promoted + refused if carries(record.text, other)), None)
-        if record.target_score is None or not record.target_score > base_target:
-            record.status = "not_promoted"
-            record.reason = (f"targets screened at {_score(record.target_score)}, not above the base prompt's "
-                             f"{base_target:.2f}")
-        elif (p := welch_greater_p(_pooled(by_bucket.get(record.sha, {})), base_sample)) >= SCREEN_ALPHA:
-            record.status = "not_promoted"
-            record.reason = (f"targets screened at {record.target_score:.2f} against the base prompt's "
-                             f"{base_target:.2f}: not clearly above (p={p:.2f} >= {SCREEN_ALPHA})")
-        elif len(promoted) >= limit:
-            record.status = "not_promoted"
-            record.reason = f"screening {record.screen_score:.2f}: only the best {limit} go to the gate"
-        elif covered is not None:
-            record.status = "not_promoted"
-            record.reason = (f"adds every line candidate {covered.number} adds, and more: it would share whatever "
-                             f"the gate finds wrong with that one"
-                             + (" (it found harm or errors)" if covered in refused else ""))
-        else:
-            record.status = "promoted"
-            record.reason = f"screening {record.screen_score:.2f} (targets {record.target_score:.2f}) vs base {base:.2f}"
-            record.gate_targets, dropped = gate_targets(by_bucket.get(record.sha, {}), base_buckets, targets)
-            if dropped:
-                record.reason += "; judged on " + ", ".join(record.gate_targets) + " only (" + "; ".join(
-                    f"{name} screened {cand:.2f}, base {was:.2f}" for name, cand, was in dropped) + ")"
-            promoted.append(record)
-    return SearchOutcome(candidates=records, promoted=promoted, folder=Path(), rollouts=0, base_score=base,
-                         base_target_score=base_target)
+
+
+def _not_promoted(record: Candidate, sample: list[float], base_target: float, base_sample: list[float], *,
+                  covered: Candidate | None, refused: list[Candidate], full: bool, limit: int) -> str | None:
+    """Why a pool candidate does not go to the gate, or None when it does. The rules in order:
+    targets not above the base prompt, not clearly above it (Welch at `SCREEN_ALPHA`), `limit`
+    reached, or it carries a candidate already promoted or refused."""
+    if record.target_score is None or not record.target_score > base_target:
+        return (f"targets screened at {_score(record.target_score)}, not above the base prompt's "
+                f"{base_target:.2f}")
+    if (p := welch_greater_p(sample, base_sample)) >= SCREEN_ALPHA:
+        return (f"targets screened at {record.target_score:.2f} against the base prompt's "
+                f"{base_target:.2f}: not clearly above (p={p:.2f} >= {SCREEN_ALPHA})")
+    if full:
+        return f"screening {record.screen_score:.2f}: only the best {limit} go to the gate"
+    if covered is not None:
+        return (f"adds every line candidate {covered.number} adds, and more: it would share whatever "
+                f"the gate finds wrong with that one"
+                + (" (it found harm or errors)" if covered in refused else ""))
+    return None
 
 
 def gate_targets(candidate: dict[tuple[str, str], list[float]], base: dict[tuple[str, str], list[float]],
