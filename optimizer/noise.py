@@ -28,7 +28,7 @@ from optimizer.evaluate import finish, judges_used, non_voting_graders
 from optimizer.loop import LoopContext, loop_settings
 from optimizer.models import validate_model
 from optimizer.patch import unified_diff
-from optimizer.registry import get_agent
+from optimizer.registry import AgentEntry, get_agent
 from optimizer.request import select_targets
 from optimizer.runner import PlannedTrial, Runner, plan, read_prompt
 from optimizer.stats import clopper_pearson
@@ -133,16 +133,7 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
         targets = {(t.suite, t.bucket) for t in selection.targets}
         entry = get_agent(selection.agent)
         base_prompt = read_prompt(entry, ctx.project_root)
-        candidates = {"A/A": base_prompt}
-        texts = entry.sim_profile.rule_texts if simulated and entry.sim_profile else None
-        if texts is not None:
-            rules = [texts.rules[b] for _, b in sorted(targets) if b in texts.rules]
-            if rules:
-                candidates["good"] = _with_lines(base_prompt, rules)
-                victim = _one_task_victim(planned, selection.agent, targets, texts.contradictions,
-                                          entry.sim_profile, candidates["good"])
-                if victim:
-                    candidates["harmful"] = _with_lines(base_prompt, rules + [texts.contradictions[victim]])
+        candidates = _candidates(entry, base_prompt, planned, selection.agent, targets, simulated)
         candidates = {case: prompt for case, prompt in candidates.items() if case in cases}
         base_cache: dict = {}
         outcome = {"repeat": repeat, "targets": sorted(f"{s}/{b}" for s, b in targets)}
@@ -162,6 +153,23 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
         ctx.log(f"repeat {repeat + 1}/{repeats}: " + ", ".join(
             f"{case} {'ACCEPT' if 'accepted' in str(outcome[case])[:8] else 'reject'}" for case in candidates))
     return result
+
+
+def _candidates(entry: AgentEntry, base_prompt: str, planned: list[PlannedTrial], agent: str,
+                targets: set[tuple[str, str]], simulated: bool) -> dict[str, str]:
+    """A repeat's candidate prompts by case: A/A always; good and harmful only on the simulator,
+    whose rules say what a good patch states and what contradicts another bucket."""
+    candidates = {"A/A": base_prompt}
+    texts = entry.sim_profile.rule_texts if simulated and entry.sim_profile else None
+    if texts is not None:
+        rules = [texts.rules[b] for _, b in sorted(targets) if b in texts.rules]
+        if rules:
+            candidates["good"] = _with_lines(base_prompt, rules)
+            victim = _one_task_victim(planned, agent, targets, texts.contradictions, entry.sim_profile,
+                                      candidates["good"])
+            if victim:
+                candidates["harmful"] = _with_lines(base_prompt, rules + [texts.contradictions[victim]])
+    return candidates
 
 
 def _one_task_victim(planned: list[PlannedTrial], agent: str, targets: set[tuple[str, str]],
