@@ -12,6 +12,7 @@ says why this and not Alembic.
 from __future__ import annotations
 
 import fcntl
+import importlib
 import os
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -21,15 +22,22 @@ from sqlalchemy import (Column, Connection, DateTime, Integer, MetaData, String,
                         update)
 
 from optimizer.errors import ConfigError
-from optimizer.store.revisions import (r0001_initial, r0002_loop, r0003_judge_calibrations, r0004_ledger_nightly,
-                                       r0005_run_owners)
+
+
+def _revision(module: str) -> Callable[[Connection], None]:
+    """The upgrade of `optimizer.store.revisions.<module>`, imported only when a store needs it
+    (most commands open a store that is up to date)."""
+    def upgrade(conn: Connection) -> None:
+        importlib.import_module(f"optimizer.store.revisions.{module}").upgrade(conn)
+    return upgrade
+
 
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
-    ("0001_initial", r0001_initial.upgrade),
-    ("0002_loop", r0002_loop.upgrade),
-    ("0003_judge_calibrations", r0003_judge_calibrations.upgrade),
-    ("0004_ledger_nightly", r0004_ledger_nightly.upgrade),
-    ("0005_run_owners", r0005_run_owners.upgrade),
+    ("0001_initial", _revision("r0001_initial")),
+    ("0002_loop", _revision("r0002_loop")),
+    ("0003_judge_calibrations", _revision("r0003_judge_calibrations")),
+    ("0004_ledger_nightly", _revision("r0004_ledger_nightly")),
+    ("0005_run_owners", _revision("r0005_run_owners")),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
