@@ -3,7 +3,8 @@
 Runs a baseline of the suite, takes its worst few train buckets (`select_targets`' order), and
 for each bucket asks the patcher for N proposals per protocol: today's request (`--today`, the
 patch format `auto` picks for the patcher, or `edits`/`rule`) and the contrast request
-(`optimizer.contrast`). Proposal n of either protocol is drawn with the same seed (sampling
+(`optimizer.contrast`; `guided` when it ends with a rule to complete, from the target's most
+frequent named confusion, else `free`). Proposal n of either protocol is drawn with the same seed (sampling
 temperature `patcher_temperature`, seed from `--seed` and n). Each proposal goes through the
 loop's pre-rollout checks (`check_prompt_text`: size, lint); one that passes is screened on fresh
 trials of the bucket's train tasks (indexes past the baseline's, the base prompt on the same
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from optimizer.config import load_settings  # noqa: E402
+from optimizer.contrast import rule_to_complete  # noqa: E402
 from optimizer.patch import LintIndex, check_prompt_text  # noqa: E402
 from optimizer.proposers import LLMProposer, ProposalRequest, patch_format  # noqa: E402
 from optimizer.registry import get_agent  # noqa: E402
@@ -141,6 +143,7 @@ def main() -> None:
                     manual=manual, iteration_id="patcher-quality", base_commit="0" * 40,
                     agent_model=args.agent_model, max_changed_lines=bench.settings.max_changed_lines,
                     token_budget=bench.settings.request_token_budget, patch_format=protocol)
+                form = "guided" if rule_to_complete(request) else "free" if protocol == "contrast" else ""
                 outcomes, effects = [], []
                 for ordinal in range(1, args.n + 1):
                     patched, outcome = bench.propose(request, protocol, ordinal)
@@ -151,7 +154,7 @@ def main() -> None:
                 totals[protocol][0] += above
                 totals[protocol][1] += args.n
                 best = f"{max(effects):+.3f}" if effects else "none screened"
-                print(f"  {protocol:8} request {len(request):6,} chars: {outcomes.count('error')} errors, "
+                print(f"  {protocol:8} {form:6} request {len(request):6,} chars: {outcomes.count('error')} errors, "
                       f"{outcomes.count('refused')} refused by the checks, {above}/{args.n} screened above base, "
                       f"best candidate {best}")
         print()

@@ -4,7 +4,8 @@
   search/replace edits; edits that do not apply, or a patch the loop's pre-rollout checks would
   reject (`ProposalRequest.check`), are sent back once with the reason. With
   `patch_format = "rule"` (the default for the embedded models) it returns one new rule instead,
-  appended to the prompt.
+  appended to the prompt; with `patch_format = "contrast"`, a request that ends with a rule to
+  complete (its guided form, `optimizer.contrast`) is answered with the kind of input only.
 * `command`: a coding-agent CLI the user already has, configured as a command line with
   `{request}` and `{workdir}`; it runs in the proposal's box (`optimizer.box`: a clone of its
   own, under bubblewrap when it works here), in a process group of its own, with a timeout. A
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from optimizer.box import Box, Confinement, confined, confinement, under_private_tmp
+from optimizer.contrast import complete, kind_of, kind_problem, rule_to_complete
 from optimizer.errors import ConfigError, first_line
 from optimizer.ledger import charged, estimate_tokens
 from optimizer.models import is_embedded, mock
@@ -54,9 +56,13 @@ SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 MAX_RULE_SENTENCES = 3
 """The rule format asks for one or two sentences; one more is let through, a list of rules or a
 model repeating itself is sent back."""
-MAX_ANSWER_TOKENS = {"edits": 2000, "rule": 600, "contrast": 600}
-"""A rationale and edits within the 40-line budget (or a rationale and one rule) fit in well under
-this; the cap stops a small model that repeats itself from generating for minutes."""
+MAX_ANSWER_TOKENS = {"edits": 2000, "rule": 600, "contrast": 600, "kind": 150}
+"""A rationale and edits within the 40-line budget (or a rationale and one rule, or a kind of
+input) fit in well under this; the cap stops a small model that repeats itself from generating
+for minutes."""
+RULE_FORMATS = ("rule", "contrast", "kind")
+"""The answers that are one rule appended to the prompt (`kind`: the guided contrast request's
+rule, completed with the kind of input the patcher names)."""
 STOP_GRACE_S = 2.0
 """How long a proposer command has to exit after SIGTERM (on a timeout or Ctrl-C) before its
 process group is killed."""
@@ -134,20 +140,27 @@ class LLMProposer:
         digest = hashlib.sha256(f"{self.seed}:{request.ordinal}:{request.request}".encode()).digest()
         return {"temperature": self.sample_temperature, "seed": int.from_bytes(digest[:4], "little") >> 1}
 
-    def propose(self, request: ProposalRequest) -> Proposal:
+    def _lm(self, request: ProposalRequest, max_tokens: int):
         metadata = {PROPOSAL_KEY: request.ordinal}
         if self.script:
             metadata[SCRIPT_KEY] = self.script
         if self.skill is not None:
             metadata.update({SKILL_KEY: self.skill, SEED_KEY: self.seed})
-        max_tokens = MAX_ANSWER_TOKENS[self.patch_format]
-        lm = dspy_lm(self.model, metadata=metadata, max_tokens=max_tokens, retry_attempts=self.retry_attempts,
-                     **self._sampling(request))
+        return dspy_lm(self.model, metadata=metadata, max_tokens=max_tokens, retry_attempts=self.retry_attempts,
+                       **self._sampling(request))
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        """One proposal; a contrast request that ends with a rule to complete (its guided form,
+        `optimizer.contrast`) is answered with the kind of input only."""
         import dspy
 
         from optimizer.patch_signature import signature
 
-        predictor = dspy.Predict(signature(self.patch_format))
+        guided = rule_to_complete(request.request) if self.patch_format == "contrast" else None
+        form = "kind" if guided else self.patch_format
+        max_tokens = MAX_ANSWER_TOKENS[form]
+        lm = self._lm(request, max_tokens)
+        predictor = dspy.Predict(signature(form))
         target = request.workdir / request.prompt_file
         base = target.read_text(encoding="utf-8")
         proposal = Proposal()
@@ -164,8 +177,8 @@ class LLMProposer:
                 finally:
                     charge.usage = lm_usage(lm)
                     proposal.usage.add(charge.usage)
-            proposal.rationale = str(answer.rationale or "").strip()
-            edits = _edits(answer, self.patch_format)
+            proposal.rationale = str((answer.kind if form == "kind" else answer.rationale) or "").strip()
+            edits, refused = _edits(answer, form, guided)
             if not edits:
                 proposal.error = "the patcher proposed no edit"
                 proposal.log += attempt_log(attempt, proposal.rationale, edits, proposal.error)
@@ -177,7 +190,7 @@ class LLMProposer:
                 proposal.error = str(exc)
                 proposal.log += attempt_log(attempt, proposal.rationale, edits, proposal.error)
                 continue
-            problem = _problem(patched, edits, self.patch_format, request.check)
+            problem = "; ".join(filter(None, (refused, _problem(patched, edits, form, request.check)))) or None
             if problem and attempt + 1 < ATTEMPTS:  # the last answer is kept for the loop to judge
                 feedback = CHECK_FEEDBACK.read_text(encoding="utf-8").format(
                     error=problem, answer="\n".join(edit.replace.strip("\n") for edit in edits))
@@ -190,18 +203,23 @@ class LLMProposer:
         return proposal
 
 
-def _edits(answer, patch_format: str) -> list[Edit]:
-    if patch_format in ("rule", "contrast"):
+def _edits(answer, patch_format: str, guided: str | None = None) -> tuple[list[Edit], str | None]:
+    """The answer's edits, and why a guided answer's kind of input is to be sent back (or None)."""
+    if patch_format == "kind":
+        given = str(answer.kind or "")
+        kind = kind_of(given, guided)
+        return ([Edit("", "\n" + complete(guided, kind))] if kind else []), kind_problem(given, kind)
+    if patch_format in RULE_FORMATS:
         rule = str(answer.rule or "").strip()
-        return [Edit("", "\n" + rule)] if rule else []  # appended as a paragraph of its own
-    return [Edit(edit.search, edit.replace) for edit in answer.edits or []]
+        return ([Edit("", "\n" + rule)] if rule else []), None  # appended as a paragraph of its own
+    return [Edit(edit.search, edit.replace) for edit in answer.edits or []], None
 
 
 def _problem(patched: str, edits: list[Edit], patch_format: str,
              check: Callable[[str], str | None] | None) -> str | None:
     """Why an answer that applies would still not be used (every reason at once), or None."""
     problems = []
-    if patch_format in ("rule", "contrast"):
+    if patch_format in RULE_FORMATS:
         rule = edits[0].replace.strip()
         lines = len([line for line in rule.splitlines() if line.strip()])
         sentences = len(SENTENCE_END.findall(rule))

@@ -16,6 +16,8 @@ of one iteration differ and a rerun of the same request reproduces:
 * otherwise **useless**: one distractor, a plausible rule the sim ignores.
 
 The texts are the profiles' `RuleTexts` (data files next to each profile), never written here.
+Asked only for the kind of input (a guided contrast request, `optimizer.contrast`), it gives the
+same sentences as one phrase (`WeakAnswer.phrase`).
 `benchmarks/sim_patcher.py`, the always-right command proposer, reads them the same way.
 """
 
@@ -59,6 +61,13 @@ class WeakAnswer:
     rules: list[str] = field(default_factory=list)
     """The sentences to add to the prompt, in order."""
     targets: list[str] = field(default_factory=list)
+
+    @property
+    def phrase(self) -> str:
+        """The answer to a guided contrast request, which asks for the kind of input only: the
+        sentences as one phrase (each without its stop, joined by "; "), so the rule it completes
+        holds the words `mock/sim` recognises (a harmful line included)."""
+        return "; ".join(rule.rstrip(" .")[:1].lower() + rule.rstrip(" .")[1:] for rule in self.rules)
 
 
 def harmful_lines(texts: RuleTexts, targets: list[str]) -> list[str]:

@@ -12,14 +12,16 @@
   of proposals `{"rationale": ..., "edits": [{"search": ..., "replace": ...}]}`, the n-th answer
   for the n-th proposal recorded in the store; past the end of the script it proposes no edit.
   An entry `{"raw": "..."}` is returned verbatim (a reply no parser can use); an entry with a
-  `"rule"` answers the `rule` patch format; an entry's `"after_feedback"` (another entry) is the
-  answer once the proposer sends feedback on the first.
+  `"rule"` answers the `rule` patch format, one with a `"kind"` a guided contrast request; an
+  entry's `"after_feedback"` (another entry) is the answer once the proposer sends feedback on
+  the first.
 * `mock/patcher` with `mock_patcher_skill` set (and no script) is a weak patcher: it reads the
   targeted buckets from the request inside the proposer's prompt and, from a seeded draw,
   proposes the rule `mock/sim` recognises for them (probability `skill`), that rule plus one
   contradicting another bucket of the agent (a harmful patch), or a distractor (a useless one);
   see `optimizer.weak_patcher`. It answers in the patch format the proposer asked for: the
-  sentences as one `rule`, or as list items appended by one edit with an empty `search`.
+  sentences as one `rule`, as one `kind` phrase, or as list items appended by one edit with an
+  empty `search`.
 
 All accept a latency suffix for benchmarks, e.g. `mock/oracle@50ms` sleeps 50 ms per call.
 `in_process` answers the same way without litellm, for `optimizer suites validate`: the oracle
@@ -165,7 +167,7 @@ def _attributes(value: Any) -> Any:
     return value
 
 
-SCRIPT_ENTRY_KEYS = {"rationale", "edits", "rule", "raw", "after_feedback"}
+SCRIPT_ENTRY_KEYS = {"rationale", "edits", "rule", "kind", "raw", "after_feedback"}
 
 
 def check_patcher_script(path: str) -> None:
@@ -191,7 +193,7 @@ def check_patcher_script(path: str) -> None:
         if unknown:
             raise bad(f"unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(SCRIPT_ENTRY_KEYS))}",
                       field=where)
-        for key in ("rationale", "rule", "raw"):
+        for key in ("rationale", "rule", "kind", "raw"):
             if key in entry and not isinstance(entry[key], str):
                 raise bad("must be a string", field=f"{where}.{key}")
         edits = entry.get("edits", [])
@@ -221,6 +223,8 @@ def _patcher_reply(metadata: dict, messages: list[dict]) -> str:
         raise ValueError("mock/patcher needs a script (mock_patcher_script) or a skill (mock_patcher_skill)")
     if "raw" in entry:
         return str(entry["raw"])
+    if "kind" in entry:  # the answer to a guided contrast request (its kind of input only)
+        return f"[[ ## kind ## ]]\n{entry['kind']}\n\n[[ ## completed ## ]]"
     if "rule" in entry:  # the answer to the `rule` patch format
         return (f"[[ ## rationale ## ]]\n{entry.get('rationale', '')}\n\n[[ ## rule ## ]]\n{entry['rule']}\n\n"
                 f"[[ ## completed ## ]]")
@@ -236,6 +240,8 @@ def _weak_entry(metadata: dict, messages: list[dict], ordinal: int) -> dict:
                          ordinal=ordinal, attempt=1 if _feedback_given(messages) else 0)
     rationale = f"A {answer.kind} answer for {', '.join(answer.targets) or 'no known bucket'}."
     system = next((str(m.get("content") or "") for m in messages if m.get("role") == "system"), "")
+    if "[[ ## kind ## ]]" in system:
+        return {"kind": answer.phrase}
     if "[[ ## rule ## ]]" in system:
         return {"rationale": rationale, "rule": " ".join(answer.rules)}
     edits = [{"search": "", "replace": "\n".join(f"- {rule}" for rule in answer.rules)}] if answer.rules else []
