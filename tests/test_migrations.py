@@ -9,7 +9,8 @@
 * Revisions 1..k make the schema that the release which added revision k made on a blank store
   (`tests/store_releases/`, written out from each release's own code), and a store made by each
   release, the last one before the revisions were frozen included, opens with its rows intact.
-* A revision that fails leaves the store as it was.
+* A revision that fails leaves the store as it was; one that an earlier optimizer left halfway
+  is finished.
 """
 
 from __future__ import annotations
@@ -260,3 +261,12 @@ def test_a_revision_that_fails_leaves_the_store_as_it_was(blank, monkeypatch):
     applied, version = records(url)
     assert described(url) == before
     assert sorted(applied) == NAMES[:3] and version == 3
+
+
+def test_a_store_left_halfway_through_a_revision_by_the_earlier_optimizer_is_finished(blank):
+    """Before revisions ran in one transaction, each SQLite `ALTER` committed on its own: a
+    process killed inside 0005_run_owners left some owner columns and no record of it."""
+    url = blank.new("store")
+    upgrade_to(url, 4)
+    run_script(url, "ALTER TABLE runs ADD COLUMN owner_host VARCHAR;\n")
+    open_and_check(url, blank, fill(url))
