@@ -177,3 +177,16 @@ def test_the_contrast_patcher_is_instructed_from_the_prompt_manual():
     guided = signature("kind")
     assert guided.instructions == (FOLDER / "kind_instructions.md").read_text().strip()
     assert list(guided.output_fields) == ["kind"]
+
+
+def test_a_mock_patcher_script_may_answer_with_a_kind_and_only_as_text(tmp_path):
+    from optimizer.errors import ConfigError
+    from optimizer.models.mock import check_patcher_script
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"kind": "a saying", "after_feedback": {"kind": "someone's saying"}}]))
+    check_patcher_script(str(script))
+    script.write_text(json.dumps([{"kind": ["a saying"]}]))
+    with pytest.raises(ConfigError) as refused:
+        check_patcher_script(str(script))
+    assert refused.value.field == "[0].kind"
