@@ -64,6 +64,10 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--baseline-trials", type=int, default=2)
     parser.add_argument("--fresh", type=int, default=4, help="screening trials per train task of the bucket")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bucket", default=None,
+                        help="screen this train bucket only (whatever the baseline ranks first)")
+    parser.add_argument("--protocols", default="today,contrast",
+                        help="which protocols to run, comma-separated: today, contrast (both by default)")
     return parser.parse_args()
 
 
@@ -129,15 +133,23 @@ def main() -> None:
         today = args.today if args.today != "auto" else patch_format(bench.settings)
         print(f"{args.suite}: agent {args.agent_model}, patcher {args.patcher_model}, today's format {today!r}, "
               f"{len(baseline)} baseline trials, N={args.n}, {args.fresh} fresh trials per task")
-        totals = {today: [0, 0], "contrast": [0, 0]}
+        chosen = [today if name == "today" else name for name in args.protocols.split(",")]
+        totals = {protocol: [0, 0] for protocol in chosen}
         manual = load_manual(ROOT, worst.agent)
-        for target in worst.targets:
+        targets = worst.targets
+        if args.bucket:
+            everything = select_targets(baseline, bench.suites, max_targets=10_000,
+                                        prefer_named=prefers_named(bench.settings))
+            targets = [target for target in everything.targets if target.bucket == args.bucket]
+            if not targets:
+                raise SystemExit(f"--bucket {args.bucket}: no failing train bucket of that name in the baseline")
+        for target in targets:
             selection = Selection(worst.agent, worst.suite_names, [target], [])
             failures = failure_records(baseline, bench.suites, selection)
             base_score = bench.screen(bench.base, target.bucket)
             print(f"\n{target.bucket}: base prompt {base_score:.3f} on fresh trials "
                   f"({target.failed}/{target.trials} baseline trials failed)")
-            for protocol in (today, "contrast"):
+            for protocol in chosen:
                 request, _ = render_request(
                     selection=selection, failures=failures, prompt=bench.base, prompt_file=bench.agent.prompt_file,
                     manual=manual, iteration_id="patcher-quality", base_commit="0" * 40,
