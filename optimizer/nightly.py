@@ -144,16 +144,7 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
         limits, merge = _limits_of(values), values["merge"]
         base = gitops.Base(ref=result.base_ref, commit=result.base_commit) if result else \
             gitops.resolve_base(repo, base_ref)
-        if merge:
-            gitops.require_checked_out(repo, base.ref)
-        if merge and ctx.settings.gate != "strict":
-            raise InputError("--merge needs the strict gate", field="--merge",
-                             fix="drop --gate lenient, or merge by hand after review")
-        names = values["suite"] or capability_suites(root)
-        agents = sorted({load_suite(name, root).spec.agent_name for name in names})
-        for agent in agents:
-            get_agent(agent)
-        _check_budget_can_bind(ctx.settings, limits)
+        names, agents = _check_night(ctx, repo, base, values["suite"], limits, merge)
         stray = gitops.remove_stray_worktrees(repo, state_dir / "worktrees") + remove_stray_boxes(state_dir / "boxes")
         if stray:
             ctx.log(f"removed {len(stray)} proposer folder(s) left by an earlier process")
@@ -161,32 +152,64 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
             result = _start(ctx, repo, base, identity, {**values, "suite": list(names), "base": base.ref,
                                                          "date": (day or Date.today()).isoformat()})
         else:
-            result.resumed += 1
-            result.status = "running"
-            if not gitops.branch_exists(repo, result.branch):  # killed before the branch was made
-                repo.create_head(result.branch, result.tip_commit)
-            ctx.log(f"resuming nightly {result.nightly_id} on {result.branch}: {len(result.iterations)} "
-                    f"iteration(s) done")
+            _reopen(ctx, repo, result)
         result.suites, result.merge = list(names), merge
-        ledger = Ledger(ctx.store, budget=limits.budget, prices=dict(ctx.settings.model_prices),
-                        scope={"nightly_id": result.nightly_id})
-        ledger.spent_usd, ledger.spent_tokens = ctx.store.ledger.total(nightly_id=result.nightly_id)
-        try:
-            if result.current:
-                _reconcile(ctx, repo, result)
-            _save(ctx, result, ledger)
-            with charging(ledger):
-                _iterate(ctx, repo, result, limits, names, agents, ledger)
-        except BaseException as exc:
-            if isinstance(exc, Exception):  # a kill or Ctrl-C leaves the night resumable as it is
-                result.status, result.stop_reason = "crashed", f"{type(exc).__name__}: {exc}"
-                _save(ctx, result, ledger)
-            raise
-        if merge:
-            _merge(repo, result, ctx)
-        result.status = "finished"
-        _save(ctx, result, ledger)
+        _work(ctx, repo, result, limits, names, agents)
         return result
+
+
+def _check_night(ctx: LoopContext, repo, base: gitops.Base, suites: list[str] | None, limits: NightlyLimits,
+                 merge: bool) -> tuple[list[str], list[str]]:
+    """The night's suites and agents, after the checks that can refuse it before anything is
+    created: a merge needs the base branch checked out and the strict gate, every agent must be
+    registered, and a USD budget must be able to bind."""
+    root = ctx.project_root
+    if merge:
+        gitops.require_checked_out(repo, base.ref)
+    if merge and ctx.settings.gate != "strict":
+        raise InputError("--merge needs the strict gate", field="--merge",
+                         fix="drop --gate lenient, or merge by hand after review")
+    names = suites or capability_suites(root)
+    agents = sorted({load_suite(name, root).spec.agent_name for name in names})
+    for agent in agents:
+        get_agent(agent)
+    _check_budget_can_bind(ctx.settings, limits)
+    return names, agents
+
+
+def _reopen(ctx: LoopContext, repo, result: NightlyResult) -> None:
+    """A resumed night runs again, on its branch (made again if the kill came before it was)."""
+    result.resumed += 1
+    result.status = "running"
+    if not gitops.branch_exists(repo, result.branch):  # killed before the branch was made
+        repo.create_head(result.branch, result.tip_commit)
+    ctx.log(f"resuming nightly {result.nightly_id} on {result.branch}: {len(result.iterations)} "
+            f"iteration(s) done")
+
+
+def _work(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimits, names: list[str],
+          agents: list[str]) -> None:
+    """The night's iterations under its ledger (spending carried over from earlier processes),
+    then the merge. The state is saved before and after; an error saves it as crashed, while a
+    kill or Ctrl-C leaves it as it was, to be resumed."""
+    ledger = Ledger(ctx.store, budget=limits.budget, prices=dict(ctx.settings.model_prices),
+                    scope={"nightly_id": result.nightly_id})
+    ledger.spent_usd, ledger.spent_tokens = ctx.store.ledger.total(nightly_id=result.nightly_id)
+    try:
+        if result.current:
+            _reconcile(ctx, repo, result)
+        _save(ctx, result, ledger)
+        with charging(ledger):
+            _iterate(ctx, repo, result, limits, names, agents, ledger)
+    except BaseException as exc:
+        if isinstance(exc, Exception):  # a kill or Ctrl-C leaves the night resumable as it is
+            result.status, result.stop_reason = "crashed", f"{type(exc).__name__}: {exc}"
+            _save(ctx, result, ledger)
+        raise
+    if result.merge:
+        _merge(repo, result, ctx)
+    result.status = "finished"
+    _save(ctx, result, ledger)
 
 
 def _start(ctx: LoopContext, repo, base: gitops.Base, identity: str, values: dict[str, Any]) -> NightlyResult:

@@ -52,20 +52,12 @@ def nightly_command(
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the night's summary as JSON here."),
 ) -> None:
     """Unattended optimization: iterations until a limit, accepted patches stacked on optimizer/nightly-<date>."""
-    from optimizer.cli._common import console, err_console, interactive
+    from optimizer.cli._common import err_console, interactive
     from optimizer.cli.loop import _context, _settings
-    from optimizer.errors import InputError
-    from optimizer.files import write_json
     from optimizer.ledger import Budget
-    from optimizer.nightly import NightlyLimits, decisions, parse_duration, run_nightly
-    from optimizer.spending import spent
+    from optimizer.nightly import NightlyLimits, parse_duration, run_nightly
 
-    if order not in ("worst-first", "alternate"):
-        raise InputError(f"unknown order {order!r}", field="--order", fix="use worst-first or alternate")
-    try:
-        when = Date.fromisoformat(day) if day else None
-    except ValueError:
-        raise InputError(f"cannot read the date {day!r}", field="--date", fix="use YYYY-MM-DD") from None
+    when = _checked_date(order, day)
     if plain:
         os.environ["OPTIMIZER_PLAIN"] = "1"
     limits = NightlyLimits(max_iterations=max_iterations,
@@ -80,6 +72,28 @@ def nightly_command(
                                                     highlight=False, markup=False, soft_wrap=True)
     result = run_nightly(ctx, suite_names=suite or None, base_ref=base, limits=limits, merge=merge, day=when,
                          resume=resume, given=_given(command), overrides=override or ())
+    _report(ctx, result, json_path)
+
+
+def _checked_date(order: str, day: Optional[str]) -> Optional[Date]:
+    """The night's date from `--date`, once `--order` and `--date` are known to be readable."""
+    from optimizer.errors import InputError
+
+    if order not in ("worst-first", "alternate"):
+        raise InputError(f"unknown order {order!r}", field="--order", fix="use worst-first or alternate")
+    try:
+        return Date.fromisoformat(day) if day else None
+    except ValueError:
+        raise InputError(f"cannot read the date {day!r}", field="--date", fix="use YYYY-MM-DD") from None
+
+
+def _report(ctx, result, json_path: Optional[Path]) -> None:
+    """The night's summary on the console (and as JSON), with the bound on its false accepts."""
+    from optimizer.cli._common import console
+    from optimizer.files import write_json
+    from optimizer.nightly import decisions
+    from optimizer.spending import spent
+
     summary = result.as_dict()
     gated = decisions(ctx.store, result)
     bound = spent(ctx.settings.alpha, ctx.settings.night_alpha, gated)
