@@ -79,11 +79,17 @@ def harmful_lines(texts: RuleTexts, targets: list[str]) -> list[str]:
     return lines
 
 
+RUN_NAMES = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}|base commit `[0-9a-f]+`")
+"""Run ids (`runner.new_run_id`) and the base commit a request names (`request.md.j2`): they differ
+from run to run of the same work, so with them the same seed would draw other answers."""
+
+
 def draw(request: str, *, seed: int, ordinal: int, attempt: int) -> random.Random:
     """The generator one answer is drawn from: the same inputs give the same answer (the request
-    without its surrounding whitespace, which prompt formats differ in). The skill is left out, so
-    with a higher skill every answer that was right stays right."""
-    request_hash = hashlib.sha256(request.strip().encode()).hexdigest()
+    without its surrounding whitespace, which prompt formats differ in, and without the names of
+    its run, so a rerun at the same seed draws the same answers). The skill is left out, so with a
+    higher skill every answer that was right stays right."""
+    request_hash = hashlib.sha256(RUN_NAMES.sub("``", request.strip()).encode()).hexdigest()
     digest = hashlib.sha256(f"{seed}:{ordinal}:{attempt}:{request_hash}".encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "big"))
 

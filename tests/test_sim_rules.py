@@ -356,3 +356,19 @@ def test_mock_patcher_refuses_both_a_script_and_a_skill(cli, tmp_path, monkeypat
     monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SCRIPT", str(script))
     code, out, err = cli("run")
     assert code == 2 and "not both" in err, out + err
+
+
+def test_a_rerun_of_the_same_work_at_the_same_seed_draws_the_same_answers():
+    """The request names its iteration (a run id) and base commit, which differ on every run of
+    the same work; the draws do not depend on them, so a benchmark repeats at its seed."""
+    def request(iteration: str, commit: str) -> str:
+        return (f"Iteration `{iteration}`, base commit `{commit}`, agent model `mock/sim`.\n"
+                f"Trace: runs/{iteration}/trials.jsonl\n" + FACT_REQUEST)
+
+    first = request("20261127-054100-abc123", "0123456789ab")
+    again = request("20261128-010101-ffee00", "ba9876543210")
+    assert [weak_answer(first, skill=0.3, seed=5, ordinal=n) for n in range(1, 41)] == \
+        [weak_answer(again, skill=0.3, seed=5, ordinal=n) for n in range(1, 41)]
+    other_work = first.replace("fact", "facts", 1)
+    assert [weak_answer(other_work, skill=0.3, seed=5, ordinal=n) for n in range(1, 41)] != \
+        [weak_answer(first, skill=0.3, seed=5, ordinal=n) for n in range(1, 41)]
