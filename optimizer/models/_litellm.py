@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from optimizer import ledger
-from optimizer.models.providers import free_models, registered
+from optimizer.models.providers import free_models, on_change, registered
 
 _lock = threading.Lock()
 _litellm: Any = None
@@ -52,6 +52,9 @@ def provider_changed(prefix: str) -> None:
         _handlers.pop(prefix, None)
         if _litellm is not None:
             _install_providers()
+
+
+on_change(provider_changed)
 
 
 def _install_providers() -> None:

@@ -86,9 +86,21 @@ def register_provider(prefix: str, provider: Provider | Callable[[], Any], model
         settings = _settings
     if settings is not None and provider.configure is not None:
         provider.configure(settings)
-    from optimizer.models import _litellm
+    _changed(prefix)
 
-    _litellm.provider_changed(prefix)
+
+_listeners: list[Callable[[str], None]] = []
+"""Told the prefix of every provider registered or repriced: the litellm layer, once it is
+imported, rebuilds that provider's handler (this module never imports it)."""
+
+
+def on_change(listener: Callable[[str], None]) -> None:
+    _listeners.append(listener)
+
+
+def _changed(prefix: str) -> None:
+    for listener in list(_listeners):
+        listener(prefix)
 
 
 def provider_of(model: str) -> Provider | None:
@@ -152,9 +164,7 @@ def price_as_free(prefix: str, model: str) -> None:
         if model in _free[prefix]:
             return
         _free[prefix].append(model)
-    from optimizer.models import _litellm
-
-    _litellm.provider_changed(prefix)
+    _changed(prefix)
 
 
 def configure_providers(settings: Any) -> None:
