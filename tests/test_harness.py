@@ -140,43 +140,6 @@ def test_a_note_with_a_saved_insight_is_filed_not_skipped(tmp_path):
     assert "skip_pkm_organization" not in reminded.split("not finished")[-1]
 
 
-CHANGING: list[dict] = []
-
-
-def _changing_model():
-    """`scripted_change/pkm` writes a file without the note's marker, then skips, then writes the
-    note with its marker, then saves the insight."""
-    from litellm import CustomLLM
-
-    class Changing(CustomLLM):
-        def completion(self, model, messages, *args, **kwargs):
-            CHANGING.append(len(CHANGING))
-            step = [("Write", {"path": "Areas/Health/log.md", "content": "- a tempo run\n"}),
-                    ("skip_pkm_organization", {"evidence": "nothing to keep"}),
-                    ("Write", {"path": "Areas/Health/running.md",
-                               "content": f"- Tempo 5k in 24:10 <!-- fact_id: {FACT_ID} -->\n"}),
-                    ("update_timeline_card_insight", {"fact_id": FACT_ID, "insight_text": "A tempo 5k."})]
-            name, arguments = step[min(len(CHANGING) - 1, 3)]
-            return tool_call_reply(model, f"call{len(CHANGING)}", name, json.dumps(arguments))
-
-    return Changing()
-
-
-def test_a_note_whose_knowledge_base_was_changed_is_filed_not_skipped(tmp_path):
-    """A skip after changing files fails the completion grader whatever else happened; the
-    harness refuses it with how to finish the filing instead."""
-    CHANGING.clear()
-    task = {"id": "pkm_changed_first", "metadata": {"failure_bucket": "harness"},
-            "input": {"content": "Tempo 5k in 24:10 today.", "base_fixture": "fresh",
-                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
-            "graders": [{"name": "pkm_completion", "config": {"expect": "persist"}}]}
-    trial = run_task(tmp_path, task, "scripted_change/pkm")
-    assert trial.status == "passed", trial.error
-    calls = trial.transcript.tool_calls
-    assert [call.name for call in calls] == ["Write", "skip_pkm_organization", "Write", "update_timeline_card_insight"]
-    assert calls[1].is_error and "already changed the knowledge base" in calls[1].result
-
-
 LOOKED: list[dict] = []
 
 
@@ -196,7 +159,6 @@ def _looking_model():
 register_provider("scripted", _scripted_model, ["scripted/pkm"])
 register_provider("scripted_look", _looking_model, ["scripted_look/pkm"])
 register_provider("scripted_skip", _skipping_model, ["scripted_skip/pkm"])
-register_provider("scripted_change", _changing_model, ["scripted_change/pkm"])
 
 
 def test_paths_are_narrowed_to_the_ones_that_exist(tmp_path):

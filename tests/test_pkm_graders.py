@@ -119,8 +119,7 @@ def test_a_clean_skip_passes_completion_only_where_skipping_is_allowed(tmp_path,
 
 
 def test_a_skip_after_a_change_is_not_a_clean_skip(tmp_path):
-    # the PKM Agent's skip tool refuses a skip after a change, so the change follows the skip here
-    trial = outcome(tmp_path, SKIPPED + [("Write", {"path": "Resources/hi.md", "content": "hi\n"})])
+    trial = outcome(tmp_path, [("Write", {"path": "Resources/hi.md", "content": "hi\n"})] + SKIPPED)
     result = grade("pkm_completion", trial, {"expect": "skip"})
     assert not result.passed and "after changing files" in result.rationale
 

@@ -63,18 +63,18 @@ def missing_parts(tools: PKMTools) -> list[str]:
 
 def finishing_tools(tools: PKMTools) -> list[str]:
     """What finishes the job from here: filing the note (or skipping it) until it is filed, then
-    the insight. Once an insight is saved or a file changed the note is being kept, so skipping
-    is no longer offered (`PKMTools.skip` refuses it too)."""
+    the insight. Once an insight is saved the note is worth keeping, so skipping is no longer
+    offered (`PKMTools.skip` refuses it too)."""
     if tools.filed():
         return ["update_timeline_card_insight"]
-    if tools.insight is not None or tools.mutated:
+    if tools.insight is not None:
         return ["Write", "Edit"]
     return ["Write", "Edit", "skip_pkm_organization"]
 
 
 def reminder_for(tools: PKMTools, missing: list[str]) -> str:
-    """The completion reminder: file or skip, or only file once an insight is saved or a file changed."""
-    name = "pkm_agent.reminder.md" if tools.insight is None and not tools.mutated else "pkm_agent.reminder_file.md"
+    """The completion reminder: file or skip, or only file once an insight is saved."""
+    name = "pkm_agent.reminder.md" if tools.insight is None else "pkm_agent.reminder_file.md"
     return reminder(name, missing)
 
 

@@ -302,11 +302,10 @@ class PKMTools:
         evidence = args.get("evidence")
         if not isinstance(evidence, str) or not evidence.strip():
             return tool_error(["evidence must say why this input should not be filed"])
-        # a note the agent found something to say about, or began to file, is not trivial: it is
-        # filed (a skip after changing files fails the completion grader whatever it says)
-        reason = "skip_after_change" if self.mutated else "skip_after_insight" if self.insight is not None else None
-        if reason:
-            return tool_error([texts("pkm_agent.checks.yaml")[reason].format(marker=marker_for(self.fact_id))])
+        if self.insight is not None and not self.filed():
+            # the agent found something to say about this note, so it is not trivial: it files it
+            return tool_error([texts("pkm_agent.checks.yaml")["skip_after_insight"].format(
+                marker=marker_for(self.fact_id))])
         self.skip_evidence = evidence.strip()
         return ToolOutput("skipped: nothing will be filed for this note")
 
