@@ -66,11 +66,10 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
                   "update_timeline_card_insight", "skip_pkm_organization"}
     # 10 turns, wrap-up in the last 3. Call 1 sees every tool; the insight it saves cannot finish
     # the note, so calls 2-7 are not offered the insight tool again (nothing changed); call 8 (the
-    # wrap-up) only what files the note (not the skip: an insight is saved, so the note is worth
-    # keeping); call 9 (the note is filed) only the insight, which ends it
+    # wrap-up) only what files the note; call 9 (the note is filed) only the insight, which ends it
     looking = every_tool - {"update_timeline_card_insight"}
     assert [seen["offered"] for seen in SEEN] == [every_tool] + [looking] * 6 + [
-        {"Write", "Edit"}, {"update_timeline_card_insight"}]
+        {"Write", "Edit", "skip_pkm_organization"}, {"update_timeline_card_insight"}]
 
     def system_notes(call: int) -> list[str]:
         return [m["content"] for m in SEEN[call - 1]["messages"][2:] if m["role"] == "system"]
@@ -79,7 +78,7 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
     assert system_notes(5) == ["Turns left: 6 of 10. Finish this note before they run out."]
     assert system_notes(7)[-1] == "Turns left: 4 of 10. Finish this note before they run out."
     wrap_up = ("Only 3 turns are left, so only the tools that finish the job are offered now: "
-               "Write, Edit. Use them to complete this note.")
+               "Write, Edit, skip_pkm_organization. Use them to complete this note.")
     assert system_notes(8)[-1] == wrap_up
     assert system_notes(9)[-2:] == [wrap_up, "Turns left: 2 of 10. Finish this note before they run out."]
 
@@ -90,54 +89,6 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
                                    "This note is not finished yet:\n- no file under")
     assert f"<!-- fact_id: {FACT_ID} -->" in first.result
     assert trial.transcript.tool_calls[-1].result == "insight saved on the timeline card"
-
-
-SKIPPING: list[dict] = []
-
-
-def _skipping_model():
-    """`scripted_skip/pkm` saves an insight, then skips the note, then files it, then saves the
-    insight again."""
-    from litellm import CustomLLM
-
-    class Skipping(CustomLLM):
-        def completion(self, model, messages, *args, **kwargs):
-            offered = {tool["function"]["name"] for tool in (kwargs.get("optional_params") or {}).get("tools") or []}
-            SKIPPING.append({"offered": offered, "messages": [dict(m) for m in messages]})
-            insight = {"fact_id": FACT_ID, "insight_text": "The user ran a tempo 5k."}
-            if len(SKIPPING) in (1, 4):
-                name, arguments = "update_timeline_card_insight", insight
-            elif len(SKIPPING) == 2:
-                name, arguments = "skip_pkm_organization", {"evidence": "nothing to keep"}
-            else:
-                name, arguments = "Write", {"path": "Areas/Health/running.md",
-                                            "content": f"- Tempo 5k in 24:10 <!-- fact_id: {FACT_ID} -->\n"}
-            return tool_call_reply(model, f"call{len(SKIPPING)}", name, json.dumps(arguments))
-
-    return Skipping()
-
-
-def test_a_note_with_a_saved_insight_is_filed_not_skipped(tmp_path):
-    """The 1.5B model saved the insight first, was told the note was not filed, and skipped it
-    (docs/benchmarks.md). Once an insight is saved the skip is refused with the way to file it,
-    and the reminders and the wrap-up offer only filing."""
-    SKIPPING.clear()
-    task = {"id": "pkm_insight_first", "metadata": {"failure_bucket": "harness"},
-            "input": {"content": "Tempo 5k in 24:10 today.", "base_fixture": "fresh",
-                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
-            "graders": [{"name": "pkm_completion", "config": {"expect": "persist"}}]}
-    trial = run_task(tmp_path, task, "scripted_skip/pkm")
-    assert trial.status == "passed", trial.error
-
-    calls = trial.transcript.tool_calls
-    assert [call.name for call in calls] == ["update_timeline_card_insight", "skip_pkm_organization", "Write",
-                                             "update_timeline_card_insight"]
-    refused = calls[1]
-    assert refused.is_error
-    assert "file it with Write or Edit" in refused.result and f"<!-- fact_id: {FACT_ID} -->" in refused.result
-    assert trial.outcome.environment_state["skip_evidence"] is None
-    reminded = "\n".join(m["content"] for m in SKIPPING[2]["messages"] if m["role"] in ("system", "tool"))
-    assert "skip_pkm_organization" not in reminded.split("not finished")[-1]
 
 
 LOOKED: list[dict] = []
@@ -158,7 +109,6 @@ def _looking_model():
 
 register_provider("scripted", _scripted_model, ["scripted/pkm"])
 register_provider("scripted_look", _looking_model, ["scripted_look/pkm"])
-register_provider("scripted_skip", _skipping_model, ["scripted_skip/pkm"])
 
 
 def test_paths_are_narrowed_to_the_ones_that_exist(tmp_path):

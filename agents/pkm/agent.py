@@ -63,19 +63,10 @@ def missing_parts(tools: PKMTools) -> list[str]:
 
 def finishing_tools(tools: PKMTools) -> list[str]:
     """What finishes the job from here: filing the note (or skipping it) until it is filed, then
-    the insight. Once an insight is saved the note is worth keeping, so skipping is no longer
-    offered (`PKMTools.skip` refuses it too)."""
+    the insight."""
     if tools.filed():
         return ["update_timeline_card_insight"]
-    if tools.insight is not None:
-        return ["Write", "Edit"]
     return ["Write", "Edit", "skip_pkm_organization"]
-
-
-def reminder_for(tools: PKMTools, missing: list[str]) -> str:
-    """The completion reminder: file or skip, or only file once an insight is saved."""
-    name = "pkm_agent.reminder.md" if tools.insight is None else "pkm_agent.reminder_file.md"
-    return reminder(name, missing)
 
 
 def run(context: AgentContext) -> AgentRun:
@@ -106,7 +97,7 @@ def run(context: AgentContext) -> AgentRun:
                         budget_notice=BUDGET_NOTICE, wrap_up=WRAP_UP)
     loop = ToolLoop(context, tools.tools(), limits,
                     completion_check=lambda: missing_parts(tools),
-                    reminder=lambda missing: reminder_for(tools, missing),
+                    reminder=lambda missing: reminder("pkm_agent.reminder.md", missing),
                     system_note=system_note, tool_choice="required", texts=texts("pkm_agent.loop.yaml"),
                     state=lambda: (tools.mutations, tools.insight, tools.skip_evidence),
                     finishing=lambda: finishing_tools(tools))

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agents.pkm.sandbox import Sandbox, SandboxError, plain_files, read_file, write_file
-from agents.pkm.state import has_marker, marker_for
-from agents.texts import texts
+from agents.pkm.state import has_marker
 from optimizer import Tool, ToolOutput, tool_error
 from outcomes.pkm import PARA_ROOTS
 
@@ -302,10 +301,6 @@ class PKMTools:
         evidence = args.get("evidence")
         if not isinstance(evidence, str) or not evidence.strip():
             return tool_error(["evidence must say why this input should not be filed"])
-        if self.insight is not None and not self.filed():
-            # the agent found something to say about this note, so it is not trivial: it files it
-            return tool_error([texts("pkm_agent.checks.yaml")["skip_after_insight"].format(
-                marker=marker_for(self.fact_id))])
         self.skip_evidence = evidence.strip()
         return ToolOutput("skipped: nothing will be filed for this note")
 
