@@ -128,7 +128,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="patcher-quality-") as folder:
         bench = Bench(args, Path(folder))
         baseline = bench.run(bench.base, plan(bench.suites, trials=args.baseline_trials))
-        worst = select_targets(baseline, bench.suites, max_targets=args.buckets,
+        worst = select_targets(baseline, bench.suites, max_targets=10_000 if args.bucket else args.buckets,
                                prefer_named=prefers_named(bench.settings))
         today = args.today if args.today != "auto" else patch_format(bench.settings)
         print(f"{args.suite}: agent {args.agent_model}, patcher {args.patcher_model}, today's format {today!r}, "
@@ -138,9 +138,7 @@ def main() -> None:
         manual = load_manual(ROOT, worst.agent)
         targets = worst.targets
         if args.bucket:
-            everything = select_targets(baseline, bench.suites, max_targets=10_000,
-                                        prefer_named=prefers_named(bench.settings))
-            targets = [target for target in everything.targets if target.bucket == args.bucket]
+            targets = [target for target in worst.targets if target.bucket == args.bucket]
             if not targets:
                 raise SystemExit(f"--bucket {args.bucket}: no failing train bucket of that name in the baseline")
         for target in targets:
