@@ -1,8 +1,8 @@
-"""How often a patcher's proposals help: today's request beside the contrast request, same seeds.
+"""How often a patcher's proposals help: the full request beside the contrast request, same seeds.
 
 Runs a baseline of the suite, takes its worst few train buckets (`select_targets`' order), and
-for each bucket asks the patcher for N proposals per protocol: today's request (`--today`, the
-patch format `auto` picks for the patcher, or `edits`/`rule`) and the contrast request
+for each bucket asks the patcher for N proposals per protocol: the full request (`--full`:
+`rule` for the embedded patchers, else `edits`) and the contrast request
 (`optimizer.contrast`; `guided` when it ends with a rule to complete, from the target's most
 frequent named confusion, else `free`). Proposal n of either protocol is drawn with the same seed (sampling
 temperature `patcher_temperature`, seed from `--seed` and n). Each proposal goes through the
@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from optimizer.config import load_settings  # noqa: E402
 from optimizer.contrast import rule_to_complete  # noqa: E402
+from optimizer.models import is_embedded  # noqa: E402
 from optimizer.patch import LintIndex, check_prompt_text  # noqa: E402
-from optimizer.proposers import LLMProposer, ProposalRequest, patch_format  # noqa: E402
+from optimizer.proposers import LLMProposer, ProposalRequest  # noqa: E402
 from optimizer.registry import get_agent  # noqa: E402
 from optimizer.request import Selection, failure_records, load_manual, render_request, select_targets  # noqa: E402
 from optimizer.runner import Runner, plan  # noqa: E402
@@ -57,8 +58,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--agent-model", default="mock/sim")
     parser.add_argument("--patcher-model", default="mock/patcher")
     parser.add_argument("--skill", type=float, default=0.3, help="mock/patcher's skill (ignored by real models)")
-    parser.add_argument("--today", default="auto", choices=["auto", "edits", "rule"],
-                        help="today's patch format (auto: what the loop picks for the patcher model)")
+    parser.add_argument("--full", default="auto", choices=["auto", "edits", "rule"],
+                        help="the full request's patch format (auto: rule for local/* patchers, else edits)")
     parser.add_argument("--buckets", type=int, default=3, help="the worst this many train buckets")
     parser.add_argument("--n", type=int, default=8, help="proposals per bucket and protocol")
     parser.add_argument("--baseline-trials", type=int, default=2)
@@ -66,8 +67,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bucket", default=None,
                         help="screen this train bucket only (whatever the baseline ranks first)")
-    parser.add_argument("--protocols", default="today,contrast",
-                        help="which protocols to run, comma-separated: today, contrast (both by default)")
+    parser.add_argument("--protocols", default="full,contrast",
+                        help="which protocols to run, comma-separated: full, contrast (both by default)")
     return parser.parse_args()
 
 
@@ -130,10 +131,10 @@ def main() -> None:
         baseline = bench.run(bench.base, plan(bench.suites, trials=args.baseline_trials))
         worst = select_targets(baseline, bench.suites, max_targets=10_000 if args.bucket else args.buckets,
                                prefer_named=prefers_named(bench.settings))
-        today = args.today if args.today != "auto" else patch_format(bench.settings)
-        print(f"{args.suite}: agent {args.agent_model}, patcher {args.patcher_model}, today's format {today!r}, "
+        full = args.full if args.full != "auto" else ("rule" if is_embedded(args.patcher_model) else "edits")
+        print(f"{args.suite}: agent {args.agent_model}, patcher {args.patcher_model}, full request's format {full!r}, "
               f"{len(baseline)} baseline trials, N={args.n}, {args.fresh} fresh trials per task")
-        chosen = [today if name == "today" else name for name in args.protocols.split(",")]
+        chosen = [full if name == "full" else name for name in args.protocols.split(",")]
         totals = {protocol: [0, 0] for protocol in chosen}
         manual = load_manual(ROOT, worst.agent)
         targets = worst.targets

@@ -155,7 +155,7 @@ class Settings(BaseModel):
     """What the `llm` proposer asks the patcher for: exact search/replace `edits`, or one new
     `rule` appended to the prompt; `contrast` asks for one rule from a short request of
     contrastive cases (what the agent did, what was expected; `optimizer.contrast`), a form for
-    small patcher models. `auto`: `rule` for the embedded (`local/*`) models, else `edits`."""
+    small patcher models. `auto`: `contrast` for the embedded (`local/*`) models, else `edits`."""
     candidates: int = Field(default=1, ge=1, le=20)
     """Proposals per iteration (the best accepted one is kept); with a search, how many of its
     candidates go to the gate at most (up to 2)."""

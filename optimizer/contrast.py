@@ -161,7 +161,7 @@ def complete(rule: str, kind: str) -> str:
     return rule.replace(guided_text()["blank"], kind, 1)
 
 
-def kind_problem(answer: str, kind: str) -> str | None:
+def kind_problem(answer: str, kind: str, rule: str = "") -> str | None:
     """Why a kind cannot complete the rule (the patcher is told once), or None."""
     problems = guided_text()["problems"]
     words, lines = len(kind.split()), len([line for line in answer.splitlines() if line.strip()])
@@ -170,4 +170,15 @@ def kind_problem(answer: str, kind: str) -> str | None:
     for name, pattern in (("links", LINK), ("numbers", NUMBER), ("quotes", QUOTED)):
         if pattern.search(kind):
             return problems[name]
+    if names_only(kind, rule):
+        return problems["names_only"]
     return None
+
+
+def names_only(kind: str, rule: str) -> bool:
+    """True when the kind says nothing of the input: only the choices the rule already names
+    ("quote or snippet", "the event template") and filler words."""
+    named = {name.lower() for name in re.findall(r"`([^`]+)`", rule)}
+    filler = {word.lower() for word in guided_text()["filler"]}
+    words = re.findall(r"[\w'-]+", kind.lower())
+    return bool(named and words) and all(word in named or word in filler for word in words)

@@ -208,7 +208,7 @@ def _edits(answer, patch_format: str, guided: str | None = None) -> tuple[list[E
     if patch_format == "kind":
         given = str(answer.kind or "")
         kind = kind_of(given, guided)
-        return ([Edit("", "\n" + complete(guided, kind))] if kind else []), kind_problem(given, kind)
+        return ([Edit("", "\n" + complete(guided, kind))] if kind else []), kind_problem(given, kind, guided)
     if patch_format in RULE_FORMATS:
         rule = str(answer.rule or "").strip()
         return ([Edit("", "\n" + rule)] if rule else []), None  # appended as a paragraph of its own
@@ -234,7 +234,7 @@ def _problem(patched: str, edits: list[Edit], patch_format: str,
 def patch_format(settings) -> str:
     if settings.patch_format != "auto":
         return settings.patch_format
-    return "rule" if is_embedded(settings.patcher_model) else "edits"
+    return "contrast" if is_embedded(settings.patcher_model) else "edits"
 
 
 def attempt_log(attempt: int, rationale: str, edits: list[Edit], outcome: str) -> str:

@@ -136,6 +136,8 @@ def test_the_guided_answer_is_the_kind_of_input_and_completes_the_rule_appended_
     "notes mention a daily time. Such notes should be kept as sayings with their author.",
     "a note like 'measure twice, cut once'",
     "a saying from 2024",
+    "quote",
+    "quote or routine template",
 ])
 def test_a_kind_that_is_not_a_short_general_phrase_is_sent_back_once(tmp_path, answer):
     request = render([record("t0", [ROUTINE])], "contrast", ROUTINE_SELECTION)
@@ -143,6 +145,13 @@ def test_a_kind_that_is_not_a_short_general_phrase_is_sent_back_once(tmp_path, a
     assert proposal.error is None, proposal.error
     assert "## Attempt 1: sent back: the kind " in proposal.log
     assert prompt == PROMPT + "\nWhen someone's saying, choose the `quote` template instead of `routine`.\n"
+
+
+def test_a_kind_may_name_a_choice_when_it_also_says_what_the_input_is_like(tmp_path):
+    request = render([record("t0", [ROUTINE])], "contrast", ROUTINE_SELECTION)
+    proposal, prompt = propose(tmp_path, request, [{"kind": "a quote someone said"}])
+    assert proposal.error is None and "sent back" not in proposal.log, proposal.log
+    assert prompt.endswith("\nWhen a quote someone said, choose the `quote` template instead of `routine`.\n")
 
 
 def test_a_kind_repeating_the_rule_around_it_is_cut_to_the_kind(tmp_path):

@@ -351,11 +351,11 @@ def test_the_rule_patch_format_appends_one_rule_and_goes_through_the_same_gate(c
     assert patched.endswith(f"\n\n{rule}\n") and patched.startswith((repo / PROMPT).read_text().rstrip("\n"))
 
 
-def test_the_embedded_patcher_is_asked_for_a_rule_and_others_for_edits():
+def test_the_embedded_patcher_is_asked_for_a_contrast_rule_and_others_for_edits():
     from optimizer.config import Settings
     from optimizer.proposers import patch_format
 
-    assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b")) == "rule"
+    assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b")) == "contrast"
     assert patch_format(Settings(patcher_model="openai/gpt-4.1")) == "edits"
     assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b", patch_format="edits")) == "edits"
 
