@@ -84,7 +84,7 @@ def failing_scores(suite_names: list[str], trials: int) -> dict[tuple[str, str],
                             concurrency=8)
         store = Store(f"sqlite:///{folder}/bench.db")
         suites = load_suites(suite_names, ROOT)
-        run = Runner(settings, store, project_root=ROOT).run(suites, plan(suites, trials=trials), kind="bench")
+        run = Runner(settings.runner, store, project_root=ROOT).run(suites, plan(suites, trials=trials), kind="bench")
     table: dict[tuple[str, str], list[float]] = {}
     for trial in run.trials:
         table.setdefault((trial.suite, trial.task_id), [])

@@ -81,7 +81,7 @@ def main() -> None:
         started, cpu_started = time.perf_counter(), time.process_time()
         run, summary = execute(plan, store)
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-        direct = Runner(settings, Store(default_url(scratch / "direct")), project_root=ROOT, in_process=True)
+        direct = Runner(settings.runner, Store(default_url(scratch / "direct")), project_root=ROOT, in_process=True)
         started = time.perf_counter()
         direct.run(plan.suites, plan.trials)
         wall_direct = time.perf_counter() - started

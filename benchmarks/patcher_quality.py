@@ -91,7 +91,8 @@ class Bench:
         if not root.exists():
             shutil.copytree(ROOT / "agents" / "prompts", root / "agents" / "prompts")
             (root / self.agent.prompt_file).write_text(prompt, encoding="utf-8")
-        runner = Runner(self.settings, self.store, project_root=ROOT, prompt_root=root, in_process=self.in_process)
+        runner = Runner(self.settings.runner, self.store, project_root=ROOT, prompt_root=root,
+                        in_process=self.in_process)
         return runner.run(self.suites, planned).trials
 
     def screen(self, prompt: str, bucket: str) -> float:
@@ -130,7 +131,8 @@ def main() -> None:
         bench = Bench(args, Path(folder))
         baseline = bench.run(bench.base, plan(bench.suites, trials=args.baseline_trials))
         worst = select_targets(baseline, bench.suites, max_targets=10_000 if args.bucket else args.buckets,
-                               prefer_named=prefers_named(bench.settings))
+                               prefer_named=prefers_named(bench.settings.target_order,
+                                                          bench.settings.agent_model))
         full = args.full if args.full != "auto" else ("rule" if is_embedded(args.patcher_model) else "edits")
         print(f"{args.suite}: agent {args.agent_model}, patcher {args.patcher_model}, full request's format {full!r}, "
               f"{len(baseline)} baseline trials, N={args.n}, {args.fresh} fresh trials per task")

@@ -107,7 +107,7 @@ def main() -> None:
     rows, where = [], collections.Counter()
     with tempfile.TemporaryDirectory() as folder:
         store = Store(f"sqlite:///{folder}/bench.db")
-        runner = Runner(settings, store, project_root=ROOT)
+        runner = Runner(settings.runner, store, project_root=ROOT)
         print(f"{'task':<40} {'bucket':<28} {'ending':<25} {'turns':>5} {'prompt':>8} {'gen':>6} "
               f"{'s':>6} {'score':>5} filing", flush=True)
         for item in planned:

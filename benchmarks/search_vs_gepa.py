@@ -190,7 +190,7 @@ def gepa_arm(budget: int, skill: float, seed: int, truth: Truth, log) -> Arm:
             prompt_root = work / "prompt"
             (prompt_root / PROMPT).parent.mkdir(parents=True, exist_ok=True)
             (prompt_root / PROMPT).write_text(prompt, encoding="utf-8")
-            return Runner(settings, store, project_root=ROOT, prompt_root=prompt_root).run(
+            return Runner(settings.runner, store, project_root=ROOT, prompt_root=prompt_root).run(
                 suites, planned, kind="screen").trials
 
         adapter = ScreeningAdapter(items, run, targets=set(), failures=lambda trials: trials)

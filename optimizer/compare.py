@@ -45,15 +45,6 @@ from optimizer.types import Trial
 Log = Callable[[str], None]
 
 
-def policy_from(settings) -> GatePolicy:
-    """The gate's policy from `Settings` (fields of the same names)."""
-    return GatePolicy(mode=settings.gate, alpha=settings.alpha, alpha_harm=settings.alpha_harm,
-                      max_bucket_drop=settings.max_bucket_drop, batch_pairs=settings.batch_pairs,
-                      max_target_pairs=settings.max_target_pairs, min_bucket_pairs=settings.min_bucket_pairs,
-                      max_bucket_pairs=settings.max_bucket_pairs, max_rollouts=settings.max_rollouts,
-                      extra_target_rollouts=settings.extra_target_rollouts)
-
-
 def buckets_named(diff: str, planned: list[PlannedTrial], agent: str,
                   asked: Iterable[tuple[str, str]] = ()) -> frozenset[tuple[str, str]]:
     """The train buckets of `agent` that a patch (a unified diff) names in the lines it adds or

@@ -7,12 +7,17 @@ import difflib
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from optimizer.errors import ConfigError
 from optimizer.files import parse_json, read_input
+from optimizer.settings_parts import (LoopSettings, ModelSettings, NightlySettings, ProposalSettings, RunnerSettings,
+                                      SimSettings)
+
+if TYPE_CHECKING:
+    from optimizer.gate.policy import GatePolicy
 
 DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
 """The embedded model (`optimizer model install`): every role works with no key and no network."""
@@ -196,6 +201,62 @@ class Settings(BaseModel):
     (1 - skill) / 4, and else a plausible rule that changes nothing. Draws are seeded by `seed`,
     the request and the proposal, so reruns reproduce. For measuring the loop against a patcher
     that is not always right."""
+
+    # ---- the parts handed to each layer (optimizer.settings_parts); built afresh on each read,
+    # so a `model_copy(update=...)` of these settings is seen in its parts
+    @property
+    def sim(self) -> SimSettings:
+        """The simulator's knobs, read by the mock models alone."""
+        return _part(SimSettings, self)
+
+    @property
+    def models(self) -> ModelSettings:
+        """Which models play each role, and how they are called."""
+        return _part(ModelSettings, self)
+
+    @property
+    def runner(self) -> RunnerSettings:
+        """What `optimizer.runner.Runner` needs, with these settings as the run's record."""
+        return _part(RunnerSettings, self, models=self.models, sim=self.sim, record=self.model_dump())
+
+    @property
+    def proposal(self) -> ProposalSettings:
+        """What `optimizer.proposers.make_proposer` needs."""
+        return _part(ProposalSettings, self, sim=self.sim)
+
+    @property
+    def gate_policy(self) -> GatePolicy:
+        """The gate's mode, levels and pair budget (`optimizer.gate.GatePolicy`)."""
+        from optimizer.gate.policy import GatePolicy
+
+        return GatePolicy(mode=self.gate, alpha=self.alpha, alpha_harm=self.alpha_harm,
+                          max_bucket_drop=self.max_bucket_drop, batch_pairs=self.batch_pairs,
+                          max_target_pairs=self.max_target_pairs, min_bucket_pairs=self.min_bucket_pairs,
+                          max_bucket_pairs=self.max_bucket_pairs, max_rollouts=self.max_rollouts,
+                          extra_target_rollouts=self.extra_target_rollouts)
+
+    @property
+    def loop(self) -> LoopSettings:
+        """What an iteration of the loop needs, with the parts it hands on; its trials per task
+        (and so its runs' records) are `trials` when set, else `loop_trials`."""
+        resolved = self.model_copy(update={"trials": self.trials or self.loop_trials})
+        confirm = self.confirm_trials
+        if confirm is None:
+            confirm = self.batch_pairs if self.search_rollouts else 0
+        return _part(LoopSettings, resolved, runner=resolved.runner, proposal=resolved.proposal,
+                     gate_policy=resolved.gate_policy, suites=tuple(self.suites), confirm_trials=confirm)
+
+    @property
+    def nightly(self) -> NightlySettings:
+        """What `optimizer.nightly` reads itself (it stores and restores the whole settings)."""
+        return _part(NightlySettings, self, models=self.models)
+
+
+def _part(kind: type, settings: Settings, **given: Any) -> Any:
+    """The part `kind` (a dataclass of `optimizer.settings_parts`) of `settings`: each of its
+    fields from the setting of the same name, unless `given`."""
+    names = [name for name in kind.__dataclass_fields__ if name not in given]
+    return kind(**{name: getattr(settings, name) for name in names}, **given)
 
 
 MIN_SEARCH_ROLLOUTS = 12

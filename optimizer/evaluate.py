@@ -43,11 +43,10 @@ def _check_simulated(model: str, suite: Suite) -> None:
     """mock/sim plays an agent from the simulation profile it registered; without one every trial
     would error at its first model call, which reads as a model, key or network problem."""
     from optimizer.errors import ConfigError
-    from optimizer.models.mock import parse_mock_model
+    from optimizer.models import is_simulator
 
     entry = get_agent(suite.spec.agent_name)
-    parsed = parse_mock_model(model.removeprefix("mock/")) if model.startswith("mock/") else None
-    if parsed and parsed[0] == "sim" and entry.sim_profile is None:
+    if is_simulator(model) and entry.sim_profile is None:
         raise ConfigError(f"agent {entry.name!r} (suite {suite.name!r}) has no simulation profile, so mock/sim "
                           "cannot play it", field="agent_model",
                           fix="use --agent-model mock/oracle (replays reference solutions) or a real model, or "
@@ -56,7 +55,7 @@ def _check_simulated(model: str, suite: Suite) -> None:
 
 def execute(eval_plan: EvalPlan, store: Store, *, prompt_root: Path | None = None,
             on_trial: Callable[[Trial], None] | None = None, kind: str = "eval") -> tuple[RunResult, dict[str, Any]]:
-    runner = Runner(eval_plan.settings, store, project_root=eval_plan.project_root, prompt_root=prompt_root,
+    runner = Runner(eval_plan.settings.runner, store, project_root=eval_plan.project_root, prompt_root=prompt_root,
                     on_trial=on_trial)
     run = runner.run(eval_plan.suites, eval_plan.trials, kind=kind)
     return run, finish(run, store)

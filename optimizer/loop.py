@@ -25,14 +25,14 @@ from typing import Any, Callable
 from optimizer import gitops
 from optimizer.box import Box, open_box
 from optimizer.checkout_state import CheckoutChanged, changes, checkout_state, stop_message
-from optimizer.config import Settings, check_search_budget
+from optimizer.config import check_search_budget
 from optimizer.errors import ConfigError
-from optimizer.compare import buckets_named, compare, policy_from
+from optimizer.compare import buckets_named, compare
 from optimizer.evaluate import finish, judges_used, non_voting_graders
 from optimizer.files import write_json, write_text
 from optimizer.gate import Decision
 from optimizer.ledger import current as current_ledger
-from optimizer.loop_records import (IterationResult, Log, LoopContext, ProposalRecord, iteration_summary, loop_settings,
+from optimizer.loop_records import (IterationResult, Log, LoopContext, ProposalRecord, iteration_summary,
                                     save_search, store_proposal)
 from optimizer.loop_render import commit_message, text_diff, write_report
 from optimizer.loop_staging import LoopSides, Stage, export_prompts, unseen_from
@@ -47,13 +47,14 @@ from optimizer.request import (Manual, Selection, exhausted_buckets, failure_rec
                                render_request, select_targets)
 from optimizer.targets import prefers_named
 from optimizer.runner import PlannedTrial, new_run_id, plan, record_ending
+from optimizer.settings_parts import LoopSettings, ProposalSettings
 from optimizer.search import (PROMOTE, SCREEN_INDEX, ScreeningAdapter, SearchProposer, load_records, pool_folder,
                               run_search, screening_sets)
 from optimizer.spending import decision_alpha
 from optimizer.suites import load_suites, with_regression_suites
 from optimizer.types import Suite, Trial
 
-__all__ = ["IterationResult", "Log", "LoopContext", "ProposalRecord", "loop_settings", "run_iteration"]
+__all__ = ["IterationResult", "Log", "LoopContext", "ProposalRecord", "run_iteration"]
 
 
 def _rel(repo, project_root: Path, prompt_file: str) -> str:
@@ -68,12 +69,12 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     is found again there by its agent, base prompt and targets, and continued. Inside a night,
     `night_decisions` is how many candidates the night gated before this iteration: the gate
     then tests each candidate at its share of `night_alpha` (`optimizer.spending`)."""
-    settings = loop_settings(ctx.settings)
-    check_search_budget(settings)
+    check_search_budget(ctx.settings)
+    settings = ctx.settings.loop
     root = ctx.project_root
     repo = gitops.open_repo(root)
     base = gitops.resolve_base(repo, base_ref)
-    suites = with_regression_suites(load_suites(suite_names or settings.suites, root), root)
+    suites = with_regression_suites(load_suites(suite_names or list(settings.suites), root), root)
     entries = {suite.spec.agent_name: get_agent(suite.spec.agent_name) for suite in suites}
     if agent is not None and agent not in entries:
         raise ConfigError(f"agent {agent!r} has no suite in this run (agents here: {', '.join(sorted(entries))})",
@@ -81,11 +82,11 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     prompt_paths = {name: _rel(repo, root, entry.prompt_file) for name, entry in entries.items()}
     prompt_files = {entry.prompt_file: prompt_paths[name] for name, entry in entries.items()}
     gitops.require_files(repo, base, list(prompt_paths.values()))
-    validate_model(settings.agent_model, field="agent_model")
+    validate_model(settings.models.agent_model, field="agent_model")
     if judges_used(suites):
-        validate_model(settings.judge_model, field="judge_model")
+        validate_model(settings.models.judge_model, field="judge_model")
     if not dry_run:
-        _check_proposer(settings)
+        _check_proposer(settings.proposal)
     planned = plan(suites, trials=settings.trials, lone_task_factor=settings.lone_task_factor)
 
     state_dir = root / settings.state_dir
@@ -98,7 +99,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     run_dir.mkdir(parents=True, exist_ok=True)
     result = IterationResult(iteration_id=iteration_id, status="running", base=base, run_dir=run_dir)
     ctx.store.iterations.start(iteration_id, kind="run", base_ref=base.ref, base_commit=base.commit,
-                               settings=settings.model_dump())
+                               settings=dict(settings.runner.record))
     try:
         with tempfile.TemporaryDirectory(prefix="optimizer-base-") as folder:
             base_root = export_prompts(repo, base.commit, prompt_files, Path(folder))
@@ -115,41 +116,43 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     return result
 
 
-def _check_proposer(settings: Settings) -> None:
+def _check_proposer(settings: ProposalSettings) -> None:
     if settings.proposer == "llm":
         validate_model(settings.patcher_model, field="patcher_model")
         if settings.patcher_model.startswith("mock/patcher"):
-            if settings.mock_patcher_script and settings.mock_patcher_skill is not None:
+            sim = settings.sim
+            if sim.mock_patcher_script and sim.mock_patcher_skill is not None:
                 raise ConfigError("mock/patcher answers from a script or by skill, not both",
                                   field="mock_patcher_skill",
                                   fix="unset mock_patcher_skill or mock_patcher_script")
-            if settings.mock_patcher_skill is None and not settings.mock_patcher_script:
+            if sim.mock_patcher_skill is None and not sim.mock_patcher_script:
                 raise ConfigError("mock/patcher answers from a script, and none is set", field="mock_patcher_script",
                                   fix="set mock_patcher_script (or OPTIMIZER_MOCK_PATCHER_SCRIPT) to a JSON file "
                                       "of proposals, or mock_patcher_skill for a weak patcher of mock/sim agents, "
                                       "or choose another --patcher-model")
-            if settings.mock_patcher_script:
-                check_patcher_script(settings.mock_patcher_script)
+            if sim.mock_patcher_script:
+                check_patcher_script(sim.mock_patcher_script)
     make_proposer(settings)
 
 
 class _Iteration:
-    def __init__(self, ctx: LoopContext, settings: Settings, repo, suites: list[Suite],
+    def __init__(self, ctx: LoopContext, settings: LoopSettings, repo, suites: list[Suite],
                  prompt_paths: dict[str, str], prompt_files: dict[str, str], planned: list[PlannedTrial],
                  result: IterationResult, base_root: Path):
         self.ctx, self.settings, self.repo, self.suites = ctx, settings, repo, suites
         self.prompt_paths, self.prompt_files = prompt_paths, prompt_files
         self.planned, self.result = planned, result
         self.store, self.log = ctx.store, ctx.log
-        self.stage = Stage(ctx, settings, suites, planned, result, base_root)
+        self.stage = Stage(ctx, settings.runner, suites, planned, result, base_root)
         self.baseline: list[Trial] = []
         self.evidence: list[Trial] = []
         """The baseline and the other recorded trials of the base prompts (`Stage.evidence`)."""
         self.seen: dict[tuple[str, str], int] = {}
         """Per train task, the first trial index past the evidence (the gate's fresh pairs start there)."""
         self.regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
-        self.policy = policy_from(settings)
-        self.non_voting = non_voting_graders(ctx.store, suites, settings.judge_model) if judges_used(suites) else []
+        self.policy = settings.gate_policy
+        judge = settings.models.judge_model
+        self.non_voting = non_voting_graders(ctx.store, suites, judge) if judges_used(suites) else []
         self.search_dir: Path = ctx.project_root / settings.state_dir / "search"
         self.adapter: ScreeningAdapter | None = None
         self.night_decisions: int | None = None
@@ -219,16 +222,17 @@ class _Iteration:
         result, settings = self.result, self.settings
         failures = failure_records(self.evidence, self.suites, selection)
         budget = settings.request_token_budget
-        window = context_window(settings.patcher_model) if settings.proposer == "llm" else None
+        window = context_window(settings.proposal.patcher_model) if settings.proposal.proposer == "llm" else None
         if window:  # half the patcher's context: the rest holds its instructions and the answer
             budget = min(budget, window // 2)
         targets = [f"{t.suite}/{t.bucket}" for t in selection.targets]
         self.request_args = dict(selection=selection, prompt_file=prompt_path, manual=manual,
                                  iteration_id=result.iteration_id, base_commit=result.base.commit,
-                                 agent_model=settings.agent_model, max_changed_lines=settings.max_changed_lines,
-                                 token_budget=budget, non_voting=self.non_voting, judge_model=settings.judge_model,
+                                 agent_model=settings.models.agent_model, max_changed_lines=settings.max_changed_lines,
+                                 token_budget=budget, non_voting=self.non_voting,
+                                 judge_model=settings.models.judge_model,
                                  rejected_ideas=rejected_ideas(rejected, set(targets)),
-                                 patch_format=patch_format(settings))
+                                 patch_format=patch_format(settings.proposal))
         request, omitted = render_request(prompt=prompt, failures=failures, **self.request_args)
         result.request_path = result.run_dir / "request.md"
         write_text(result.request_path, request)
@@ -241,7 +245,7 @@ class _Iteration:
     def _propose(self, selection: Selection, prompt: str, prompt_path: str, manual_sha: str) -> None:
         """The candidates: from a search, best first until one is accepted, or `candidates`
         proposals straight to the gate."""
-        proposer = make_proposer(self.settings)
+        proposer = make_proposer(self.settings.proposal)
         if proposer.note:
             self.log(f"note: {proposer.note}")
         lint_index = LintIndex.from_suites(self.suites)
@@ -283,7 +287,7 @@ class _Iteration:
             raise
         if record.status not in ("accepted", "stopped"):  # stopped: run no git in a changed repository
             gitops.delete_branch(self.repo, branch)
-        store_proposal(store, result, record, selection.agent, proposer.name, self.settings, manual_sha)
+        store_proposal(store, result, record, selection.agent, proposer.name, self.settings.proposal, manual_sha)
         detail = record.reason.removeprefix("accepted: ").removeprefix("rejected: ")
         self.log(f"proposal {record.ordinal}: {record.status}: {detail}")
         if record.status == "stopped":
@@ -296,11 +300,10 @@ class _Iteration:
         whose confirmation passes every trial is skipped for the next failing bucket."""
         skip = set(exhausted)
         confirm = self.settings.confirm_trials
-        if confirm is None:
-            confirm = self.settings.batch_pairs if self.settings.search_rollouts else 0
+        prefer_named = prefers_named(self.settings.target_order, self.settings.models.agent_model)
         while True:
             selection = select_targets(self.evidence, self.suites, max_targets=self.settings.target_buckets,
-                                       agent=agent, skip=skip, prefer_named=prefers_named(self.settings))
+                                       agent=agent, skip=skip, prefer_named=prefer_named)
             if selection is None or not confirm:
                 return selection
             adapter = self._adapter(selection)
@@ -362,7 +365,7 @@ class _Iteration:
         self.log(f"search: {settings.search_rollouts} screening trials on gepa ({len(train)} minibatch tasks, "
                  f"{len(val)} screening tasks), pool {folder}")
         outcome = run_search(adapter, search_proposer, base_prompt=prompt, train=train, val=val,
-                             budget=settings.search_rollouts, folder=folder, seed=settings.seed,
+                             budget=settings.search_rollouts, folder=folder, seed=settings.models.seed,
                              promote=min(PROMOTE, settings.candidates), iteration=result.iteration_id,
                              resumes=[job["iteration_id"] for job in self.stage.interrupted])
         result.search = outcome
@@ -407,7 +410,8 @@ class _Iteration:
             record = ProposalRecord(ordinal=len(self.store.proposals.rows()) + 1, branch=branch, status="stopped",
                                     reason=stop_message(changed), rationale=proposal.rationale, usage=proposal.usage)
             result.proposals.append(record)
-            store_proposal(self.store, result, record, selection.agent, proposer.name, self.settings, manual_sha)
+            store_proposal(self.store, result, record, selection.agent, proposer.name, self.settings.proposal,
+                           manual_sha)
             self._stop(record, confined=proposer.confined)
         self._check_store("while the proposer ran", confined=proposer.confined)
         return (None if proposal.error else patched), proposal.rationale, proposal.error
@@ -514,7 +518,7 @@ class _Iteration:
         policy = self.policy
         if self.night_decisions is not None:
             self.night_decisions += 1
-            policy = replace(policy, alpha=decision_alpha(self.settings.alpha, self.settings.night_alpha,
+            policy = replace(policy, alpha=decision_alpha(self.policy.alpha, self.settings.night_alpha,
                                                           self.night_decisions))
             self.log(f"gate: decision {self.night_decisions} of the night, improvement test at "
                      f"alpha {policy.alpha:.4f}")
@@ -528,7 +532,7 @@ class _Iteration:
         result.rollouts += sides.candidate_count
         result.model_rollouts += sides.candidate_model_calls
         record.candidate_run_id = run_id = sides.run_id
-        run = sides.result(self.settings)
+        run = sides.result(self.settings.runner)
         if decision.stage != "targeted":  # other agents' suites: their prompts did not change
             recorded = self.store.trials.recorded(run_id)
             for trial in self.baseline:

@@ -13,6 +13,7 @@ from optimizer.files import write_json
 from optimizer.gate import Decision
 from optimizer.request import Selection
 from optimizer.search import SearchOutcome, save_records
+from optimizer.settings_parts import ProposalSettings
 from optimizer.store import ProposalRow, Store
 from optimizer.types import Trial, Usage
 
@@ -80,13 +81,8 @@ class LoopContext:
     """Returns a context manager with `.update(trial)`, for progress display."""
 
 
-def loop_settings(settings: Settings) -> Settings:
-    """The loop's trial count: `trials` when set, else `loop_trials`."""
-    return settings.model_copy(update={"trials": settings.trials or settings.loop_trials})
-
-
 def store_proposal(store: Store, result: IterationResult, record: ProposalRecord, agent: str, proposer: str,
-                   settings: Settings, manual_sha: str) -> None:
+                   settings: ProposalSettings, manual_sha: str) -> None:
     record.proposal_id = store.proposals.add(ProposalRow(
         iteration_id=result.iteration_id, ordinal=record.ordinal, agent=agent, branch=record.branch,
         proposer=proposer, patcher_model=settings.patcher_model if proposer == "llm" else None,

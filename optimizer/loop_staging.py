@@ -12,13 +12,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from optimizer import gitops
-from optimizer.config import Settings
 from optimizer.evaluate import finish
 from optimizer.files import write_text
 from optimizer.loop_records import IterationResult, LoopContext
 from optimizer.registry import get_agent
 from optimizer.runner import PlannedTrial, Runner, fingerprints, new_run_id
 from optimizer.search import SCREEN_INDEX, text_sha
+from optimizer.settings_parts import RunnerSettings
 from optimizer.store.runs import UNFINISHED, task_without_count
 from optimizer.types import RunResult, Suite, Trial
 
@@ -41,7 +41,7 @@ def called_model(trials: list[Trial]) -> int:
     return sum(1 for trial in trials if trial.transcript.usage.calls > 0)
 
 
-def run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_root: Path, *, kind: str,
+def run_trials(ctx: LoopContext, settings: RunnerSettings, suites, planned, prompt_root: Path, *, kind: str,
                label: str, run_id: str | None = None) -> RunResult:
     """Run `planned` as (part of) a run. Trials already recorded are kept, not redone: those of
     `run_id` when it exists, or of an unfinished run of this kind with the same fingerprints (a
@@ -63,7 +63,7 @@ def run_trials(ctx: LoopContext, settings: Settings, suites, planned, prompt_roo
                 ctx.log(f"{label}: {len(kept)} trials already recorded in run {run_id} are kept")
     runner = Runner(settings, store, project_root=ctx.project_root, prompt_root=prompt_root)
     if not planned:
-        run = RunResult(run_id=run_id, started_at=datetime.now(timezone.utc), settings=settings.model_dump())
+        run = RunResult(run_id=run_id, started_at=datetime.now(timezone.utc), settings=dict(settings.record))
     elif ctx.make_progress is None:
         runner.on_trial = ctx.on_trial
         run = runner.run(suites, planned, run_id=run_id, kind=kind)
@@ -79,7 +79,7 @@ class Stage:
     """Where an iteration's trials run, counted in its `result`: the baseline (or a reused one),
     the base prompt's fresh trials shared by every candidate, screening trials, and any run."""
 
-    def __init__(self, ctx: LoopContext, settings: Settings, suites: list[Suite], planned: list[PlannedTrial],
+    def __init__(self, ctx: LoopContext, settings: RunnerSettings, suites: list[Suite], planned: list[PlannedTrial],
                  result: IterationResult, base_root: Path):
         self.ctx, self.settings, self.suites, self.planned = ctx, settings, suites, planned
         self.result, self.base_root, self.store = result, base_root, ctx.store
@@ -128,7 +128,7 @@ class Stage:
         if wanted and run_id is None:
             run_id = new_run_id()
             self.store.runs.start(RunResult(run_id=run_id, started_at=datetime.now(timezone.utc),
-                                            settings=self.settings.model_dump(), fingerprints=self.spec), "baseline")
+                                            settings=dict(self.settings.record), fingerprints=self.spec), "baseline")
         if wanted:
             done = self.store.trials.recorded(run_id)
             for key in wanted:
@@ -306,6 +306,6 @@ class LoopSides:
     def model_calls(self) -> int:
         return self.base_model_calls + self.candidate_model_calls
 
-    def result(self, settings: Settings) -> RunResult:
-        return RunResult(run_id=self.run_id, started_at=datetime.now(timezone.utc), settings=settings.model_dump(),
+    def result(self, settings: RunnerSettings) -> RunResult:
+        return RunResult(run_id=self.run_id, started_at=datetime.now(timezone.utc), settings=dict(settings.record),
                          trials=list(self.trials))

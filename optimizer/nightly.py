@@ -46,6 +46,7 @@ from optimizer.night_settings import (night_values, override_names, owned, resto
                                       stored_values)
 from optimizer.registry import get_agent
 from optimizer.runner import new_run_id
+from optimizer.settings_parts import NightlySettings
 from optimizer.store.iterations import VERDICTS
 from optimizer.suites import load_suite, project_suites
 
@@ -130,7 +131,7 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
     night's value unless named in `overrides`."""
     root = ctx.project_root
     repo = gitops.open_repo(root)
-    state_dir = root / ctx.settings.state_dir
+    state_dir = root / ctx.settings.nightly.state_dir
     gitops.ignore_state_dir(state_dir)
     if overrides and not resume:
         raise InputError("--override changes a night being resumed", field="--override",
@@ -166,14 +167,14 @@ def _check_night(ctx: LoopContext, repo, base: gitops.Base, suites: list[str] | 
     root = ctx.project_root
     if merge:
         gitops.require_checked_out(repo, base.ref)
-    if merge and ctx.settings.gate != "strict":
+    if merge and ctx.settings.nightly.gate != "strict":
         raise InputError("--merge needs the strict gate", field="--merge",
                          fix="drop --gate lenient, or merge by hand after review")
     names = suites or capability_suites(root)
     agents = sorted({load_suite(name, root).spec.agent_name for name in names})
     for agent in agents:
         get_agent(agent)
-    _check_budget_can_bind(ctx.settings, limits)
+    _check_budget_can_bind(ctx.settings.nightly, limits)
     return names, agents
 
 
@@ -192,7 +193,7 @@ def _work(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimits, 
     """The night's iterations under its ledger (spending carried over from earlier processes),
     then the merge. The state is saved before and after; an error saves it as crashed, while a
     kill or Ctrl-C leaves it as it was, to be resumed."""
-    ledger = Ledger(ctx.store, budget=limits.budget, prices=dict(ctx.settings.model_prices),
+    ledger = Ledger(ctx.store, budget=limits.budget, prices=dict(ctx.settings.nightly.model_prices),
                     scope={"nightly_id": result.nightly_id})
     ledger.spent_usd, ledger.spent_tokens = ctx.store.ledger.total(nightly_id=result.nightly_id)
     try:
@@ -234,15 +235,16 @@ def _resume(ctx: LoopContext, repo, identity: str, requested: dict[str, Any], gi
     return NightlyResult.from_record(record), values
 
 
-def _check_budget_can_bind(settings, limits: NightlyLimits) -> None:
+def _check_budget_can_bind(settings: NightlySettings, limits: NightlyLimits) -> None:
     """A USD budget counts dollars, and a model without a price spends none on paper: refuse a
     budget that such a model could overrun unnoticed."""
     if limits.budget.usd is None:
         return
     ledger = Ledger(None, prices=dict(settings.model_prices))
-    roles = {"agent_model": settings.agent_model, "judge_model": settings.judge_model}
+    models = settings.models
+    roles = {"agent_model": models.agent_model, "judge_model": models.judge_model}
     if settings.proposer == "llm":
-        roles["patcher_model"] = settings.patcher_model
+        roles["patcher_model"] = models.patcher_model
     free = {model for model in roles.values() if answered_in_process(model) or is_embedded(model)}
     unpriced = [f"{role} {model}" for role, model in roles.items() if model not in free and not ledger.has_price(model)]
     if unpriced:

@@ -23,10 +23,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optimizer.compare import buckets_named, compare, policy_from
+from optimizer.compare import buckets_named, compare
 from optimizer.evaluate import finish, judges_used, non_voting_graders
-from optimizer.loop import LoopContext, loop_settings
-from optimizer.models import validate_model
+from optimizer.loop import LoopContext
+from optimizer.models import is_simulator, validate_model
 from optimizer.patch import unified_diff
 from optimizer.registry import AgentEntry, get_agent
 from optimizer.request import select_targets
@@ -102,24 +102,24 @@ class _NoiseSides:
 
 def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | None = None,
                   cases: tuple[str, ...] = CASES) -> NoiseResult:
-    settings = loop_settings(ctx.settings)
-    validate_model(settings.agent_model, field="agent_model")
-    suites = load_suites(suite_names or settings.suites, ctx.project_root)
+    settings = ctx.settings.loop
+    models = settings.models
+    validate_model(models.agent_model, field="agent_model")
+    suites = load_suites(suite_names or list(settings.suites), ctx.project_root)
     planned = plan(suites, trials=settings.trials, lone_task_factor=settings.lone_task_factor)
     regression = {suite.name for suite in suites if suite.spec.kind == "regression"}
-    policy = policy_from(settings)
-    non_voting = non_voting_graders(ctx.store, suites, settings.judge_model) if judges_used(suites) else []
-    simulated = settings.agent_model.split("@")[0] == "mock/sim"
+    policy = settings.gate_policy
+    non_voting = non_voting_graders(ctx.store, suites, models.judge_model) if judges_used(suites) else []
+    simulated = is_simulator(models.agent_model)
     result = NoiseResult(repeats=repeats)
 
     for repeat in range(repeats):
-        seeds = {"a": settings.seed + SEED_STRIDE * (2 * repeat + 1)}
+        seeds = {"a": models.seed + SEED_STRIDE * (2 * repeat + 1)}
         seeds["b"] = seeds["a"] + SEED_STRIDE
 
         def run(side: str, items: list[PlannedTrial], prompt_root: Path | None) -> list[Trial]:
-            seeded = settings.model_copy(update={"seed": seeds[side]})
-            runner = Runner(seeded, ctx.store, project_root=ctx.project_root, prompt_root=prompt_root,
-                            on_trial=ctx.on_trial)
+            runner = Runner(settings.runner.with_seed(seeds[side]), ctx.store, project_root=ctx.project_root,
+                            prompt_root=prompt_root, on_trial=ctx.on_trial)
             done = runner.run(suites, items, kind="noise")
             finish(done, ctx.store)
             result.rollouts += len(items)

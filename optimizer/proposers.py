@@ -42,6 +42,7 @@ from optimizer.models._context import PROPOSAL_KEY, SCRIPT_KEY, SEED_KEY, SKILL_
 from optimizer.models._dspy import dspy_lm, lm_usage
 from optimizer.patch import Edit, EditError, apply_edits
 from optimizer.reaper import Reaper
+from optimizer.settings_parts import ProposalSettings
 from optimizer.types import Usage
 from optimizer.weak_patcher import weak_answer
 
@@ -231,7 +232,9 @@ def _problem(patched: str, edits: list[Edit], patch_format: str,
     return "; ".join(problems) or None
 
 
-def patch_format(settings) -> str:
+def patch_format(settings: ProposalSettings) -> str:
+    """What the `llm` proposer asks for: the `patch_format` setting, with `auto` resolved by the
+    patcher model (`contrast` for an embedded one, else `edits`)."""
     if settings.patch_format != "auto":
         return settings.patch_format
     return "contrast" if is_embedded(settings.patcher_model) else "edits"
@@ -353,15 +356,16 @@ class FixedProposer:
         return Proposal(rationale=self.rationale)
 
 
-def make_proposer(settings) -> Proposer:
+def make_proposer(settings: ProposalSettings) -> Proposer:
+    """The proposer `settings` name (`Settings.proposal`)."""
     if settings.proposer == "command":
         if not settings.proposer_command:
             raise ConfigError("--proposer command needs a command line", field="proposer_command",
                               fix="set proposer_command in [tool.optimizer] or OPTIMIZER_PROPOSER_COMMAND")
         return CommandProposer(settings.proposer_command, timeout_s=settings.proposer_timeout,
                                confinement=confinement())
-    return LLMProposer(settings.patcher_model, script=settings.mock_patcher_script,
-                       skill=settings.mock_patcher_skill, seed=settings.seed,
+    return LLMProposer(settings.patcher_model, script=settings.sim.mock_patcher_script,
+                       skill=settings.sim.mock_patcher_skill, seed=settings.seed,
                        sample_temperature=settings.patcher_temperature,
                        retry_attempts=settings.retry_attempts, patch_format=patch_format(settings))
 

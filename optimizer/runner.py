@@ -23,7 +23,7 @@ from queue import Empty, SimpleQueue
 from typing import Callable
 
 from optimizer.agent_run import AgentContext
-from optimizer.config import Settings, find_project_root
+from optimizer.config import find_project_root
 from optimizer.errors import (DeadlinePassed, InputError, ModelCallError, OptimizerError, StoreError, TrialCutShort,
                               TrialTimeout, first_line)
 from optimizer.judging import JudgeSettings, judging
@@ -34,6 +34,7 @@ from optimizer.provenance import (ModelSpec, RunSpec, TaskSpec, agent_spec, git_
                                  optimizer_source, package_versions, tree_hash)
 from optimizer.registry import AgentEntry, get_agent, get_grader, judges_of
 from optimizer.scoring import INFRASTRUCTURE_ENDING, trial_verdict
+from optimizer.settings_parts import RunnerSettings
 from optimizer.store import Store
 from optimizer.suites import fixture_paths, task_fingerprint
 from optimizer.types import GraderResult, Outcome, RunResult, Suite, Task, Transcript, Trial, TrialStatus
@@ -97,7 +98,7 @@ def read_prompt(entry: AgentEntry, prompt_root: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def fingerprints(suites: list[Suite], settings: Settings, prompt_root: Path,
+def fingerprints(suites: list[Suite], settings: RunnerSettings, prompt_root: Path,
                  planned: list[PlannedTrial] | None = None) -> dict:
     """What a later run must match to reuse this one's results: the run spec
     (`optimizer.provenance.RunSpec`) as JSON. The project (its commit, its base fixtures) is
@@ -119,8 +120,9 @@ def fingerprints(suites: list[Suite], settings: Settings, prompt_root: Path,
             for spec in task.graders:
                 if spec.name not in graders:
                     graders[spec.name] = grader_spec(get_grader(spec.name))
-    models = ModelSpec(agent=settings.agent_model, judge=settings.judge_model, temperature=settings.temperature,
-                       seed=settings.seed, agent_variant=answer_variant(settings.agent_model, settings.sim_noise))
+    given = settings.models
+    models = ModelSpec(agent=given.agent_model, judge=given.judge_model, temperature=given.temperature,
+                       seed=given.seed, agent_variant=answer_variant(given.agent_model, settings.sim.sim_noise))
     spec = RunSpec(git=git_state(find_project_root(suites[0].root)) if suites else None, packages=package_versions(),
                    optimizer_source=optimizer_source(), models=models, agents=agents, tasks=tasks, graders=graders)
     return spec.model_dump(mode="json")
@@ -129,29 +131,31 @@ def fingerprints(suites: list[Suite], settings: Settings, prompt_root: Path,
 class Runner:
     """Runs planned trials and records each one in the store as soon as it finishes."""
 
-    def __init__(self, settings: Settings, store: Store, *, project_root: Path, prompt_root: Path | None = None,
+    def __init__(self, settings: RunnerSettings, store: Store, *, project_root: Path, prompt_root: Path | None = None,
                  on_trial: Callable[[Trial], None] | None = None, in_process: bool = False):
-        """`in_process` answers `mock/*` models without litellm and dspy (see `mock.in_process`)."""
+        """`settings`: the runner's part of the settings (`Settings.runner`). `in_process` answers
+        `mock/*` models without litellm and dspy (see `mock.in_process`)."""
         self.settings = settings
+        models = settings.models
         self.store = store
         self.project_root = project_root
         self.prompt_root = prompt_root or project_root
         self.on_trial = on_trial
         self.workspace_parent = settings.workspace_dir or default_workspace_parent()
-        retry = RetryPolicy(max_attempts=settings.retry_attempts, base_delay_s=settings.retry_base_delay)
-        cache = store.cache if settings.cache else None
-        self.judge = JudgeSettings(model=settings.judge_model, cache=cache, retry_attempts=settings.retry_attempts,
+        retry = RetryPolicy(max_attempts=models.retry_attempts, base_delay_s=models.retry_base_delay)
+        cache = store.cache if models.cache else None
+        self.judge = JudgeSettings(model=models.judge_model, cache=cache, retry_attempts=models.retry_attempts,
                                    in_process=in_process)
-        self.agent_model = ModelClient(settings.agent_model, role="agent", cache=cache,
-                                       retry=retry, seed=settings.seed, temperature=settings.temperature,
+        self.agent_model = ModelClient(models.agent_model, role="agent", cache=cache,
+                                       retry=retry, seed=models.seed, temperature=models.temperature,
                                        in_process=in_process,
-                                       variant=answer_variant(settings.agent_model, settings.sim_noise))
+                                       variant=answer_variant(models.agent_model, settings.sim.sim_noise))
 
     def models_called(self, planned: list[PlannedTrial]) -> list[str]:
         """The agent model, and the judge model when some planned task has a judge grader."""
         if judges_of(item.task for item in planned):
-            return [self.settings.agent_model, self.settings.judge_model]
-        return [self.settings.agent_model]
+            return [self.settings.models.agent_model, self.settings.models.judge_model]
+        return [self.settings.models.agent_model]
 
     def workers(self, planned: list[PlannedTrial]) -> int:
         """Trials in flight: the setting, or fewer when a model these trials call serves fewer calls
@@ -164,7 +168,7 @@ class Runner:
         """Run `planned`; with the `run_id` of a stored run, add these trials to that run."""
         prompts = {suite.name: read_prompt(get_agent(suite.spec.agent_name), self.prompt_root) for suite in suites}
         run = RunResult(run_id=run_id or new_run_id(), started_at=datetime.now(timezone.utc),
-                        settings=self.settings.model_dump(),
+                        settings=dict(self.settings.record),
                         fingerprints=fingerprints(suites, self.settings, self.prompt_root, planned))
         self.judge = replace(self.judge, run_id=run.run_id)
         if not (run_id and self.store.runs.exists(run_id)):
@@ -197,7 +201,7 @@ class Runner:
         key = f"{run_id}:{suite.name}:{task.id}:{item.index}"
         entry = get_agent(suite.spec.agent_name)
         register_trial(key, TrialContext(task=task, agent_name=entry.name, trial_index=item.index,
-                                         seed=self.settings.seed, sim_noise=self.settings.sim_noise,
+                                         seed=self.settings.models.seed, sim_noise=self.settings.sim.sim_noise,
                                          sim_profile=entry.sim_profile))
         workspace = Path(tempfile.mkdtemp(prefix="optimizer-trial-", dir=self.workspace_parent))
         begun = time.monotonic()

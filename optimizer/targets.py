@@ -69,15 +69,15 @@ def changeable(row: dict, confused: float) -> float:
     return row["failing"] + confused
 
 
-def prefers_named(settings) -> bool:
+def prefers_named(target_order: str, agent_model: str) -> bool:
     """`target_order`: "changeable" weighs named confusions, "headroom" does not; "auto" weighs
     them for the embedded agent models, where the measured room was a confusion a rule fixes
     (quote sayings filed as events) and the failures without one were mostly turn limits."""
     from optimizer.models import is_embedded
 
-    if settings.target_order != "auto":
-        return settings.target_order == "changeable"
-    return is_embedded(settings.agent_model)
+    if target_order != "auto":
+        return target_order == "changeable"
+    return is_embedded(agent_model)
 
 
 def top_confusions(counts: Counter[Confusion] | None, limit: int = 3) -> tuple[tuple[str, int], ...]:

@@ -47,7 +47,7 @@ def validate_suites(project_root: Path, names: list[str] | None = None) -> list[
     with tempfile.TemporaryDirectory(prefix="optimizer-validate-") as scratch:
         store = Store(default_url(Path(scratch)))
         try:
-            runner = Runner(settings, store, project_root=project_root, in_process=True)
+            runner = Runner(settings.runner, store, project_root=project_root, in_process=True)
             run = runner.run(plan.suites, plan.trials, kind="validate")
         finally:
             store.close()

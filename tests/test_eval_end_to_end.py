@@ -48,13 +48,13 @@ def test_an_unused_judge_model_does_not_limit_concurrency(tmp_path):
     store = Store(default_url(tmp_path))
     local = "local/qwen2.5-coder-1.5b"
     card = prepare(Settings(agent_model="mock/sim", judge_model=local, concurrency=6), PROJECT_ROOT, ["card_agent"])
-    assert Runner(card.settings, store, project_root=PROJECT_ROOT).workers(card.trials) == 6
+    assert Runner(card.settings.runner, store, project_root=PROJECT_ROOT).workers(card.trials) == 6
     pkm = prepare(Settings(agent_model="mock/sim", judge_model="mock/sim", concurrency=6), PROJECT_ROOT,
                   ["pkm_agent"])
     judged = Settings(agent_model="mock/sim", judge_model=local, concurrency=6)
     from optimizer.engines import llamacpp as embedded
 
-    assert Runner(judged, store, project_root=PROJECT_ROOT).workers(pkm.trials) == embedded.slots() < 6
+    assert Runner(judged.runner, store, project_root=PROJECT_ROOT).workers(pkm.trials) == embedded.slots() < 6
     store.close()
 
 

@@ -13,6 +13,9 @@
   agent's typed outcome from `outcomes/`, which imports neither.
 * The harness (`optimizer/`) names no built-in grader: what it needs from one (the answer-key
   fields the hard-coding lint protects) it reads from the grader's registration.
+* The layers below the loop (the runner, the comparison and the gate, the proposers, the model
+  layer, the simulators) are handed their part of the settings (`optimizer.settings_parts`),
+  never the whole `optimizer.config.Settings`, and the parts' module stands on nothing.
 * The `optimizer` modules import each other without a cycle. Only module-level imports count
   for this check (those run when a module is imported; a function-level import runs later,
   once every module involved has loaded, and one under `if TYPE_CHECKING:` never runs).
@@ -161,6 +164,28 @@ def test_the_harness_names_no_builtin_grader():
               for path in sorted((ROOT / "optimizer").rglob("*")) if path.is_file() and path.suffix != ".pyc"
               for found in [pattern.search(path.read_text(encoding="utf-8", errors="replace"))] if found}
     assert not naming, sorted(naming)
+
+
+PART_TAKERS = ("optimizer.runner", "optimizer.compare", "optimizer.comparison", "optimizer.gate",
+               "optimizer.proposers", "optimizer.models", "optimizer.sim", "optimizer.weak_patcher")
+"""The layers handed a part of the settings rather than the whole."""
+
+
+def imported_names(name: str) -> set[str]:
+    """`module.name` for every name `name` imports from a module (`from a.b import c` gives
+    `a.b.c`), at any depth, `if TYPE_CHECKING:` included."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    return {f"{_absolute(name, node)}.{alias.name}" for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) for alias in node.names}
+
+
+def test_the_layers_below_the_loop_take_their_part_of_the_settings():
+    assert "optimizer.settings_parts.RunnerSettings" in imported_names("optimizer.runner")
+    whole = {f"{name} -> {target}" for name in MODULES if any(within(name, layer) for layer in PART_TAKERS)
+             for target in imported_names(name) | imports(name)
+             if target in ("optimizer.config.Settings", "optimizer.config.load_settings")}
+    assert not whole, sorted(whole)
+    assert not {target for target in imports("optimizer.settings_parts") if within(target, "optimizer")}
 
 
 def test_optimizer_modules_import_each_other_without_a_cycle():

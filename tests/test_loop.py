@@ -355,9 +355,9 @@ def test_the_embedded_patcher_is_asked_for_a_contrast_rule_and_others_for_edits(
     from optimizer.config import Settings
     from optimizer.proposers import patch_format
 
-    assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b")) == "contrast"
-    assert patch_format(Settings(patcher_model="openai/gpt-4.1")) == "edits"
-    assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b", patch_format="edits")) == "edits"
+    assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b").proposal) == "contrast"
+    assert patch_format(Settings(patcher_model="openai/gpt-4.1").proposal) == "edits"
+    assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b", patch_format="edits").proposal) == "edits"
 
 
 def test_edits_that_do_not_apply_are_kept_in_the_proposal_log(cli, repo, tmp_path, monkeypatch):

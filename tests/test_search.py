@@ -249,7 +249,8 @@ def test_targets_rank_on_every_recorded_trial_of_the_base_prompt(tmp_path):
     planned = plan(suites, trials=2)
     store = Store(default_url(tmp_path))
     result = SimpleNamespace(base=SimpleNamespace(commit="1" * 40))
-    stage = Stage(SimpleNamespace(store=store), load_settings(PROJECT_ROOT), suites, planned, result, PROJECT_ROOT)
+    stage = Stage(SimpleNamespace(store=store), load_settings(PROJECT_ROOT).runner, suites, planned, result,
+                  PROJECT_ROOT)
     spec = stage.spec
     items = card_items()
 
@@ -463,7 +464,7 @@ def test_a_sampled_proposal_draws_at_the_patcher_temperature_with_a_seed_of_its_
     from optimizer.proposers import ProposalRequest, make_proposer
 
     settings = load_settings(PROJECT_ROOT).model_copy(update={"patcher_temperature": 0.9, "seed": 3})
-    proposer = make_proposer(settings)
+    proposer = make_proposer(settings.proposal)
 
     def request(ordinal, sample=True, text="the request"):
         return ProposalRequest(request=text, request_path=tmp_path / "request.md", prompt_file="prompt.md",
@@ -474,7 +475,7 @@ def test_a_sampled_proposal_draws_at_the_patcher_temperature_with_a_seed_of_its_
     assert first["temperature"] == second["temperature"] == 0.9
     assert first["seed"] != second["seed"] and first == proposer._sampling(request(1))
     assert first["seed"] != proposer._sampling(request(1, text="another request"))["seed"]
-    other_seed = make_proposer(settings.model_copy(update={"seed": 4}))
+    other_seed = make_proposer(settings.model_copy(update={"seed": 4}).proposal)
     assert other_seed._sampling(request(1))["seed"] != first["seed"]
 
 

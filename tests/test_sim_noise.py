@@ -76,6 +76,15 @@ def test_an_unknown_noise_mode_is_refused(task):
         decide(PROFILE, task, BASE_PROMPT, 0, 0, "fresh")
 
 
+def test_the_simulator_is_known_by_its_parsed_model_name():
+    """One test of what `mock/sim` is, shared by `optimizer noise`, `eval`'s profile check and the
+    cache's variant, instead of each matching the model string its own way."""
+    from optimizer.models import is_simulator
+
+    assert is_simulator("mock/sim") and is_simulator("mock/sim@20ms")
+    assert not any(map(is_simulator, ("mock/oracle", "mock/simx", "mock/sim@fast", "openai/mock/sim", "local/sim")))
+
+
 def test_the_cache_key_keeps_the_noise_modes_apart_only_for_mock_sim():
     messages = [{"role": "user", "content": "hi"}]
     paired, independent = answer_variant("mock/sim", "paired"), answer_variant("mock/sim@20ms", "independent")

@@ -73,7 +73,8 @@ def test_named_confusions_lead_on_the_embedded_agent_model_or_when_set():
     from optimizer.config import Settings
     from optimizer.targets import prefers_named
 
-    assert prefers_named(Settings(agent_model="local/qwen2.5-coder-1.5b"))
-    assert not prefers_named(Settings(agent_model="mock/sim"))
-    assert prefers_named(Settings(agent_model="mock/sim", target_order="changeable"))
-    assert not prefers_named(Settings(agent_model="local/qwen2.5-coder-1.5b", target_order="headroom"))
+    assert Settings().target_order == "auto"
+    assert prefers_named("auto", "local/qwen2.5-coder-1.5b")
+    assert not prefers_named("auto", "mock/sim")
+    assert prefers_named("changeable", "mock/sim")
+    assert not prefers_named("headroom", "local/qwen2.5-coder-1.5b")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from optimizer.errors import ModelConfigError
 from optimizer.models import mock
 from optimizer.models import routing
-from optimizer.models.mock import answer_variant
+from optimizer.models.mock import answer_variant, is_simulator
 from optimizer.models._context import ALLOWED_TOOLS_KEY, TrialContext, register_trial, unregister_trial
 from optimizer.models._litellm import litellm_module
 from optimizer.models.client import (GENERATING_AT_DEADLINE, Completion, MalformedResponse, ModelClient, ResponseCache,
@@ -24,6 +24,7 @@ from optimizer.models.providers import (Provider, configure_providers, price_as_
 __all__ = ["ALLOWED_TOOLS_KEY", "Completion", "GENERATING_AT_DEADLINE", "MalformedResponse", "ModelClient", "Provider",
            "ResponseCache", "RetryPolicy", "ToolCallRequest", "TrialContext", "answer_variant", "answered_in_process",
            "check_model_string", "concurrency_limit", "configure_providers", "context_window", "is_embedded",
+           "is_simulator",
            "litellm_module", "price_as_free", "provider_of", "register_provider", "registered_prefixes",
            "register_trial", "unregister_trial", "validate_model"]
 

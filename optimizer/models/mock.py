@@ -128,8 +128,14 @@ def answer_variant(model: str, sim_noise: str) -> str | None:
         provider = provider_of(model)
         own = provider.answer_variant(model) if provider is not None and provider.answer_variant else None
         return reply_packages() if own is None else f"{reply_packages()},{own}"
-    parsed = parse_mock_model(model.removeprefix("mock/"))
-    return f"sim_noise={sim_noise}" if parsed and parsed[0] == "sim" else None
+    return f"sim_noise={sim_noise}" if is_simulator(model) else None
+
+
+def is_simulator(model: str) -> bool:
+    """Whether `model` is the simulator `mock/sim` (with or without a latency: `mock/sim@20ms`),
+    whose outcomes follow an agent's `SimProfile` and its `sim_*` settings."""
+    parsed = parse_mock_model(model.removeprefix("mock/")) if model.startswith("mock/") else None
+    return parsed is not None and parsed[0] == "sim"
 
 
 @functools.cache

@@ -1,0 +1,91 @@
+"""Each layer's part of the settings (`optimizer.settings_parts`): built from the one validated
+`Settings`, holding exactly the settings of its fields' names, and the simulator's knobs in a
+part of their own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from optimizer.config import Settings
+from optimizer.settings_parts import (LoopSettings, ModelSettings, NightlySettings, ProposalSettings, RunnerSettings,
+                                      SimSettings)
+
+UNUSUAL = Settings(agent_model="mock/sim@20ms", judge_model="mock/oracle", patcher_model="mock/patcher",
+                   temperature=0.3, seed=11, retry_attempts=7, retry_base_delay=2.5, cache=False, concurrency=3,
+                   workspace_dir="/somewhere", sim_noise="independent", mock_patcher_skill=0.4,
+                   proposer="command", proposer_command="agent {request}", proposer_timeout=60.0,
+                   patcher_temperature=0.2, patch_format="rule", gate="lenient", alpha=0.02, alpha_harm=0.2,
+                   max_bucket_drop=0.3, batch_pairs=5, max_target_pairs=30, min_bucket_pairs=3,
+                   max_bucket_pairs=20, max_rollouts=99, extra_target_rollouts=7, suites=["a", "b"], trials=2,
+                   loop_trials=9, lone_task_factor=3, state_dir="state", target_buckets=2, target_order="headroom",
+                   bucket_patience=5, candidates=2, search_rollouts=30, confirm_trials=6, max_changed_lines=12,
+                   request_token_budget=5000, night_alpha=0.3, model_prices={"mock/sim": (1.0, 2.0)})
+"""Every setting a part carries set away from its default, so a part reading a default is seen."""
+
+SIM_KNOBS = {"sim_noise", "mock_patcher_script", "mock_patcher_skill"}
+
+
+def _flat(part) -> dict:
+    """A part's values by setting name, its nested parts' included."""
+    values = {}
+    for item in dataclasses.fields(part):
+        value = getattr(part, item.name)
+        if dataclasses.is_dataclass(value):
+            values.update(_flat(value))
+        elif item.name in Settings.model_fields:
+            values[item.name] = value
+    return values
+
+
+def test_each_part_holds_the_settings_of_its_field_names():
+    for part in (UNUSUAL.sim, UNUSUAL.models, UNUSUAL.runner, UNUSUAL.proposal, UNUSUAL.loop, UNUSUAL.nightly):
+        for name, value in _flat(part).items():
+            given = getattr(UNUSUAL, name)
+            assert value == (tuple(given) if isinstance(given, list) else given), f"{type(part).__name__}.{name}"
+
+
+def test_the_loop_part_resolves_its_trials_and_confirmations():
+    """`trials` wins over `loop_trials`; unset confirmations are `batch_pairs` with a search,
+    else none."""
+    assert UNUSUAL.loop.trials == 2 and UNUSUAL.model_copy(update={"trials": None}).loop.trials == 9
+    assert UNUSUAL.loop.runner.record["trials"] == 2
+    unset = UNUSUAL.model_copy(update={"confirm_trials": None})
+    assert unset.loop.confirm_trials == 5
+    assert unset.model_copy(update={"search_rollouts": 0}).loop.confirm_trials == 0
+    assert UNUSUAL.loop.gate_policy == UNUSUAL.gate_policy and UNUSUAL.loop.proposal == UNUSUAL.proposal
+
+
+def test_the_gate_policy_holds_every_gate_setting():
+    policy = UNUSUAL.gate_policy
+    assert policy.mode == "lenient"
+    shared = [item.name for item in dataclasses.fields(policy) if item.name in Settings.model_fields]
+    assert len(shared) == 9
+    for name in shared:
+        assert getattr(policy, name) == getattr(UNUSUAL, name), name
+    assert policy.budget(2) == 99 + 7
+
+
+def test_the_runner_records_every_setting_as_given():
+    assert UNUSUAL.runner.record == UNUSUAL.model_dump()
+
+
+def test_a_changed_copy_of_the_settings_is_seen_in_its_parts():
+    copy = UNUSUAL.model_copy(update={"seed": 5, "alpha": 0.01})
+    assert (copy.runner.models.seed, copy.proposal.seed, copy.gate_policy.alpha) == (5, 5, 0.01)
+    assert UNUSUAL.runner.models.seed == 11
+
+
+def test_a_runner_with_another_seed_changes_the_seed_alone():
+    seeded = UNUSUAL.runner.with_seed(42)
+    assert seeded.models == dataclasses.replace(UNUSUAL.models, seed=42)
+    assert (seeded.concurrency, seeded.sim, seeded.record["seed"]) == (3, UNUSUAL.sim, 42)
+
+
+def test_the_simulator_knobs_are_a_part_of_their_own():
+    """No production part has a field for them: a layer reaches them only through `.sim`, which
+    it hands to the mock models."""
+    assert {item.name for item in dataclasses.fields(SimSettings)} == SIM_KNOBS
+    assert {name for name in Settings.model_fields if name.startswith(("sim_", "mock_"))} == SIM_KNOBS
+    for part in (ModelSettings, RunnerSettings, ProposalSettings, LoopSettings, NightlySettings,
+                 type(UNUSUAL.gate_policy)):
+        assert not SIM_KNOBS & {item.name for item in dataclasses.fields(part)}, part.__name__
