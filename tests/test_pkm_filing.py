@@ -105,6 +105,14 @@ def test_a_target_outside_the_para_folders_is_refused_with_why(tools, tmp_path, 
     assert tools.events == [] and not tools.filed() and tools.insight is None
 
 
+@pytest.mark.parametrize("folder, file", [
+    ("Areas/Work", "one-on-ones.md"), ("Areas/Work", "Areas/Work/one-on-ones.md"), ("Areas/Work", "Work/one-on-ones"),
+    ("Areas", "Work/one-on-ones.md"), ("Areas/Work/", "one-on-ones"),
+])
+def test_a_file_named_with_its_folder_or_part_of_it_is_the_same_file(tools, folder, file):
+    assert filing.target(tools.sandbox, folder, file) == tools.sandbox.root / "Areas" / "Work" / "one-on-ones.md"
+
+
 def test_a_note_is_not_filed_twice_in_one_file(tools):
     call(tools, "file_note", folder="Areas/Health", file="new.md", entry="- one", insight="i")
     again = call(tools, "file_note", folder="Areas/Health", file="new.md", entry="- one", insight="i")

@@ -71,20 +71,21 @@ def listing(root: Path, folders: list[str], more: str) -> str:
 
 
 def target(sandbox: Sandbox, folder: object, file: object) -> Path:
-    """The Markdown file `file_note` writes: `file` inside `folder` (a file name repeating the
-    folder is taken once; a name without a suffix gets `.md`). It must be inside a PARA folder;
-    a path leaving the knowledge base is refused as the sandbox refuses it."""
+    """The Markdown file `file_note` writes: `file` inside `folder` (a name starting with the
+    folder, or with its last parts, repeats them and they are taken once; a name without a suffix
+    gets `.md`). It must be inside a PARA folder; a path leaving the knowledge base is refused as
+    the sandbox refuses it."""
     if not isinstance(folder, str) or not isinstance(file, str) or not file.strip():
         raise SandboxError("folder must be a folder from the list and file a file name such as notes.md")
     for given in (folder.strip(), file.strip()):
         if _ABSOLUTE.match(given):
             sandbox.resolve(given)  # raises: absolute paths are refused
-    folder, name = folder.strip().strip("/"), file.strip()
-    if folder and name.startswith(folder + "/"):
-        name = name[len(folder) + 1:]
-    if not Path(name).suffix:
-        name += ".md"
-    joined = f"{folder}/{name}" if folder else name
+    parts = [part for part in folder.strip().split("/") if part]
+    name = [part for part in file.strip().split("/") if part]
+    repeated = next((k for k in range(len(parts), 0, -1) if name[:k] == parts[-k:] and len(name) > k), 0)
+    joined = "/".join(parts + name[repeated:])
+    if not Path(joined).suffix:
+        joined += ".md"
     path = sandbox.resolve(joined)
     relative = sandbox.relative(path)
     if "/" not in relative or relative.split("/")[0] not in PARA_ROOTS:
