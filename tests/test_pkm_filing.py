@@ -132,8 +132,9 @@ CALLS: list[dict] = []
 
 
 def _filing_model():
-    """`scripted_file/pkm` skips a note that says only "ok"; any other note it files with
-    file_note where the task's expected file is, making the same call again when shown the file."""
+    """`scripted_file/pkm` skips a note that says only "ok", files the brake-bleeding note in a new
+    file under Resources/Bike, and any other note in Areas/Work/one-on-ones.md (making the same
+    call again when shown the file), all with file_note."""
     from litellm import CustomLLM
 
     class Filing(CustomLLM):
@@ -142,6 +143,10 @@ def _filing_model():
             CALLS.append({"offered": {tool["function"]["name"] for tool in tools}, "user": messages[1]["content"]})
             if messages[1]["content"].startswith("ok\n"):
                 name, arguments = "skip_pkm_organization", {"evidence": "only 'ok': nothing to keep"}
+            elif "shimano" in messages[1]["content"]:
+                name, arguments = "file_note", {"folder": "Resources", "file": "Bike/bleeding-shimano-brakes.md",
+                                                "entry": "# Bleeding Shimano brakes\n\nMineral oil only.",
+                                                "insight": "A how-to for the bike's hydraulic brakes."}
             else:
                 name, arguments = "file_note", {"folder": "Areas/Work", "file": "one-on-ones.md",
                                                 "entry": "- 2026-05-21 told Dana: not doing the Leeds secondment",
@@ -180,6 +185,13 @@ def test_a_note_filed_with_file_note_passes_the_graders_in_the_right_place(tmp_p
     assert [call.name for call in trial.transcript.tool_calls] == ["file_note", "file_note"]
     assert "Nothing is filed yet" in trial.transcript.tool_calls[0].result, "shown first, then made again"
     assert "Areas/Work/\n" in CALLS[0]["user"] and "  one-on-ones.md: 1:1s with Dana\n" in CALLS[0]["user"]
+
+
+def test_a_note_with_no_file_for_it_filed_in_a_new_file_of_the_right_folder_passes(tmp_path):
+    trial = run_task(tmp_path, suite_task("pkm_create_bike_brake_bleed"), "scripted_file/pkm")
+    assert trial.status == "passed", [(r.grader, r.rationale) for r in trial.grader_results]
+    assert benchmark_filing()(trial) == "right place"
+    assert [call.name for call in trial.transcript.tool_calls] == ["file_note"], "one call files it"
 
 
 def test_the_trivial_note_is_skipped_at_once_and_passes(tmp_path):
