@@ -13,6 +13,8 @@
   agent's typed outcome from `outcomes/`, which imports neither.
 * The harness (`optimizer/`) names no built-in grader: what it needs from one (the answer-key
   fields the hard-coding lint protects) it reads from the grader's registration.
+* Nothing outside `optimizer/cli/` imports it (not even inside a function): the library returns
+  text and data, and the command prints them.
 * The layers below the loop (the runner, the comparison and the gate, the proposers, the model
   layer, the simulators) are handed their part of the settings (`optimizer.settings_parts`),
   never the whole `optimizer.config.Settings`, and the parts' module stands on nothing.
@@ -164,6 +166,14 @@ def test_the_harness_names_no_builtin_grader():
               for path in sorted((ROOT / "optimizer").rglob("*")) if path.is_file() and path.suffix != ".pyc"
               for found in [pattern.search(path.read_text(encoding="utf-8", errors="replace"))] if found}
     assert not naming, sorted(naming)
+
+
+def test_nothing_below_the_cli_imports_it():
+    """Library code returns text and data; printing them is the command's part."""
+    assert "optimizer.cli._common" in imports("optimizer.cli.review")
+    callers = {f"{name} -> {target}" for name in MODULES if not within(name, "optimizer.cli")
+               for target in imports(name) if within(target, "optimizer.cli")}
+    assert not callers, sorted(callers)
 
 
 PART_TAKERS = ("optimizer.runner", "optimizer.compare", "optimizer.comparison", "optimizer.gate",
