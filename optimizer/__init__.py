@@ -19,7 +19,7 @@ from typing import Any
 
 _EXPORTS = {
     # The tool loop is public here; its code stays in agents/loop.py for now.
-    "agents.loop": ("AgentLimitError", "LoopLimits", "Tool", "ToolLoop", "ToolOutput", "tool_error"),
+    "prompt_optimizer_agents.loop": ("AgentLimitError", "LoopLimits", "Tool", "ToolLoop", "ToolOutput", "tool_error"),
     "optimizer.agent_run": ("AgentContext", "AgentRun"),
     "optimizer.errors": ("DeadlinePassed", "InputError", "ModelCallError", "OptimizerError", "TrialCutShort",
                          "TrialTimeout"),

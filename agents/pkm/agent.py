@@ -17,11 +17,11 @@ import json
 import os
 from pathlib import Path
 
-from agents.pkm.reminders import load_history, reminders
-from agents.pkm.sandbox import Sandbox, SandboxError, write_file
-from agents.pkm.state import build_state, marker_for, snapshot
-from agents.pkm.tools import PARA_ROOTS, PKMTools
-from agents.texts import reminder, template, texts
+from prompt_optimizer_agents.pkm.reminders import load_history, reminders
+from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, write_file
+from prompt_optimizer_agents.pkm.state import build_state, marker_for, snapshot
+from prompt_optimizer_agents.pkm.tools import PARA_ROOTS, PKMTools
+from prompt_optimizer_agents.texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, LoopLimits, Outcome, Task, ToolLoop
 
 MAX_TURNS = 12

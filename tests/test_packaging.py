@@ -1,0 +1,58 @@
+"""What the wheel installs, read from pyproject without building it: the core `optimizer` and the
+bundled agents, graders and outcomes under names of this project's own (their folders keep the
+design's names), every package folder listed, and every entry point naming a module that imports.
+The venv with another distribution beside it is tests/test_two_distributions.py."""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from pathlib import Path
+
+from tests.conftest import PROJECT_ROOT
+
+PYPROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
+
+
+def folder_of(package: str) -> Path:
+    """The folder setuptools takes `package` from (its `package-dir` mapping, else its own name)."""
+    top, *rest = package.split(".")
+    return PROJECT_ROOT / SETUPTOOLS.get("package-dir", {}).get(top, top) / Path(*rest)
+
+
+def test_the_wheel_installs_the_bundled_packages_under_this_projects_names():
+    top_level = {package.split(".")[0] for package in SETUPTOOLS["packages"]}
+    assert top_level == {"optimizer", "prompt_optimizer_agents", "prompt_optimizer_graders",
+                         "prompt_optimizer_outcomes"}
+    assert {folder_of(name).name for name in top_level} == {"optimizer", "agents", "graders", "outcomes"}
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """A folder left out of the list still imports in an editable install and is missing from the wheel."""
+    listed = {folder_of(package) for package in SETUPTOOLS["packages"]}
+    folders = {init.parent for top in ("optimizer", "agents", "graders", "outcomes")
+               for init in (PROJECT_ROOT / top).rglob("__init__.py") if "__pycache__" not in init.parts}
+    assert listed == folders, sorted(str(path.relative_to(PROJECT_ROOT)) for path in listed ^ folders)
+
+
+def test_every_entry_point_names_an_installed_module():
+    points = {f"{group}: {name}": value for group, entries in PYPROJECT["project"]["entry-points"].items()
+              for name, value in entries.items()}
+    assert len(points) >= 6
+    installed = {package.split(".")[0] for package in SETUPTOOLS["packages"]}
+    for point, value in points.items():
+        module = value.split(":")[0]
+        assert module.split(".")[0] in installed, point
+        importlib.import_module(module)
+
+
+def test_the_data_files_the_bundled_packages_read_are_in_the_wheel():
+    data = SETUPTOOLS["package-data"]
+    for package, patterns in data.items():
+        assert package in SETUPTOOLS["packages"], package
+        assert all(list(folder_of(package).glob(pattern)) for pattern in patterns), package
+    shipped = {path.relative_to(folder_of("prompt_optimizer_agents")).as_posix()
+               for pattern in data["prompt_optimizer_agents"]
+               for path in folder_of("prompt_optimizer_agents").glob(pattern)}
+    assert {"prompts/card_agent.user.md", "card/sim_rules.json", "pkm/tools.json"} <= shipped
