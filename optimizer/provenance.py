@@ -53,8 +53,9 @@ class AgentSpec(Spec):
     """The system prompt the optimizer edits, as the run reads it (the base commit's, in a loop)."""
     code: str
     """The .py files of the agent's package, the modules of its top-level package it shares
-    with other agents (e.g. `agents/loop.py`, `agents/texts.py`), and the module of its typed
-    outcome (`outcomes/card.py`), which it shares with its graders."""
+    with other agents (e.g. `agents/texts.py`), and the module of its typed outcome
+    (`outcomes/card.py`), which it shares with its graders. The tool loop is the optimizer's
+    (`optimizer_source`)."""
     texts: str
     """The other files of its prompt folder it reads (`agents/prompts/card_agent.*`)."""
     schemas: str

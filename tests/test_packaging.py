@@ -1,11 +1,15 @@
 """What the wheel installs, read from pyproject without building it: the core `optimizer` and the
 bundled agents, graders and outcomes under names of this project's own (their folders keep the
-design's names), every package folder listed, and every entry point naming a module that imports.
-The venv with another distribution beside it is tests/test_two_distributions.py."""
+design's names), every package folder listed, and every entry point naming a module that imports;
+and the core, its tool loop included, importing without them. The venv with another distribution
+beside it is tests/test_two_distributions.py."""
 
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -56,3 +60,33 @@ def test_the_data_files_the_bundled_packages_read_are_in_the_wheel():
                for pattern in data["prompt_optimizer_agents"]
                for path in folder_of("prompt_optimizer_agents").glob(pattern)}
     assert {"prompts/card_agent.user.md", "card/sim_rules.json", "pkm/tools.json"} <= shipped
+
+
+def test_the_core_imports_without_the_bundled_packages():
+    """Every `optimizer` module and every name of its public API (the tool loop included) imports
+    in a process where the bundled packages, under their installed names and their folders',
+    cannot be imported."""
+    code = textwrap.dedent("""
+        import importlib, importlib.abc, pkgutil, sys
+        import optimizer
+
+        class Absent(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ModuleNotFoundError(f"blocked: {name}")
+
+        BLOCKED = {"agents", "graders", "outcomes", "prompt_optimizer_agents", "prompt_optimizer_graders",
+                   "prompt_optimizer_outcomes"}
+        sys.meta_path.insert(0, Absent())
+        public = [getattr(optimizer, name) for name in optimizer.__all__]
+        modules = [importlib.import_module(info.name)
+                   for info in pkgutil.walk_packages(optimizer.__path__, "optimizer.")]
+        assert not BLOCKED.intersection(name.split(".")[0] for name in sys.modules)
+        print(len(public), len(modules), optimizer.ToolLoop.__module__)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PROJECT_ROOT.parent,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    public, modules, home = done.stdout.split()
+    assert int(public) >= 40 and int(modules) >= 80
+    assert home == "optimizer.tool_loop"

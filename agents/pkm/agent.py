@@ -3,7 +3,7 @@
 The trial workspace holds `PKM/` (a copy of the task's fixture) and `.pkm/edit_history.json`
 (the files edited in the last runs, for the catch-all reminder). The agent works only through
 the sandboxed tools, and every turn must be a tool call (`tool_choice="required"`: only what is
-filed counts, never a chat reply). The loop's harness is on (`agents.loop`): the turn budget is
+filed counts, never a chat reply). The loop's harness is on (`optimizer.ToolLoop`): the turn budget is
 announced as it runs down, the last turns offer only the finishing tools, and a repeated call is
 answered as such. The run ends when `skip_pkm_organization` succeeds, when the
 insight is set once the note is filed (its marker is in a PARA file), when the model stops
