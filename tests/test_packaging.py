@@ -51,15 +51,16 @@ def test_every_entry_point_names_an_installed_module():
         importlib.import_module(module)
 
 
-def test_the_data_files_the_bundled_packages_read_are_in_the_wheel():
-    data = SETUPTOOLS["package-data"]
-    for package, patterns in data.items():
-        assert package in SETUPTOOLS["packages"], package
-        assert all(list(folder_of(package).glob(pattern)) for pattern in patterns), package
-    shipped = {path.relative_to(folder_of("prompt_optimizer_agents")).as_posix()
-               for pattern in data["prompt_optimizer_agents"]
-               for path in folder_of("prompt_optimizer_agents").glob(pattern)}
-    assert {"prompts/card_agent.user.md", "card/sim_rules.json", "pkm/tools.json"} <= shipped
+def test_every_data_file_of_a_package_folder_is_in_the_wheel():
+    """The prompts, tool schemas, simulator rules, rubrics and templates the packages read beside
+    their code (an editable install finds one left out; an installed wheel does not)."""
+    shipped = {path for package, patterns in SETUPTOOLS["package-data"].items() for pattern in patterns
+               for path in folder_of(package).glob(pattern) if path.is_file()}
+    data = {path for top in ("optimizer", "agents", "graders", "outcomes") for path in (PROJECT_ROOT / top).rglob("*")
+            if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts}
+    agents = folder_of("prompt_optimizer_agents")
+    assert {agents / "prompts" / "card_agent.user.md", agents / "card" / "sim_rules.json"} <= shipped
+    assert data <= shipped, sorted(str(path.relative_to(PROJECT_ROOT)) for path in data - shipped)
 
 
 def test_the_core_imports_without_the_bundled_packages():
