@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import secrets
 import shutil
 import tempfile
 import threading
@@ -33,6 +32,7 @@ from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answer_var
 from optimizer.provenance import (ModelSpec, RunSpec, TaskSpec, agent_spec, git_state, grader_spec,
                                  optimizer_source, package_versions, tree_hash)
 from optimizer.registry import AgentEntry, get_agent, get_grader, judges_of
+from optimizer.run_ids import new_run_id
 from optimizer.scoring import INFRASTRUCTURE_ENDING, trial_verdict
 from optimizer.store import Store
 from optimizer.suites import fixture_paths, task_fingerprint
@@ -59,10 +59,6 @@ def default_workspace_parent() -> str | None:
     removing folders there costs a fraction of a disk-backed temp folder."""
     shm = Path("/dev/shm")
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-
-
-def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
 def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | list[str] | None = None,

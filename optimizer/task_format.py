@@ -39,6 +39,17 @@ def _type(annotation) -> str:
     return text.replace("typing.", "").replace("optimizer.types.", "").replace("datetime.datetime", "datetime").replace("|", "\\|")
 
 
+def _limits(info) -> str:
+    """The field's bounds (`Field(ge=..., min_length=...)`), as the loader enforces them."""
+    words = []
+    for bound in info.metadata:
+        if getattr(bound, "ge", None) is not None:
+            words.append(f"at least {bound.ge}")
+        elif getattr(bound, "min_length", None) is not None:
+            words.append("non-empty" if bound.min_length == 1 else f"length at least {bound.min_length}")
+    return f" ({', '.join(words)})" if words else ""
+
+
 def _default(info) -> str:
     if info.is_required():
         return "required"
@@ -53,7 +64,7 @@ def rows(prefix: str, model: type[BaseModel]) -> list[str]:
     for name, info in model.model_fields.items():
         path = f"{prefix}{name}"
         default = REQUIRED_AT_LOAD.get(path, _default(info))
-        lines.append(f"| `{path}` | `{_type(info.annotation)}` | {default} | {docs.get(name, '')} |")
+        lines.append(f"| `{path}` | `{_type(info.annotation)}`{_limits(info)} | {default} | {docs.get(name, '')} |")
     return lines
 
 

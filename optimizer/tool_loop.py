@@ -21,7 +21,10 @@ agent's limits turn it on, every sentence from the agent's `<agent>.loop.yaml` p
 * *arguments that can work*: a tool may narrow its arguments for the moment (`Tool.narrow`: a
   path must be one that exists); the model is held to the narrower schema;
 * *no call that cannot help*: such a tool, and a tool whose call was just answered as a repeat,
-  is not offered again until the agent's state changes (unless nothing else would be left).
+  is not offered again until the agent's state changes (unless nothing else would be left); an
+  agent may also name the tools its state makes useful (`offer`);
+* *a call made again on purpose*: a tool that first shows what the call needs (a file to be
+  read before it is changed) asks for the same call again (`ToolOutput.again`), which is then run.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from optimizer.types import ToolCall, Transcript
 class ToolOutput:
     text: str
     is_error: bool = False
+    again: bool = False
+    """The tool showed what the call needs and asks for the same call again (nothing was done):
+    the next identical call is run, not answered as a repeat."""
 
 
 @dataclass
@@ -101,6 +107,9 @@ class ToolLoop:
     an identical call made again under the same value is answered as a repeat."""
     finishing: Callable[[], list[str]] | None = None
     """The tools to offer in the wrap-up phase, by name (default: the terminal tools)."""
+    offer: Callable[[], list[str]] | None = None
+    """The tools to offer before the wrap-up, by name (default: all); the others stay listed but
+    cannot be called until the agent's state makes them useful."""
 
     def run(self, messages: list[dict[str, Any]]) -> Transcript:
         transcript = Transcript(messages=messages)
@@ -131,7 +140,7 @@ class ToolLoop:
             if note and note != last_note:
                 messages.append({"role": "system", "content": note})
             last_note = note
-            offered = self.tools
+            offered = self._named(self.offer()) if self.offer else self.tools
             if left <= min(self.limits.wrap_up, self.limits.max_turns // 2):
                 offered = self._finishing_tools()
                 if wrap_up_said:
@@ -183,8 +192,9 @@ class ToolLoop:
             return _Answer(ToolOutput(self._with_next_step(self.texts["repeated"].format(turn=answered[signature]))),
                            repeated=True, futile=True)
         output = tool.handler(request.arguments)
-        answered.setdefault(self._signature(request), turn)  # the state as this call left it
-        if output.is_error or not tool.terminal:
+        if not output.again:
+            answered.setdefault(self._signature(request), turn)  # the state as this call left it
+        if output.is_error or output.again or not tool.terminal:
             return _Answer(output)
         if tool.ends_run():
             return _Answer(output, ended=True)
@@ -221,9 +231,11 @@ class ToolLoop:
         return {"type": "allowed_tools", "allowed_tools": {"mode": self.tool_choice or "auto", "tools": entries}}
 
     def _finishing_tools(self) -> list[Tool]:
-        names = self.finishing() if self.finishing else [tool.name for tool in self.tools if tool.terminal]
-        chosen = [tool for tool in self.tools if tool.name in names]
-        return chosen or self.tools
+        return self._named(self.finishing() if self.finishing else [tool.name for tool in self.tools if tool.terminal])
+
+    def _named(self, names: list[str]) -> list[Tool]:
+        """The tools called `names`, in declared order (all of them when none is)."""
+        return [tool for tool in self.tools if tool.name in names] or self.tools
 
     def _say(self, key: str, messages: list[dict[str, Any]], **values: Any) -> bool:
         text = self.texts.get(key)

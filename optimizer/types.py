@@ -73,33 +73,48 @@ class ToolCallSpec(_Strict):
     """One call an ideal agent makes; replayed by `mock/oracle`."""
 
     name: str
+    """A tool the agent offers (`@agent(tools=...)`); checked when the suite loads."""
     arguments: dict[str, Any] = Field(default_factory=dict)
+    """The call's arguments, as the model would send them."""
 
 
 class ReferenceSolution(_Strict):
+    """What an ideal agent does with the task: `mock/oracle` replays it, `suites validate` checks it."""
+
     source: Literal["manual", "captured", "synthesized"] = "manual"
+    """How the solution was made: by hand, captured from a run, or synthesized. Recorded only."""
     expected_outcome: dict[str, Any] = Field(default_factory=dict)
+    """Facts of the right outcome that a grader may read for keys its config leaves out."""
     tool_calls: list[ToolCallSpec] = Field(default_factory=list)
+    """The calls, one per turn; without them the oracle has nothing to replay."""
 
 
 class GraderSpec(_Strict):
     name: str
+    """A registered grader (`@grader`)."""
     config: dict[str, Any] = Field(default_factory=dict)
+    """The grader's config, validated against its `GraderConfig` when the suite loads."""
 
 
 class Task(_Strict):
     """One task file."""
 
     id: str = Field(min_length=1)
+    """Unique in its suite; names the task in reports and in the store."""
     description: str = ""
+    """What the task checks, shown beside its failures in the coding agent's request."""
     trials_per_run: int | None = Field(default=None, ge=1)
     """Trials of this task per run; falls back to the suite's default, then 1."""
     timeout_seconds: int = Field(default=300, ge=1)
+    """Wall-clock limit of one trial; past it the trial is cut short and fails with score 0."""
     metadata: dict[str, str] = Field(default_factory=dict)
     """Free-form tags. `failure_bucket` names the bucket; `split` is `train` or `holdout`."""
     input: TaskInput = Field(default_factory=TaskInput)
+    """What the trial starts from."""
     reference_solution: ReferenceSolution | None = None
+    """What an ideal agent does; optional."""
     graders: list[GraderSpec] = Field(min_length=1)
+    """A trial's score is the mean of the applicable graders' scores; it passes when each of them passes."""
 
     _path: Path | None = PrivateAttr(default=None)
     _suite_root: Path | None = PrivateAttr(default=None)

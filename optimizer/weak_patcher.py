@@ -28,6 +28,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from optimizer.run_ids import RUN_ID
 from optimizer.sim import RuleTexts
 
 TARGET = re.compile(r"^- \*\*[^*/]+/([A-Za-z0-9_]+)\*\*:", re.MULTILINE)
@@ -79,8 +80,8 @@ def harmful_lines(texts: RuleTexts, targets: list[str]) -> list[str]:
     return lines
 
 
-RUN_NAMES = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{6}|base commit `[0-9a-f]+`")
-"""Run ids (`runner.new_run_id`) and the base commit a request names (`request.md.j2`): they differ
+RUN_NAMES = re.compile(rf"{RUN_ID.pattern}|base commit `[0-9a-f]+`")
+"""Run ids (`run_ids.RUN_ID`) and the base commit a request names (`request.md.j2`): they differ
 from run to run of the same work, so with them the same seed would draw other answers."""
 
 

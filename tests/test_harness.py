@@ -20,9 +20,9 @@ SEEN: list[dict] = []
 
 
 def _scripted_model():
-    """`scripted/pkm` saves the insight first (too early), then looks around with a different
-    Glob each turn until the loop offers only the finishing tools, then files the note, then
-    saves the insight again."""
+    """`scripted/pkm` looks around with a different Glob each turn until the loop offers only the
+    finishing tools, then files the note with `file_note` but leaves the insight empty, then saves
+    the insight."""
     from litellm import CustomLLM
 
     class Scripted(CustomLLM):
@@ -30,14 +30,12 @@ def _scripted_model():
             tools = (kwargs.get("optional_params") or {}).get("tools") or []
             offered = {tool["function"]["name"] for tool in tools}
             SEEN.append({"offered": offered, "messages": [dict(m) for m in messages]})
-            insight = {"fact_id": FACT_ID, "insight_text": "The user ran a tempo 5k."}
-            if len(SEEN) == 1:
-                name, arguments = "update_timeline_card_insight", insight
-            elif offered == {"update_timeline_card_insight"}:
-                name, arguments = "update_timeline_card_insight", insight
+            if offered == {"update_timeline_card_insight"}:
+                name, arguments = "update_timeline_card_insight", {"fact_id": FACT_ID,
+                                                                   "insight_text": "The user ran a tempo 5k."}
             elif "Glob" not in offered:
-                name, arguments = "Write", {"path": "Areas/Health/running.md",
-                                            "content": f"- Tempo 5k in 24:10 <!-- fact_id: {FACT_ID} -->\n"}
+                name, arguments = "file_note", {"folder": "Areas", "file": "Health/running.md",
+                                                "entry": "- Tempo 5k in 24:10", "insight": ""}
             else:
                 name, arguments = "Glob", {"pattern": f"**/*{len(SEEN)}*.md"}
             return tool_call_reply(model, f"call{len(SEEN)}", name, json.dumps(arguments))
@@ -62,14 +60,14 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
     trial = run_task(tmp_path, task, "scripted/pkm")
     assert trial.status == "passed", trial.error
 
-    every_tool = {"Read", "BatchRead", "Write", "Edit", "Move", "Remove", "LS", "Glob", "Grep",
+    every_tool = {"file_note", "Read", "BatchRead", "Write", "Edit", "Move", "Remove", "LS", "Glob", "Grep",
                   "update_timeline_card_insight", "skip_pkm_organization"}
-    # 10 turns, wrap-up in the last 3. Call 1 sees every tool; the insight it saves cannot finish
-    # the note, so calls 2-7 are not offered the insight tool again (nothing changed); call 8 (the
-    # wrap-up) only what files the note; call 9 (the note is filed) only the insight, which ends it
+    # 10 turns, wrap-up in the last 3. Calls 1-7 are offered every tool but the insight (nothing
+    # is written yet; file_note takes the insight itself); call 8 (the wrap-up) only what files
+    # the note in one call or skips it; call 9 (filed, insight empty) only the insight, which ends it
     looking = every_tool - {"update_timeline_card_insight"}
-    assert [seen["offered"] for seen in SEEN] == [every_tool] + [looking] * 6 + [
-        {"Write", "Edit", "skip_pkm_organization"}, {"update_timeline_card_insight"}]
+    assert [seen["offered"] for seen in SEEN] == [looking] * 7 + [
+        {"file_note", "skip_pkm_organization"}, {"update_timeline_card_insight"}]
 
     def system_notes(call: int) -> list[str]:
         return [m["content"] for m in SEEN[call - 1]["messages"][2:] if m["role"] == "system"]
@@ -78,16 +76,15 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
     assert system_notes(5) == ["Turns left: 6 of 10. Finish this note before they run out."]
     assert system_notes(7)[-1] == "Turns left: 4 of 10. Finish this note before they run out."
     wrap_up = ("Only 3 turns are left, so only the tools that finish the job are offered now: "
-               "Write, Edit, skip_pkm_organization. Use them to complete this note.")
+               "file_note, skip_pkm_organization. Use them to complete this note.")
     assert system_notes(8)[-1] == wrap_up
     assert system_notes(9)[-2:] == [wrap_up, "Turns left: 2 of 10. Finish this note before they run out."]
 
-    # the insight saved before the note was filed says what is still missing
-    first = trial.transcript.tool_calls[0]
-    assert first.name == "update_timeline_card_insight" and not first.is_error
-    assert first.result.startswith("insight saved on the timeline card\n"
-                                   "This note is not finished yet:\n- no file under")
-    assert f"<!-- fact_id: {FACT_ID} -->" in first.result
+    # a note filed without its insight says what is still missing, and names no marker to echo
+    filed = trial.transcript.tool_calls[-2]
+    assert filed.name == "file_note" and not filed.is_error
+    assert filed.result == ("filed in Areas/Health/running.md; the insight was empty\n"
+                            "This note is not finished yet:\n- the timeline card insight was not updated")
     assert trial.transcript.tool_calls[-1].result == "insight saved on the timeline card"
 
 
@@ -130,3 +127,8 @@ def test_paths_are_narrowed_to_the_ones_that_exist(tmp_path):
     assert set(offered["Edit"]["required"]) == {"path", "old_string", "new_string"}
     assert offered["LS"]["properties"]["path"]["enum"] == ["", *folders]
     assert "enum" not in json.dumps(offered["Write"]), "a new file may have any name"
+    roots = ["Projects", "Areas", "Resources", "Archives"]
+    para = sorted(folders, key=lambda folder: (roots.index(folder.split("/")[0]), folder))
+    assert offered["file_note"]["properties"]["folder"] == {"enum": para}, "a folder of the list, PARA first"
+    assert "enum" not in json.dumps(offered["file_note"]["properties"]["file"]), "a new file may have any name"
+    assert "update_timeline_card_insight" not in offered, "no insight before anything is written"

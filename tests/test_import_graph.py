@@ -16,6 +16,8 @@
   distributions use (`agents` is the OpenAI Agents SDK's).
 * The harness (`optimizer/`) names no built-in grader: what it needs from one (the answer-key
   fields the hard-coding lint protects) it reads from the grader's registration.
+* Nothing outside `optimizer/cli/` imports it (not even inside a function): the library returns
+  text and data, and the command prints them.
 * The `optimizer` modules import each other without a cycle. Only module-level imports count
   for this check (those run when a module is imported; a function-level import runs later,
   once every module involved has loaded, and one under `if TYPE_CHECKING:` never runs).
@@ -185,6 +187,14 @@ def test_the_harness_names_no_builtin_grader():
               for path in sorted((ROOT / "optimizer").rglob("*")) if path.is_file() and path.suffix != ".pyc"
               for found in [pattern.search(path.read_text(encoding="utf-8", errors="replace"))] if found}
     assert not naming, sorted(naming)
+
+
+def test_nothing_below_the_cli_imports_it():
+    """Library code returns text and data; printing them is the command's part."""
+    assert "optimizer.cli._common" in imports("optimizer.cli.review")
+    callers = {f"{name} -> {target}" for name in MODULES if not within(name, "optimizer.cli")
+               for target in imports(name) if within(target, "optimizer.cli")}
+    assert not callers, sorted(callers)
 
 
 def test_optimizer_modules_import_each_other_without_a_cycle():

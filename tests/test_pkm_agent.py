@@ -84,8 +84,9 @@ def test_a_bad_calibration_file_is_an_input_error_naming_the_line(cli, monkeypat
 
 
 def test_a_runaway_agent_fails_with_score_zero_at_the_turn_limit_and_eval_does_not_blame_the_setup(cli, tmp_path):
-    # new drafts outside the PARA folders: never filed, never a repeat, still offered in the wrap-up
-    calls = [{"name": "Write", "arguments": {"path": f"Inbox/draft{i}.md", "content": "draft"}} for i in range(5)]
+    # filings outside the PARA folders: refused, never a repeat, still offered in the wrap-up
+    calls = [{"name": "file_note", "arguments": {"folder": "Inbox", "file": f"draft{i}.md", "entry": "draft",
+                                                 "insight": "a draft"}} for i in range(5)]
     task = {"id": "pkm_runaway", "metadata": {"failure_bucket": "loop", "max_turns": "3"},
             "input": {"content": "anything", "base_fixture": "fresh"},
             "reference_solution": {"tool_calls": calls},
@@ -149,8 +150,9 @@ def test_each_documented_rule_is_recognised_and_only_its_bucket_moves():
 
 
 def test_a_trial_ended_at_the_turn_limit_keeps_the_conversation_so_far(cli, isolated, tmp_path):
-    # new drafts outside the PARA folders: never filed, never a repeat, still offered in the wrap-up
-    calls = [{"name": "Write", "arguments": {"path": f"Inbox/draft{i}.md", "content": "draft"}} for i in range(5)]
+    # filings outside the PARA folders: refused, never a repeat, still offered in the wrap-up
+    calls = [{"name": "file_note", "arguments": {"folder": "Inbox", "file": f"draft{i}.md", "entry": "draft",
+                                                 "insight": "a draft"}} for i in range(5)]
     task = {"id": "pkm_runaway", "metadata": {"failure_bucket": "loop", "max_turns": "2"},
             "input": {"content": "anything", "base_fixture": "fresh"},
             "reference_solution": {"tool_calls": calls}, "graders": [{"name": "pkm_completion"}]}
@@ -162,5 +164,5 @@ def test_a_trial_ended_at_the_turn_limit_keeps_the_conversation_so_far(cli, isol
             "select status, score, error, transcript_json from trials").fetchone()
     assert (status, score, error) == ("failed", 0.0, "ended: the agent used all 2 turns without finishing")
     transcript = json.loads(transcript)
-    assert [call["name"] for call in transcript["tool_calls"]] == ["Write", "Write"]
+    assert [call["name"] for call in transcript["tool_calls"]] == ["file_note", "file_note"]
     assert transcript["usage"]["calls"] == 2

@@ -1,12 +1,15 @@
 """PKM Agent: files one raw note into a PARA Markdown knowledge base, or skips it.
 
 The trial workspace holds `PKM/` (a copy of the task's fixture) and `.pkm/edit_history.json`
-(the files edited in the last runs, for the catch-all reminder). The agent works only through
-the sandboxed tools, and every turn must be a tool call (`tool_choice="required"`: only what is
-filed counts, never a chat reply). The loop's harness is on (`optimizer.ToolLoop`): the turn budget is
-announced as it runs down, the last turns offer only the finishing tools, and a repeated call is
-answered as such. The run ends when `skip_pkm_organization` succeeds, when the
-insight is set once the note is filed (its marker is in a PARA file), when the model stops
+(the files edited in the last runs, for the catch-all reminder). The user message lists the
+knowledge base's PARA folders and files (`agents.pkm.filing`), so the agent chooses among listed
+targets. The agent works only through the sandboxed tools, and every turn must be a tool call
+(`tool_choice="required"`: only what is filed counts, never a chat reply). The loop's harness is
+on (`optimizer.ToolLoop`): the turn budget is announced as it runs down, the insight tool is offered
+only once something was written (`file_note` takes the insight itself), the last turns offer only
+the finishing tools, and a repeated call is answered as such. The run ends when
+`skip_pkm_organization` succeeds, when the insight is set once the note is filed (its marker is
+in a PARA file), when the model stops
 without a tool call (a provider that cannot force tool calls), or, with the trial failed at score
 0, at the turn limit or at the trial deadline.
 """
@@ -17,10 +20,11 @@ import json
 import os
 from pathlib import Path
 
+from prompt_optimizer_agents.pkm import filing
 from prompt_optimizer_agents.pkm.reminders import load_history, reminders
 from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, write_file
 from prompt_optimizer_agents.pkm.state import build_state, marker_for, snapshot
-from prompt_optimizer_agents.pkm.tools import PARA_ROOTS, PKMTools
+from prompt_optimizer_agents.pkm.tools import PARA_ROOTS, SCHEMAS, PKMTools
 from prompt_optimizer_agents.texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, LoopLimits, Outcome, Task, ToolLoop
 
@@ -33,11 +37,13 @@ WRAP_UP = 3
 """In the last turns only the finishing tools are offered (see `finishing_tools`)."""
 
 
-def user_message(task: Task) -> str:
+def user_message(task: Task, knowledge_base: str = "") -> str:
+    """The note, and the knowledge base as listed by `agents.pkm.filing.listing`."""
     return template("pkm_agent.user.md").format(
         content=task.input.content,
         fact_id=task.input.resolved_fact_id(),
         published_at=task.input.resolved_published_at().isoformat(),
+        knowledge_base=knowledge_base,
     ).strip() + "\n"
 
 
@@ -62,11 +68,19 @@ def missing_parts(tools: PKMTools) -> list[str]:
 
 
 def finishing_tools(tools: PKMTools) -> list[str]:
-    """What finishes the job from here: filing the note (or skipping it) until it is filed, then
-    the insight."""
+    """What finishes the job from here: filing the note in one call (or skipping it) until it is
+    filed, then the insight. (Offered Write and Edit here, the embedded model rewrote whole
+    files with one line each.)"""
     if tools.filed():
         return ["update_timeline_card_insight"]
-    return ["Write", "Edit", "skip_pkm_organization"]
+    return ["file_note", "skip_pkm_organization"]
+
+
+def offered_tools(tools: PKMTools) -> list[str]:
+    """Every tool, but the insight only once the knowledge base was changed: saved before
+    anything was written, it led the embedded model to skip the note it was then told was not
+    filed (`file_note` takes the insight itself)."""
+    return list(SCHEMAS) if tools.mutated else [name for name in SCHEMAS if name != "update_timeline_card_insight"]
 
 
 def run(context: AgentContext) -> AgentRun:
@@ -100,9 +114,10 @@ def run(context: AgentContext) -> AgentRun:
                     reminder=lambda missing: reminder("pkm_agent.reminder.md", missing),
                     system_note=system_note, tool_choice="required", texts=texts("pkm_agent.loop.yaml"),
                     state=lambda: (tools.mutations, tools.insight, tools.skip_evidence),
-                    finishing=lambda: finishing_tools(tools))
+                    finishing=lambda: finishing_tools(tools), offer=lambda: offered_tools(tools))
+    listing = filing.listing(pkm, tools.folders(), texts("pkm_agent.filing.yaml")["more"])
     messages = [{"role": "system", "content": context.system_prompt},
-                {"role": "user", "content": user_message(task)}]
+                {"role": "user", "content": user_message(task, listing)}]
     transcript = loop.run(messages)
     after = snapshot(pkm)
     state = build_state(fact_id=fact_id, before=before, after=after, events=tools.events,

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from prompt_optimizer_agents.pkm import filing
 from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, plain_files, read_file, write_file
-from prompt_optimizer_agents.pkm.state import has_marker
+from prompt_optimizer_agents.pkm.state import has_marker, marker_for
+from prompt_optimizer_agents.texts import texts
 from optimizer import Tool, ToolOutput, tool_error
 from prompt_optimizer_outcomes.pkm import PARA_ROOTS
 
@@ -73,12 +75,13 @@ class PKMTools:
 
     def tools(self) -> list[Tool]:
         handlers: dict[str, Callable[[dict[str, Any]], ToolOutput]] = {
-            "Read": self.read, "BatchRead": self.batch_read, "Write": self.write, "Edit": self.edit,
+            "file_note": self.file_note, "Read": self.read, "BatchRead": self.batch_read, "Write": self.write, "Edit": self.edit,
             "Move": self.move, "Remove": self.remove, "LS": self.ls, "Glob": self.glob, "Grep": self.grep,
             "update_timeline_card_insight": self.update_insight, "skip_pkm_organization": self.skip,
         }
-        terminal = {"skip_pkm_organization": True, "update_timeline_card_insight": self.filed}
-        narrow = {"Read": self._narrow_read, "BatchRead": self._narrow_batch_read, "Edit": self._narrow_edit,
+        terminal = {"skip_pkm_organization": True, "update_timeline_card_insight": self.filed,
+                    "file_note": lambda: self.filed() and self.insight is not None}
+        narrow = {"file_note": self._narrow_file_note, "Read": self._narrow_read, "BatchRead": self._narrow_batch_read, "Edit": self._narrow_edit,
                   "LS": self._narrow_ls}
         return [Tool(SCHEMAS[name], _guarded(handler), terminal=terminal.get(name, False), narrow=narrow.get(name))
                 for name, handler in handlers.items()]
@@ -98,6 +101,16 @@ class PKMTools:
                     folders.add(self.sandbox.relative(here))
             self._listing = (self.mutations, (files, sorted(folders)))
         return self._listing[1]
+
+    def folders(self) -> list[str]:
+        """The folders of the knowledge base now (links left out)."""
+        return self._existing()[1]
+
+    def _narrow_file_note(self) -> dict[str, Any]:
+        """A folder from the listing (or a PARA folder): a choice among listed targets."""
+        declared = SCHEMAS["file_note"]["function"]["parameters"]
+        return _object({**declared["properties"], "folder": {"enum": filing.para_folders(self.folders())}},
+                       required=declared["required"])
 
     def _narrow_read(self) -> dict[str, Any] | None:
         """Read a file that exists (whole: the knowledge base's files are short)."""
@@ -279,6 +292,39 @@ class PKMTools:
             path.unlink()
         self._log("remove", relative)
         return ToolOutput(f"removed {relative}")
+
+    def file_note(self, args: dict[str, Any]) -> ToolOutput:
+        """Append the entry (with the marker) to a file, or create it, and save the insight; an
+        existing file not yet read nor written in this trial is shown instead (see `filing`)."""
+        path = filing.target(self.sandbox, args.get("folder"), args.get("file"))
+        entry, insight = args.get("entry"), args.get("insight")
+        if not isinstance(entry, str) or not entry.strip():
+            raise SandboxError("entry must be the note as it should read in the file")
+        relative = self.sandbox.relative(path)
+        existed = path.exists()
+        text = _read_text(path, relative) if existed else ""
+        if has_marker(text, self.fact_id):
+            raise SandboxError(f"the note is already filed in {relative}")
+        says = texts("pkm_agent.filing.yaml")
+        if existed and self.origin(relative) not in self._known():
+            start = max(1, len(text.splitlines()) - filing.SHOWN_LINES + 1)
+            shown = self.read({"path": relative, "offset": start})
+            return ToolOutput(says["shown"].format(path=relative, file=shown.text), again=True)
+        data = Sandbox.check_size(filing.appended(text, filing.with_marker(entry, marker_for(self.fact_id))))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(path, data, relative)
+        if existed:
+            self._log("edit", relative)
+        else:
+            self._log("write", relative, existed=False)
+        if not isinstance(insight, str) or not insight.strip():
+            return ToolOutput(says["filed_no_insight"].format(path=relative))
+        self.insight = Insight(fact_id=self.fact_id, text=insight.strip())
+        return ToolOutput(says["filed"].format(path=relative))
+
+    def _known(self) -> set[str]:
+        """The files (by origin) this trial has read or written: the agent knows what they hold."""
+        return {event["origin"] for event in self.events if event["op"] in ("read", "write", "edit")}
 
     # ------------------------------------------------------------ finishing
 

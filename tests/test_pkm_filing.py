@@ -1,0 +1,203 @@
+"""Filing a note in one call (`file_note`, agents/pkm/filing.py): the knowledge base listed up
+front, an existing file shown before the first entry is added to it, a new file in the chosen
+folder, paths outside the knowledge base refused; and, through the runner on a scripted model
+graded by the real graders, a note filed in the right place, a skip, and the trivial note that
+ends at once."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+
+import pytest
+
+from prompt_optimizer_agents.pkm import filing
+from prompt_optimizer_agents.pkm.sandbox import Sandbox
+from prompt_optimizer_agents.pkm.tools import PKMTools
+from optimizer.models import register_provider
+from tests.conftest import PROJECT_ROOT
+from tests.helpers import tool_call_reply
+from tests.test_harness import run_task
+
+FACT_ID = "2026/05/21.md#ts_2"
+MARKER = f"<!-- fact_id: {FACT_ID} -->"
+STARTER = PROJECT_ROOT / "fixtures" / "_starter_pkm" / "PKM"
+
+
+@pytest.fixture
+def tools(tmp_path):
+    pkm = tmp_path / "workspace" / "PKM"
+    shutil.copytree(STARTER, pkm)
+    (tmp_path / "outside.md").write_text("outside\n", encoding="utf-8")
+    return PKMTools(Sandbox(pkm), FACT_ID)
+
+
+def call(tools: PKMTools, name: str, **arguments):
+    return next(tool for tool in tools.tools() if tool.name == name).handler(arguments)
+
+
+def test_the_listing_names_each_para_folder_and_its_files_with_their_first_line(tools, tmp_path):
+    text = filing.listing(tools.sandbox.root, tools.folders(), "({count} more)")
+    lines = text.splitlines()
+    assert lines[:3] == ["Projects/", "  Kitchen Renovation.md: Kitchen Renovation", "Projects/Japan Trip/"]
+    assert "Areas/Work/" in lines and "  one-on-ones.md: 1:1s with Dana" in lines
+    assert lines.index("Areas/Work/") < lines.index("  one-on-ones.md: 1:1s with Dana")
+    assert "fact_id" not in text and lines[-1].startswith("  ")
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert filing.listing(fresh, [], "({count} more)") == "Projects/\nAreas/\nResources/\nArchives/"
+
+
+def test_a_large_knowledge_base_is_listed_up_to_a_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(filing, "LISTED_FILES", 3)
+    for name in "abcde":
+        (tmp_path / "Areas").mkdir(exist_ok=True)
+        (tmp_path / "Areas" / f"{name}.md").write_text(f"# {name}\n", encoding="utf-8")
+    text = filing.listing(tmp_path, ["Areas"], "({count} more files)")
+    assert text.splitlines()[-1] == "(2 more files)" and "  c.md: c" in text and "d.md" not in text
+
+
+def test_a_note_goes_into_an_existing_file_only_after_the_agent_was_shown_it(tools):
+    path = tools.sandbox.root / "Areas" / "Work" / "one-on-ones.md"
+    before = path.read_text(encoding="utf-8")
+    arguments = {"folder": "Areas/Work", "file": "one-on-ones.md", "insight": "Settles the Leeds question.",
+                 "entry": "- 2026-05-21 not doing the Leeds secondment, chartership first"}
+
+    shown = call(tools, "file_note", **arguments)
+    assert shown.again and not shown.is_error
+    assert shown.text.startswith("Nothing is filed yet. This is the end of Areas/Work/one-on-ones.md")
+    assert "1:1s with Dana" in shown.text, "a short file is shown whole"
+    assert path.read_text(encoding="utf-8") == before and tools.insight is None
+
+    filed = call(tools, "file_note", **arguments)
+    assert filed.text == "filed in Areas/Work/one-on-ones.md, and the insight saved" and not filed.again
+    after = path.read_text(encoding="utf-8")
+    assert after.startswith(before.rstrip()) and after.endswith(f"chartership first {MARKER}\n")
+    assert [event["op"] for event in tools.events] == ["read", "edit"], "read before the change"
+    assert tools.filed() and tools.insight.text == "Settles the Leeds question."
+
+
+def test_a_note_with_no_file_for_it_gets_a_new_file_in_the_chosen_folder(tools):
+    answer = call(tools, "file_note", folder="Resources", file="Resources/Bike/bleeding-shimano-brakes",
+                  entry="# Bleeding Shimano brakes\n\nMineral oil only.", insight="A how-to for the bike.")
+    assert answer.text == "filed in Resources/Bike/bleeding-shimano-brakes.md, and the insight saved"
+    created = tools.sandbox.root / "Resources" / "Bike" / "bleeding-shimano-brakes.md"
+    assert created.read_text(encoding="utf-8") == f"# Bleeding Shimano brakes\n\nMineral oil only. {MARKER}\n"
+    assert tools.events == [{"op": "write", "path": "Resources/Bike/bleeding-shimano-brakes.md",
+                             "origin": "Resources/Bike/bleeding-shimano-brakes.md", "existed": False}]
+
+
+@pytest.mark.parametrize("folder, file, reason", [
+    ("..", "outside.md", "'..' may not leave PKM/"),
+    ("Areas", "../../../outside.md", "'..' may not leave PKM/"),
+    ("/tmp", "x.md", "absolute path '/tmp' refused"),
+    ("Areas", "/etc/passwd.md", "absolute path '/etc/passwd.md' refused"),
+    ("", "notes.md", "notes are filed in a folder under Projects, Areas, Resources, Archives"),
+    ("Inbox", "notes.md", "notes are filed in a folder under Projects, Areas, Resources, Archives"),
+    ("Areas", "notes.txt", "use a .md name"),
+])
+def test_a_target_outside_the_para_folders_is_refused_with_why(tools, tmp_path, folder, file, reason):
+    answer = call(tools, "file_note", folder=folder, file=file, entry="x", insight="y")
+    assert answer.is_error and reason in json.loads(answer.text)["error"][0]
+    assert (tmp_path / "outside.md").read_text(encoding="utf-8") == "outside\n"
+    assert tools.events == [] and not tools.filed() and tools.insight is None
+
+
+@pytest.mark.parametrize("folder, file", [
+    ("Areas/Work", "one-on-ones.md"), ("Areas/Work", "Areas/Work/one-on-ones.md"), ("Areas/Work", "Work/one-on-ones"),
+    ("Areas", "Work/one-on-ones.md"), ("Areas/Work/", "one-on-ones"),
+])
+def test_a_file_named_with_its_folder_or_part_of_it_is_the_same_file(tools, folder, file):
+    assert filing.target(tools.sandbox, folder, file) == tools.sandbox.root / "Areas" / "Work" / "one-on-ones.md"
+
+
+def test_a_note_is_not_filed_twice_in_one_file(tools):
+    call(tools, "file_note", folder="Areas/Health", file="new.md", entry="- one", insight="i")
+    again = call(tools, "file_note", folder="Areas/Health", file="new.md", entry="- one", insight="i")
+    assert again.is_error and "already filed in Areas/Health/new.md" in again.text
+
+
+def test_entries_follow_the_file_list_items_or_paragraphs():
+    assert filing.appended("# Log\n- a\n", "- b <!-- m -->") == "# Log\n- a\n- b <!-- m -->\n"
+    assert filing.appended("# Notes\n\nSome prose.\n", "More prose.") == "# Notes\n\nSome prose.\n\nMore prose.\n"
+    assert filing.with_marker("text\n", "<!-- m -->") == "text <!-- m -->"
+    assert filing.with_marker("text <!-- m -->", "<!-- m -->") == "text <!-- m -->"
+
+
+# ---------------------------------------------------------------- through the runner
+
+CALLS: list[dict] = []
+
+
+def _filing_model():
+    """`scripted_file/pkm` skips a note that says only "ok", files the brake-bleeding note in a new
+    file under Resources/Bike, and any other note in Areas/Work/one-on-ones.md (making the same
+    call again when shown the file), all with file_note."""
+    from litellm import CustomLLM
+
+    class Filing(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            tools = (kwargs.get("optional_params") or {}).get("tools") or []
+            CALLS.append({"offered": {tool["function"]["name"] for tool in tools}, "user": messages[1]["content"]})
+            if messages[1]["content"].startswith("ok\n"):
+                name, arguments = "skip_pkm_organization", {"evidence": "only 'ok': nothing to keep"}
+            elif "shimano" in messages[1]["content"]:
+                name, arguments = "file_note", {"folder": "Resources", "file": "Bike/bleeding-shimano-brakes.md",
+                                                "entry": "# Bleeding Shimano brakes\n\nMineral oil only.",
+                                                "insight": "A how-to for the bike's hydraulic brakes."}
+            else:
+                name, arguments = "file_note", {"folder": "Areas/Work", "file": "one-on-ones.md",
+                                                "entry": "- 2026-05-21 told Dana: not doing the Leeds secondment",
+                                                "insight": "Settles the Leeds secondment question Dana raised."}
+            return tool_call_reply(model, f"call{len(CALLS)}", name, json.dumps(arguments))
+
+    return Filing()
+
+
+register_provider("scripted_file", _filing_model, ["scripted_file/pkm"])
+
+
+def suite_task(task_id: str) -> dict:
+    """A task of suites/pkm_agent as it is, without the LLM judges (their model is not the point)."""
+    path = next((PROJECT_ROOT / "suites" / "pkm_agent" / "tasks").rglob(f"{task_id}.json"))
+    task = json.loads(path.read_text(encoding="utf-8"))
+    task["graders"] = [spec for spec in task["graders"] if spec["name"] not in
+                       ("pkm_insight_quality", "pkm_append_coherence")]
+    return task
+
+
+def benchmark_filing():
+    spec = importlib.util.spec_from_file_location("pkm_embedded", PROJECT_ROOT / "benchmarks" / "pkm_embedded.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.filing
+
+
+def test_a_note_filed_with_file_note_passes_the_graders_in_the_right_place(tmp_path):
+    CALLS.clear()
+    trial = run_task(tmp_path, suite_task("pkm_route_one_on_one_secondment"), "scripted_file/pkm")
+    assert trial.status == "passed", [(r.grader, r.rationale) for r in trial.grader_results]
+    assert {result.grader for result in trial.grader_results} >= {
+        "pkm_completion", "pkm_routed_correctly", "pkm_read_before_write", "pkm_no_overwrite"}
+    assert benchmark_filing()(trial) == "right place"
+    assert [call.name for call in trial.transcript.tool_calls] == ["file_note", "file_note"]
+    assert "Nothing is filed yet" in trial.transcript.tool_calls[0].result, "shown first, then made again"
+    assert "Areas/Work/\n" in CALLS[0]["user"] and "  one-on-ones.md: 1:1s with Dana\n" in CALLS[0]["user"]
+
+
+def test_a_note_with_no_file_for_it_filed_in_a_new_file_of_the_right_folder_passes(tmp_path):
+    trial = run_task(tmp_path, suite_task("pkm_create_bike_brake_bleed"), "scripted_file/pkm")
+    assert trial.status == "passed", [(r.grader, r.rationale) for r in trial.grader_results]
+    assert benchmark_filing()(trial) == "right place"
+    assert [call.name for call in trial.transcript.tool_calls] == ["file_note"], "one call files it"
+
+
+def test_the_trivial_note_is_skipped_at_once_and_passes(tmp_path):
+    CALLS.clear()
+    trial = run_task(tmp_path, suite_task("pkm_skip_trivial_ok"), "scripted_file/pkm")
+    assert trial.status == "passed", trial.error
+    assert [call.name for call in trial.transcript.tool_calls] == ["skip_pkm_organization"]
+    assert {"file_note", "skip_pkm_organization"} <= CALLS[0]["offered"], "filing and skipping both offered"
+    assert benchmark_filing()(trial) == "", "a task to skip is not counted among the filings"
