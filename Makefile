@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup model run demo eval validate test test-local test-browser bench clean aider
+.PHONY: setup model run demo eval validate test test-local test-browser test-packaging bench clean aider
 
 setup: $(VENV)/.installed
 
@@ -70,6 +70,17 @@ test-browser: setup
 		apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; else \
 		echo "install Chromium first: sudo apt-get install chromium chromium-driver" >&2; exit 2; fi; }
 	$(BIN)/python -m pytest -q -m browser
+
+# This project's wheel, the OpenAI Agents SDK (whose import name, `agents`, is one of this
+# repository's folders) and every dependency of both, fetched into a wheelhouse (the package
+# registry is needed here), then installed side by side into a fresh venv without an index
+# (marker packaging, tests/test_two_distributions.py).
+WHEELHOUSE := .optimizer/wheelhouse
+SDK ?= openai-agents==0.24.0
+test-packaging: setup
+	rm -f $(WHEELHOUSE)/prompt_optimizer-*.whl
+	$(BIN)/pip wheel --quiet --wheel-dir $(WHEELHOUSE) . '$(SDK)'
+	PACKAGING_WHEELHOUSE=$(CURDIR)/$(WHEELHOUSE) $(BIN)/python -m pytest -q -m packaging
 
 bench: setup
 	$(BIN)/python benchmarks/harness_overhead.py

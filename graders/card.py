@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from optimizer import AnswerKey, GraderConfig, GraderResult, Task, Trial, grader
-from outcomes.card import CardOutcome
+from prompt_optimizer_outcomes.card import CardOutcome
 
 
 class TemplateChoiceConfig(GraderConfig):

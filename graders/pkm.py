@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from optimizer import AnswerKey, GraderConfig, GraderResult, Task, Trial, grader
 from optimizer.errors import TaskFileError
-from outcomes.pkm import MARKER, PARA_ROOTS, PKMOutcome, segments
+from prompt_optimizer_outcomes.pkm import MARKER, PARA_ROOTS, PKMOutcome, segments
 
 READS = ("read",)
 WRITES = ("write", "edit")

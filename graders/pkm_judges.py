@@ -26,10 +26,10 @@ from typing import Any
 
 from pydantic import Field
 
-from graders.pkm import result
+from prompt_optimizer_graders.pkm import result
 from optimizer import (PASS_THRESHOLD, Criterion, GraderConfig, GraderResult, JudgeError, Task, Trial, ask, grader,
                        judge)
-from outcomes.pkm import PKMOutcome, segments
+from prompt_optimizer_outcomes.pkm import PKMOutcome, segments
 
 HERE = Path(__file__).resolve().parent
 CRITERIA = HERE / "rubrics" / "criteria"
@@ -125,7 +125,7 @@ def score_insight(outputs: dict[str, Any]) -> float:
 
 def _signature(name: str):
     def build(instructions: str):
-        from graders import _judge_signatures
+        from prompt_optimizer_graders import _judge_signatures
 
         return getattr(_judge_signatures, name)(instructions)
 

@@ -18,8 +18,6 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    # The tool loop is public here; its code stays in agents/loop.py for now.
-    "agents.loop": ("AgentLimitError", "LoopLimits", "Tool", "ToolLoop", "ToolOutput", "tool_error"),
     "optimizer.agent_run": ("AgentContext", "AgentRun"),
     "optimizer.errors": ("DeadlinePassed", "InputError", "ModelCallError", "OptimizerError", "TrialCutShort",
                          "TrialTimeout"),
@@ -28,6 +26,7 @@ _EXPORTS = {
     "optimizer.models.providers": ("Provider", "register_provider"),
     "optimizer.registry": ("AnswerKey", "GraderConfig", "agent", "grader"),
     "optimizer.sim": ("Rule", "RuleTexts", "SimProfile", "load_rule_texts"),
+    "optimizer.tool_loop": ("AgentLimitError", "LoopLimits", "Tool", "ToolLoop", "ToolOutput", "tool_error"),
     "optimizer.types": ("GraderResult", "GraderSpec", "Outcome", "OutcomeModel", "RunResult", "Suite", "SuiteSpec",
                         "Task", "TaskInput", "ToolCall", "ToolCallSpec", "Transcript", "Trial", "Usage"),
 }

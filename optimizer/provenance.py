@@ -53,8 +53,9 @@ class AgentSpec(Spec):
     """The system prompt the optimizer edits, as the run reads it (the base commit's, in a loop)."""
     code: str
     """The .py files of the agent's package, the modules of its top-level package it shares
-    with other agents (e.g. `agents/loop.py`, `agents/texts.py`), and the module of its typed
-    outcome (`outcomes/card.py`), which it shares with its graders."""
+    with other agents (e.g. `agents/texts.py`), and the module of its typed outcome
+    (`outcomes/card.py`), which it shares with its graders. The tool loop is the optimizer's
+    (`optimizer_source`)."""
     texts: str
     """The other files of its prompt folder it reads (`agents/prompts/card_agent.*`)."""
     schemas: str
@@ -215,7 +216,7 @@ def agent_spec(entry: "AgentEntry", prompt_text: str) -> AgentSpec:
     shared = sorted(top.glob("*.py")) if package else []
     prompt = Path(entry.prompt_file)
     stem = prompt.name.split(".")[0]
-    folder = (top.parent if package else top) / prompt.parent  # the import root holds the prompt folder
+    folder = _texts_folder(top, prompt.parent) if package else top / prompt.parent
     texts = [path for path in folder.glob(f"{stem}.*") if path.name != prompt.name]
     outcome = module_file(entry.outcome.__module__) if entry.outcome else None
     return AgentSpec(prompt=short_hash(prompt_text.encode()),
@@ -224,6 +225,16 @@ def agent_spec(entry: "AgentEntry", prompt_text: str) -> AgentSpec:
                                    *([files_hash([outcome], outcome.parent)] if outcome else [])),
                      texts=files_hash(texts, folder),
                      schemas=files_hash([path for path in own if path.suffix != ".py"], package or top))
+
+
+def _texts_folder(top: Path, relative: Path) -> Path:
+    """Where the agent's prompt folder (`relative`, from the project root) is read beside its
+    code: under the import root (`prompts/` beside a plugin's package), or, for a package installed
+    under another name than its folder (`agents/prompts/` in the wheel's `prompt_optimizer_agents`),
+    inside the package."""
+    if len(relative.parts) > 1 and relative.parts[0] != top.name and (top / Path(*relative.parts[1:])).is_dir():
+        return top / Path(*relative.parts[1:])
+    return top.parent / relative
 
 
 def grader_spec(entry: "GraderEntry") -> GraderSpec:

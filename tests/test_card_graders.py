@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 import pytest
 from pydantic import ValidationError
 
-from agents.card.agent import CardFile, card_state
-from agents.card.tool import CardSaver
-from graders.card import (MustContainConfig, TagsConfig, TemplateChoiceConfig, card_completion, card_must_contain,
-                          card_tags, card_template_choice)
+from prompt_optimizer_agents.card.agent import CardFile, card_state
+from prompt_optimizer_agents.card.tool import CardSaver
+from prompt_optimizer_graders.card import (MustContainConfig, TagsConfig, TemplateChoiceConfig, card_completion,
+                                           card_must_contain, card_tags, card_template_choice)
 from optimizer import Outcome, Task, Trial
 
 FACT_ID = "2026/05/25.md#ts_2"
@@ -137,8 +137,8 @@ class ScriptedModel:
 def test_the_agent_is_reminded_with_the_checks_wording_until_it_saves(tmp_path):
     import time
 
-    from agents.card.agent import run as run_card_agent
-    from agents.texts import reminder, texts
+    from prompt_optimizer_agents.card.agent import run as run_card_agent
+    from prompt_optimizer_agents.texts import reminder, texts
     from optimizer import AgentContext
     from optimizer.models.client import Completion, ToolCallRequest
     from optimizer.types import Usage

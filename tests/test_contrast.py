@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agents.card.sim import PROFILE
+from prompt_optimizer_agents.card.sim import PROFILE
 from optimizer.contrast import action, pieces, rule_to_complete
 from optimizer.proposers import LLMProposer, ProposalRequest
 from optimizer.request import Selection, Target, load_manual, render_request

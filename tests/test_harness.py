@@ -1,7 +1,7 @@
-"""The tool loop's harness for small models (agents/loop.py), through the real runner on a scripted
-model: the turn budget announced as it runs down, the wrap-up phase that offers only the finishing
-tools, what a finishing tool says when the job is not done yet, and tools withheld while they
-cannot help."""
+"""The tool loop's harness for small models (optimizer/tool_loop.py), through the real runner on a
+scripted model: the turn budget announced as it runs down, the wrap-up phase that offers only the
+finishing tools, what a finishing tool says when the job is not done yet, and tools withheld while
+they cannot help."""
 
 from __future__ import annotations
 

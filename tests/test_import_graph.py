@@ -11,6 +11,9 @@
   point (tests/test_providers.py).
 * Graders import nothing from the agents they grade, nor agents from graders: both read the
   agent's typed outcome from `outcomes/`, which imports neither.
+* The bundled packages are imported by their installed names (`prompt_optimizer_agents` for the
+  folder `agents/`, as pyproject maps them), never by their folders' names, which other
+  distributions use (`agents` is the OpenAI Agents SDK's).
 * The harness (`optimizer/`) names no built-in grader: what it needs from one (the answer-key
   fields the hard-coding lint protects) it reads from the grader's registration.
 * Nothing outside `optimizer/cli/` imports it (not even inside a function): the library returns
@@ -27,10 +30,15 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[1]
+IMPORT_NAMES = {folder: name for name, folder in tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+                ["tool"]["setuptools"]["package-dir"].items()}
+"""Folder -> the name it is installed and imported under."""
+AGENTS, GRADERS, OUTCOMES = (IMPORT_NAMES[folder] for folder in ("agents", "graders", "outcomes"))
 PACKAGES = ("optimizer", "agents", "graders", "outcomes")
 FOUNDATION = {"optimizer.errors", "optimizer.types", "optimizer.files", "optimizer.ledger",
               "optimizer.procfs"}
@@ -39,6 +47,7 @@ FOUNDATION = {"optimizer.errors", "optimizer.types", "optimizer.files", "optimiz
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = (IMPORT_NAMES.get(parts[0], parts[0]), *parts[1:])
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -90,7 +99,7 @@ def within(module: str, package: str) -> bool:
 
 
 def test_the_module_graph_was_read():
-    assert "optimizer.models.mock" in MODULES and "graders.pkm" in MODULES
+    assert "optimizer.models.mock" in MODULES and f"{GRADERS}.pkm" in MODULES
     assert "optimizer.models._context" in imports("optimizer.models.mock")
 
 
@@ -99,7 +108,7 @@ def test_the_model_layer_imports_nothing_above_it():
               for name in MODULES if within(name, "optimizer.models")
               for target in imports(name)
               if (within(target, "optimizer") and not within(target, "optimizer.models")
-                  and target not in FOUNDATION) or within(target, "agents") or within(target, "graders")}
+                  and target not in FOUNDATION) or within(target, AGENTS) or within(target, GRADERS)}
     assert not upward, sorted(upward)
 
 
@@ -117,7 +126,7 @@ def test_an_engine_stands_on_the_model_layer_alone():
               for target in imports(name)
               if within(target, "optimizer") and target != "optimizer"
               and not any(within(target, base) for base in allowed)
-              or any(within(target, package) for package in ("agents", "graders", "outcomes"))}
+              or any(within(target, package) for package in (AGENTS, GRADERS, OUTCOMES))}
     assert not beyond, sorted(beyond)
     assert "optimizer" in imports("optimizer.engines.llamacpp")
 
@@ -129,23 +138,38 @@ def test_only_the_install_command_imports_an_engine():
 
 
 def test_graders_import_nothing_from_agents():
-    crossing = {f"{name} -> {target}" for name in MODULES if within(name, "graders")
-                for target in imports(name) if within(target, "agents")}
+    crossing = {f"{name} -> {target}" for name in MODULES if within(name, GRADERS)
+                for target in imports(name) if within(target, AGENTS)}
     assert not crossing, sorted(crossing)
 
 
 def test_agents_and_graders_share_only_the_outcomes():
     crossing = {f"{name} -> {target}" for name in MODULES
-                for source, other in (("agents", "graders"), ("outcomes", "agents"), ("outcomes", "graders"))
+                for source, other in ((AGENTS, GRADERS), (OUTCOMES, AGENTS), (OUTCOMES, GRADERS))
                 if within(name, source) for target in imports(name) if within(target, other)}
     assert not crossing, sorted(crossing)
-    assert "outcomes.pkm" in imports("graders.pkm") and "outcomes.pkm" in imports("agents.pkm.state")
+    assert f"{OUTCOMES}.pkm" in imports(f"{GRADERS}.pkm") and f"{OUTCOMES}.pkm" in imports(f"{AGENTS}.pkm.state")
+
+
+def test_the_bundled_packages_are_imported_by_their_installed_names():
+    """`import agents` would load whatever distribution owns that name (the OpenAI Agents SDK),
+    or nothing in an installed wheel; the tests and tools are read as well as the packages."""
+    assert set(IMPORT_NAMES) == {"agents", "graders", "outcomes"}
+    assert all(name.startswith("prompt_optimizer_") for name in IMPORT_NAMES.values())
+    sources = [path for folder in (*PACKAGES, "tests", "benchmarks", "examples")
+               for path in sorted((ROOT / folder).rglob("*.py"))]
+    by_folder_name = {f"{path.relative_to(ROOT)} -> {alias}" for path in sources
+                      for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                      for alias in ([a.name for a in node.names] if isinstance(node, ast.Import)
+                                    else [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                      if alias and alias.split(".")[0] in IMPORT_NAMES}
+    assert not by_folder_name, sorted(by_folder_name)
 
 
 def builtin_graders() -> set[str]:
     """The names registered by `@grader` in `graders/`: the decorator's name, else the function's."""
     names = set()
-    for module in (name for name in MODULES if within(name, "graders")):
+    for module in (name for name in MODULES if within(name, GRADERS)):
         for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
             if not isinstance(node, ast.FunctionDef):
                 continue

@@ -10,7 +10,7 @@ import tomllib
 import pytest
 import yaml
 
-from agents.card.tool import SCHEMA, validate
+from prompt_optimizer_agents.card.tool import SCHEMA, validate
 from optimizer.engines.llamacpp import grammar, install
 from optimizer.store import Store, default_url
 from tests.conftest import PROJECT_ROOT

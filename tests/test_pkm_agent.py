@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from agents.pkm.reminders import load_history, reminders
+from prompt_optimizer_agents.pkm.reminders import load_history, reminders
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import write_suite
 
@@ -110,7 +110,7 @@ def test_a_runaway_agent_fails_with_score_zero_at_the_turn_limit_and_eval_does_n
 def test_every_simulated_trial_passes_exactly_when_the_sim_decides_it_does(cli, isolated, tmp_path):
     """The failing behaviour of each bucket really fails its task's graders, and the passing one
     passes them: so a rule that raises a bucket's pass probability raises its measured score."""
-    from agents.pkm.sim import PROFILE
+    from prompt_optimizer_agents.pkm.sim import PROFILE
     from optimizer.sim import decide
     from optimizer.suites import load_suite
 
@@ -132,7 +132,7 @@ def test_every_simulated_trial_passes_exactly_when_the_sim_decides_it_does(cli, 
 
 
 def test_each_documented_rule_is_recognised_and_only_its_bucket_moves():
-    from agents.pkm import sim
+    from prompt_optimizer_agents.pkm import sim
 
     prompt = (PROJECT_ROOT / "agents/prompts/pkm_agent.md").read_text()
     examples = {}

@@ -12,9 +12,9 @@ import shutil
 
 import pytest
 
-from agents.pkm import filing
-from agents.pkm.sandbox import Sandbox
-from agents.pkm.tools import PKMTools
+from prompt_optimizer_agents.pkm import filing
+from prompt_optimizer_agents.pkm.sandbox import Sandbox
+from prompt_optimizer_agents.pkm.tools import PKMTools
 from optimizer.models import register_provider
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import tool_call_reply

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.pkm.sandbox import Sandbox
-from agents.pkm.state import build_state, snapshot
-from agents.pkm.tools import PKMTools
+from prompt_optimizer_agents.pkm.sandbox import Sandbox
+from prompt_optimizer_agents.pkm.state import build_state, snapshot
+from prompt_optimizer_agents.pkm.tools import PKMTools
 from optimizer import Outcome, Task, Trial
 from optimizer.judging import JudgeSettings, judging
 from optimizer.registry import get_grader

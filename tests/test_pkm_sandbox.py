@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.pkm.agent import record_history
-from agents.pkm.reminders import load_history, reminders
-from agents.pkm.sandbox import MAX_WRITE_BYTES, Sandbox, SandboxError, read_file, write_file
-from agents.pkm.state import snapshot
-from agents.pkm.tools import PKMTools
+from prompt_optimizer_agents.pkm.agent import record_history
+from prompt_optimizer_agents.pkm.reminders import load_history, reminders
+from prompt_optimizer_agents.pkm.sandbox import MAX_WRITE_BYTES, Sandbox, SandboxError, read_file, write_file
+from prompt_optimizer_agents.pkm.state import snapshot
+from prompt_optimizer_agents.pkm.tools import PKMTools
 from optimizer import Task
 
 FACT_ID = "2026/05/25.md#ts_1"

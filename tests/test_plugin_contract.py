@@ -14,8 +14,8 @@ from optimizer import AgentRun, GraderResult, Outcome, Transcript, agent, grader
 from optimizer import registry
 from optimizer.provenance import agent_spec
 from optimizer.registry import get_agent, get_grader
-from outcomes.card import CardOutcome
-from outcomes.pkm import PKMOutcome
+from prompt_optimizer_outcomes.card import CardOutcome
+from prompt_optimizer_outcomes.pkm import PKMOutcome
 
 STORED_CARD = (
     '{"environment_state":{"saved":true,"card_path":"Cards/2026/02/05_ts_1.yaml","is_complete":true,'
@@ -96,7 +96,7 @@ def test_an_edit_to_an_agents_outcome_is_an_edit_to_the_agent(tmp_path, monkeypa
     """The outcome module lives outside the agent's package; a baseline must still not outlive it."""
     entry = get_agent("card_agent")
     before = agent_spec(entry, "prompt").code
-    module = sys.modules["outcomes.card"]
+    module = sys.modules["prompt_optimizer_outcomes.card"]
     copy = tmp_path / "card.py"
     copy.write_text(Path(module.__file__).read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
     monkeypatch.setattr(module, "__file__", str(copy))

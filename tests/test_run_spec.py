@@ -62,7 +62,7 @@ def test_an_unchanged_project_reuses_its_baseline(cli, repo, tmp_path):
 
 
 def test_an_edit_to_the_agents_code_runs_a_new_baseline(cli, repo, tmp_path, monkeypatch):
-    copy = code_copy(tmp_path, monkeypatch, "agents.card")
+    copy = code_copy(tmp_path, monkeypatch, "prompt_optimizer_agents.card")
     assert not baseline_run(cli)
     with (copy / "templates.py").open("a") as file:
         file.write("\nEXTRA_TEMPLATE = 'agenda'\n")
@@ -71,7 +71,7 @@ def test_an_edit_to_the_agents_code_runs_a_new_baseline(cli, repo, tmp_path, mon
 
 
 def test_an_edit_to_the_agents_tool_schema_runs_a_new_baseline(cli, repo, tmp_path, monkeypatch):
-    copy = code_copy(tmp_path, monkeypatch, "agents.card")
+    copy = code_copy(tmp_path, monkeypatch, "prompt_optimizer_agents.card")
     assert not baseline_run(cli)
     schema = json.loads((copy / "save_timeline_card.json").read_text())
     schema["description"] = "Save one timeline card (described differently)."
@@ -90,9 +90,25 @@ def test_an_edit_to_a_fixture_file_runs_a_new_baseline(cli, repo, tmp_path):
     assert changes == ["git.commit", "tasks.card_agent/card_multi_fact_call_mom.fixtures"]
 
 
+def test_an_agent_package_installed_under_another_name_hashes_the_texts_inside_it(tmp_path, monkeypatch):
+    """A wheel installs the folder `agents/` as `prompt_optimizer_agents`, its prompt folder
+    `agents/prompts` inside that package: an edit to a text there changes the agent's spec."""
+    from optimizer.provenance import agent_spec
+    from optimizer.registry import get_agent
+
+    entry = get_agent("card_agent")
+    copy = code_copy(tmp_path, monkeypatch, "prompt_optimizer_agents")
+    monkeypatch.setattr(sys.modules["prompt_optimizer_agents.card"], "__file__", str(copy / "card" / "__init__.py"))
+    assert not (copy.parent / "agents").exists()
+    before = agent_spec(entry, "prompt")
+    (copy / "prompts" / "card_agent.user.md").write_text("{note}\n(a changed user message)\n")
+    after = agent_spec(entry, "prompt")
+    assert after.texts != before.texts and after.code == before.code
+
+
 def test_an_edit_to_a_graders_helper_runs_a_new_baseline(cli, repo, tmp_path, monkeypatch):
-    copy = code_copy(tmp_path, monkeypatch, "graders")
-    monkeypatch.setattr(sys.modules["graders.card"], "__file__", str(copy / "card.py"))
+    copy = code_copy(tmp_path, monkeypatch, "prompt_optimizer_graders")
+    monkeypatch.setattr(sys.modules["prompt_optimizer_graders.card"], "__file__", str(copy / "card.py"))
     assert not baseline_run(cli)
     source = (copy / "card.py").read_text()
     helper = "def _state(trial: Trial) -> CardOutcome:\n    return trial.outcome.read(CardOutcome)\n"

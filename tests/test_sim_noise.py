@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from agents.card.sim import PROFILE
+from prompt_optimizer_agents.card.sim import PROFILE
 from optimizer.models import ModelClient, answer_variant
 from optimizer.models.client import cache_key
 from optimizer.sim import decide

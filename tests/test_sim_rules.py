@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from agents.card.sim import PROFILE
+from prompt_optimizer_agents.card.sim import PROFILE
 from optimizer.errors import InputError
 from optimizer.sim import check_rule_texts, decide, load_rule_texts
 from optimizer.suites import load_suite
@@ -119,7 +119,7 @@ def test_negation_and_contrast_on_the_card_fact_rule(sentence, status):
     ("Never add to an existing file, always write a new file.", "contradicted"),
 ])
 def test_negation_and_contrast_on_a_pkm_rule(sentence, status):
-    from agents.pkm.sim import PROFILE as PKM
+    from prompt_optimizer_agents.pkm.sim import PROFILE as PKM
 
     assert PKM.rules["route_into_existing_file"].status(sentence) == status
 
@@ -133,8 +133,8 @@ def test_one_contradicting_sentence_outweighs_a_stating_one():
 # ---- rule texts: what stand-in patchers write, scored as they claim
 
 def profiles():
-    from agents.card.sim import PROFILE as CARD
-    from agents.pkm.sim import PROFILE as PKM
+    from prompt_optimizer_agents.card.sim import PROFILE as CARD
+    from prompt_optimizer_agents.pkm.sim import PROFILE as PKM
 
     return {"card_agent": CARD, "pkm_agent": PKM}
 
@@ -253,7 +253,7 @@ def test_the_benchmark_patcher_appends_the_rule_from_the_agent_data(tmp_path):
     request = tmp_path / "request.md"
     request.write_text(REQUEST.format(bucket="archive_finished_project", agent="pkm_agent"))
     assert module.main(str(request), str(tmp_path), "prompt.md") == 0
-    from agents.pkm.sim import PROFILE as PKM
+    from prompt_optimizer_agents.pkm.sim import PROFILE as PKM
 
     assert (tmp_path / "prompt.md").read_text() == \
         f"# Prompt\n- {PKM.rule_texts.rules['archive_finished_project']}\n"
@@ -292,7 +292,7 @@ def test_the_weak_patcher_is_right_at_its_skill_and_otherwise_harmful_or_useless
 
 
 def test_the_weak_patcher_answers_for_the_agent_that_owns_the_bucket():
-    from agents.pkm.sim import PROFILE as PKM
+    from prompt_optimizer_agents.pkm.sim import PROFILE as PKM
 
     request = REQUEST.format(agent="pkm_agent", bucket="no_overwrite")
     assert weak_answer(request, skill=1.0, seed=0, ordinal=1).rules == [PKM.rule_texts.rules["no_overwrite"]]

@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agents.card.tool import FACT_ID, CardSaver, card_path, load_card
-from agents.texts import reminder, template, texts
+from prompt_optimizer_agents.card.tool import FACT_ID, CardSaver, card_path, load_card
+from prompt_optimizer_agents.texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, LoopLimits, Outcome, Task, ToolLoop
-from outcomes.card import CardOutcome
+from prompt_optimizer_outcomes.card import CardOutcome
 
 LIMITS = LoopLimits(max_turns=8, max_reminders=3, budget_notice=2)
 

@@ -5,7 +5,7 @@ The trial workspace holds `PKM/` (a copy of the task's fixture) and `.pkm/edit_h
 knowledge base's PARA folders and files (`agents.pkm.filing`), so the agent chooses among listed
 targets. The agent works only through the sandboxed tools, and every turn must be a tool call
 (`tool_choice="required"`: only what is filed counts, never a chat reply). The loop's harness is
-on (`agents.loop`): the turn budget is announced as it runs down, the insight tool is offered
+on (`optimizer.ToolLoop`): the turn budget is announced as it runs down, the insight tool is offered
 only once something was written (`file_note` takes the insight itself), the last turns offer only
 the finishing tools, and a repeated call is answered as such. The run ends when
 `skip_pkm_organization` succeeds, when the insight is set once the note is filed (its marker is
@@ -20,12 +20,12 @@ import json
 import os
 from pathlib import Path
 
-from agents.pkm import filing
-from agents.pkm.reminders import load_history, reminders
-from agents.pkm.sandbox import Sandbox, SandboxError, write_file
-from agents.pkm.state import build_state, marker_for, snapshot
-from agents.pkm.tools import PARA_ROOTS, SCHEMAS, PKMTools
-from agents.texts import reminder, template, texts
+from prompt_optimizer_agents.pkm import filing
+from prompt_optimizer_agents.pkm.reminders import load_history, reminders
+from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, write_file
+from prompt_optimizer_agents.pkm.state import build_state, marker_for, snapshot
+from prompt_optimizer_agents.pkm.tools import PARA_ROOTS, SCHEMAS, PKMTools
+from prompt_optimizer_agents.texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, LoopLimits, Outcome, Task, ToolLoop
 
 MAX_TURNS = 12

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agents.pkm.sandbox import Sandbox, SandboxError, plain_files
-from outcomes.pkm import MARKER, PARA_ROOTS
+from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, plain_files
+from prompt_optimizer_outcomes.pkm import MARKER, PARA_ROOTS
 
 LISTED_FILES = 200
 """Files named in the listing; past them, folders only (the agent can still LS or Glob)."""

@@ -18,9 +18,9 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from agents.pkm.sandbox import SandboxError, plain_files, read_file
-from agents.texts import texts as wording
-from outcomes.pkm import MARKER
+from prompt_optimizer_agents.pkm.sandbox import SandboxError, plain_files, read_file
+from prompt_optimizer_agents.texts import texts as wording
+from prompt_optimizer_outcomes.pkm import MARKER
 
 DATE_NAME = re.compile(r"20\d{2}-?\d{2}-?\d{2}")
 MUST_SPLIT, CONSIDER_SPLIT = 2000, 1000

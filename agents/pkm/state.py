@@ -9,8 +9,8 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from agents.pkm.sandbox import plain_files
-from outcomes.pkm import MARKER, PKMOutcome
+from prompt_optimizer_agents.pkm.sandbox import plain_files
+from prompt_optimizer_outcomes.pkm import MARKER, PKMOutcome
 
 TEXT_CAP = 100_000
 """Characters of one file side kept in the outcome (the store keeps every trial's outcome)."""

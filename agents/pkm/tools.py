@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from agents.pkm import filing
-from agents.pkm.sandbox import Sandbox, SandboxError, plain_files, read_file, write_file
-from agents.pkm.state import has_marker, marker_for
-from agents.texts import texts
+from prompt_optimizer_agents.pkm import filing
+from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, plain_files, read_file, write_file
+from prompt_optimizer_agents.pkm.state import has_marker, marker_for
+from prompt_optimizer_agents.texts import texts
 from optimizer import Tool, ToolOutput, tool_error
-from outcomes.pkm import PARA_ROOTS
+from prompt_optimizer_outcomes.pkm import PARA_ROOTS
 
 SCHEMAS = {schema["function"]["name"]: schema
            for schema in json.loads((Path(__file__).parent / "tools.json").read_text(encoding="utf-8"))}

@@ -1,4 +1,5 @@
-"""The small tool-calling loop both agents share.
+"""The small tool-calling loop of the public API (`optimizer.ToolLoop`): the bundled agents run
+on it, and so may a plugin's.
 
 Build messages, call the model with tool schemas, execute tool calls, feed results back; stop on
 a final answer, when a terminal tool succeeds, at the turn limit, or at the trial deadline. After
@@ -33,7 +34,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from optimizer import AgentContext, ModelCallError, ToolCall, Transcript, TrialCutShort, TrialTimeout
+from optimizer.agent_run import AgentContext
+from optimizer.errors import ModelCallError, TrialCutShort, TrialTimeout
+from optimizer.types import ToolCall, Transcript
 
 
 @dataclass
