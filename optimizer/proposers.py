@@ -197,6 +197,10 @@ class LLMProposer:
                     error=problem, answer="\n".join(edit.replace.strip("\n") for edit in edits))
                 proposal.log += attempt_log(attempt, proposal.rationale, edits, f"sent back: {problem}")
                 continue
+            if refused:  # sent back once already: a rule whose kind says nothing of the input has no scope
+                proposal.error = f"the kind of input was sent back and still: {refused}"
+                proposal.log += attempt_log(attempt, proposal.rationale, edits, proposal.error)
+                break
             proposal.error = None
             proposal.log += attempt_log(attempt, proposal.rationale, edits, "applied")
             target.write_text(patched, encoding="utf-8")

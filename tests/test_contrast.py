@@ -147,6 +147,16 @@ def test_a_kind_that_is_not_a_short_general_phrase_is_sent_back_once(tmp_path, a
     assert prompt == PROMPT + "\nWhen someone's saying, choose the `quote` template instead of `routine`.\n"
 
 
+def test_a_kind_that_is_still_only_the_rules_choices_after_the_send_back_is_refused(tmp_path):
+    """Measured on the embedded model: "When event, choose the `quote` or `snippet` template instead
+    of `event`" lifted its bucket and broke the trivial notes (-0.44), a rule without a scope."""
+    request = render([record("t0", [ROUTINE])], "contrast", ROUTINE_SELECTION)
+    proposal, prompt = propose(tmp_path, request, [{"kind": "quote", "after_feedback": {"kind": "routine"}}])
+    assert proposal.error.startswith("the kind of input was sent back and still: the kind only repeats"), proposal.error
+    assert prompt == PROMPT, "nothing is written"
+    assert "## Attempt 2: the kind of input was sent back" in proposal.log
+
+
 def test_a_kind_may_name_a_choice_when_it_also_says_what_the_input_is_like(tmp_path):
     request = render([record("t0", [ROUTINE])], "contrast", ROUTINE_SELECTION)
     proposal, prompt = propose(tmp_path, request, [{"kind": "a quote someone said"}])
