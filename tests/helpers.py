@@ -101,3 +101,18 @@ def stopped_by(stop: int, args: list[str], cwd: Path, started: Callable[[subproc
             process.kill()
             process.wait()
     return process.returncode, err
+
+
+def run_pkm_task(tmp_path, task: dict, model: str):
+    """Run one PKM task, once, on `model` (the response cache off); its trial. Shared here, not
+    imported from a test module: pytest imports test modules under their own names, so a second
+    import would register a scripted provider twice with two sets of module state."""
+    from optimizer.config import load_settings
+    from optimizer.evaluate import execute, prepare
+    from optimizer.store import open_store
+    from tests.conftest import PROJECT_ROOT
+
+    suite = write_suite(tmp_path / "suite", [task], name="harness", agent_name="pkm_agent")
+    settings = load_settings(PROJECT_ROOT, {"agent_model": model, "cache": False})
+    run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    return run.trials[0]

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 
-from optimizer.config import load_settings
-from optimizer.evaluate import execute, prepare
 from optimizer.models import register_provider
-from optimizer.store import open_store
 from tests.conftest import PROJECT_ROOT
-from tests.helpers import tool_call_reply, write_suite
+from tests.helpers import run_pkm_task as run_task
+from tests.helpers import tool_call_reply
 
 FACT_ID = "2026/05/25.md#ts_1"
 SEEN: list[dict] = []
@@ -41,14 +39,6 @@ def _scripted_model():
             return tool_call_reply(model, f"call{len(SEEN)}", name, json.dumps(arguments))
 
     return Scripted()
-
-
-def run_task(tmp_path, task: dict, model: str):
-    """Run one PKM task, once, on `model`; its trial."""
-    suite = write_suite(tmp_path / "suite", [task], name="harness", agent_name="pkm_agent")
-    settings = load_settings(PROJECT_ROOT, {"agent_model": model, "cache": False})
-    run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
-    return run.trials[0]
 
 
 def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_tools(tmp_path):

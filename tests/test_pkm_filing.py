@@ -17,8 +17,8 @@ from prompt_optimizer_agents.pkm.sandbox import Sandbox
 from prompt_optimizer_agents.pkm.tools import PKMTools
 from optimizer.models import register_provider
 from tests.conftest import PROJECT_ROOT
+from tests.helpers import run_pkm_task as run_task
 from tests.helpers import tool_call_reply
-from tests.test_harness import run_task
 
 FACT_ID = "2026/05/21.md#ts_2"
 MARKER = f"<!-- fact_id: {FACT_ID} -->"

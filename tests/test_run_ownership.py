@@ -190,12 +190,13 @@ def test_the_heartbeat_stamps_the_running_rows_of_this_process_only(store_url, m
     long_ago = datetime.now(timezone.utc) - timedelta(hours=1)
     start_run(store, "mine", heartbeat_at=long_ago)
     start_run(store, "theirs", owner_host="elsewhere", owner_pid=1, owner_start="x", heartbeat_at=long_ago)
+    started = datetime.now(timezone.utc)
     time.sleep(0.5)
     store.close()
     store = Store(store_url)
     beats = {run_id: store.runs.get(run_id)["heartbeat_at"].replace(tzinfo=timezone.utc)  # UTC, zone or not
              for run_id in ("mine", "theirs")}
-    assert beats["mine"] > datetime.now(timezone.utc) - timedelta(seconds=5)
+    assert beats["mine"] >= started - timedelta(seconds=1)  # stamped while it slept (a loaded machine may be slow after)
     assert beats["theirs"] == long_ago
 
 
