@@ -12,7 +12,7 @@ This module imports nothing of the project, so every layer may import it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 
@@ -59,9 +59,7 @@ class RunnerSettings:
     def with_seed(self, seed: int) -> RunnerSettings:
         """The same settings with the models' seed set to `seed` (`optimizer noise` draws each
         side of a comparison under its own)."""
-        models = ModelSettings(**{**self.models.__dict__, "seed": seed})
-        return RunnerSettings(models=models, concurrency=self.concurrency, workspace_dir=self.workspace_dir,
-                              sim=self.sim, record={**self.record, "seed": seed})
+        return replace(self, models=replace(self.models, seed=seed), record={**self.record, "seed": seed})
 
 
 @dataclass(frozen=True)
