@@ -74,7 +74,7 @@ test-browser: setup
 # This project's wheel, the OpenAI Agents SDK (whose import name, `agents`, is one of this
 # repository's folders) and every dependency of both, fetched into a wheelhouse (the package
 # registry is needed here), then installed side by side into a fresh venv without an index
-# (marker packaging, tests/test_two_distributions.py).
+# (marker packaging, tests/project/test_two_distributions.py).
 WHEELHOUSE := .optimizer/wheelhouse
 SDK ?= openai-agents==0.24.0
 test-packaging: setup

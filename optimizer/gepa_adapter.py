@@ -4,7 +4,7 @@
 export from its top level (its evaluation batch, its Pareto parent choice, the selector protocol,
 its saved state and that state's file name). They are private to gepa and may move in any
 release, so they are named here only, pyproject pins gepa to the releases checked, and
-`tests/test_gepa_adapter.py` checks the installed gepa still has each and behaves as used.
+`tests/optimizer/test_gepa_adapter.py` checks the installed gepa still has each and behaves as used.
 
 gepa is imported inside each function: importing this module (and `search.py`) costs nothing
 for commands that never search.

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import project_repo
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -61,6 +63,18 @@ def cli(capsys, monkeypatch):
         return code, out, err
 
     return invoke
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    """A throw-away project repository (`project_repo`) with an uncommitted edit and an untracked
+    file, as OPTIMIZER_ROOT, proposals from the scripted mock/patcher."""
+    root = project_repo(tmp_path / "repo", {"notes.txt": "committed\n"})
+    (root / "notes.txt").write_text("committed\nplus an uncommitted edit\n")
+    (root / "scratch.txt").write_text("untracked\n")
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(root))
+    monkeypatch.setenv("OPTIMIZER_PATCHER_MODEL", "mock/patcher")
+    return root
 
 
 # ------------------------------------------------------------------ PostgreSQL

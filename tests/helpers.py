@@ -1,4 +1,5 @@
-"""Builders shared by tests: small suites written to a temporary folder."""
+"""Builders shared by tests: small suites written to a temporary folder, the throw-away project
+repository `optimizer run` branches from, and the scripted proposals its tests send."""
 
 from __future__ import annotations
 
@@ -63,6 +64,39 @@ def project_repo(root: Path, extra_files: dict[str, str] | None = None) -> Path:
     return root
 
 
+# The card prompt's `data` line and the rules the scripted proposals add after it: FACT_RULE raises
+# the failing bucket on mock/sim, LINK_HARM harms another one.
+PROMPT = "agents/prompts/card_agent.md"
+DATA_LINE = "- data: fill the template's fields from the note itself; do not invent details."
+FACT_RULE = "- Keep times, URLs, amounts and names exactly as written in the note, because the user searches for them later."
+LINK_HARM = "- Never use link for a web page unless the note asks for it."
+
+
+def script(tmp_path: Path, monkeypatch, *proposals: dict) -> Path:
+    path = tmp_path / "proposals.json"
+    path.write_text(json.dumps(list(proposals)))
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SCRIPT", str(path))
+    return path
+
+
+def after_data_line(*lines: str) -> dict:
+    return {"rationale": "Facts were paraphrased away.",
+            "edits": [{"search": DATA_LINE, "replace": "\n".join([DATA_LINE, *lines])}]}
+
+
+def snapshot(root: Path) -> dict:
+    """Everything of the user's checkout the loop must leave alone."""
+    files = {path.relative_to(root).as_posix(): path.read_bytes() for path in sorted(root.rglob("*"))
+             if path.is_file() and ".git" not in path.relative_to(root).parts}
+    return {"files": files, "index": (root / ".git" / "index").read_bytes(),
+            "head": (root / ".git" / "HEAD").read_text(), "status": git(root, "status", "--porcelain"),
+            "commit": git(root, "rev-parse", "HEAD")}
+
+
+def optimizer_branches(root: Path) -> list[str]:
+    return [line.strip(" *") for line in git(root, "branch", "--list", "optimizer/*").splitlines()]
+
+
 def tool_call_reply(model: str, call_id: str, name: str, arguments: str) -> Any:
     """A litellm response whose message is one call of `name` with `arguments` (JSON text, or
     anything a scripted model wants to send), for test providers that play a model."""
@@ -104,9 +138,7 @@ def stopped_by(stop: int, args: list[str], cwd: Path, started: Callable[[subproc
 
 
 def run_pkm_task(tmp_path, task: dict, model: str):
-    """Run one PKM task, once, on `model` (the response cache off); its trial. Shared here, not
-    imported from a test module: pytest imports test modules under their own names, so a second
-    import would register a scripted provider twice with two sets of module state."""
+    """Run one PKM task, once, on `model` (the response cache off); its trial."""
     from optimizer.config import load_settings
     from optimizer.evaluate import execute, prepare
     from optimizer.store import open_store

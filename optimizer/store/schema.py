@@ -1,5 +1,6 @@
 """Table definitions of the store (SQLAlchemy Core), as the code reads and writes them. A change here
-ships with a new revision in `optimizer/store/revisions/` that makes it (`tests/test_migrations.py`)."""
+ships with a new revision in `optimizer/store/revisions/` that makes it
+(`tests/optimizer/store/test_migrations.py`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,252 @@
+"""`optimizer view`: the server's pages over a hand-built store (escaping, filters, bad ids,
+read-only), the command's exit-2 errors, and (marker `browser`) a click-through in headless
+Chromium on a store made by a mock/sim iteration."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from optimizer.store import Store, default_url
+from optimizer.viewer import ViewerServer
+from tests.helpers import PROJECT_ROOT
+from tests.viewer_store import INJECTION, build
+
+
+@pytest.fixture
+def store_path(isolated) -> Path:
+    store = Store(default_url(isolated))
+    build(store)
+    store.close()
+    return isolated / "optimizer.db"
+
+
+@pytest.fixture
+def get(store_path):
+    server = ViewerServer(f"sqlite:///{store_path}", "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def fetch(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}{path}", timeout=10) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    yield fetch
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_first_page_lists_runs_and_iterations_with_links(get):
+    status, page = get("/")
+    assert status == 200
+    assert re.findall(r'href="/run/([^"]+)"', page).count("base-0") == 2  # in its row and as the iteration's baseline
+    assert 'href="/iteration/it-0"' in page and "accepted" in page
+
+
+def test_a_transcript_is_shown_as_text_never_as_markup(get):
+    status, page = get("/run/base-0?task=card_task_1")
+    trial_id = re.findall(r'href="/trial/(\d+)"', page)[0]
+    status, page = get(f"/trial/{trial_id}")
+    assert status == 200
+    assert "<script>document" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;document.title=&#39;owned&#39;&lt;/script&gt;" in page
+    for part in ("# Card Agent", "save_timeline_card", "call_1", "saved", "card_must_contain", "checked",
+                 "&#34;cards&#34;"):
+        assert part in page, part
+
+
+def test_trials_are_filtered_by_outcome_ending_and_task(get):
+    def trial_rows(query: str) -> list[str]:
+        status, page = get(f"/run/base-0?{query}")
+        assert status == 200
+        return re.findall(r'<tr data-status="(\w+)">', page)
+
+    assert len(trial_rows("")) == 8
+    assert trial_rows("outcome=passed") == ["passed", "passed"]
+    assert len(trial_rows("outcome=failed&task=task_3")) == 2
+    assert trial_rows("ending=completed&task=card_task_0") == ["passed", "passed"]
+    assert trial_rows("task=no_such_task") == []
+
+
+def test_an_iterations_changed_pairs_show_the_prompt_diff_and_both_transcripts(get):
+    status, page = get("/iteration/it-0")
+    assert status == 200 and "/pairs/it-0?proposal=1" in page
+    assert "Facts were paraphrased away." in page and "fact_preservation improved" in page
+    status, page = get("/pairs/it-0?proposal=1")
+    assert status == 200
+    assert "2 pair(s) whose outcome changed" in page
+    assert page.count('class="pair"') == 2 and page.count('class="transcript"') == 4
+    assert "card_task_1 #0" in page and "failed &rarr; passed" in page
+    assert '<span class="add">+Keep every fact of the note.</span>' in page
+    assert page.index("Prompt diff") < page.index('class="pair"')
+    # side by side, the long system prompt is folded away (the diff says what changed); a trial's own page shows it
+    folded = page.split("<details>")[1:]
+    assert len(folded) == 4 and all("Turn a note into a card." in part.split("</details>")[0] for part in folded)
+
+
+def test_the_address_a_markdown_review_links_to_shows_the_accepted_proposals_changed_pairs(get):
+    from optimizer.review import changed_pairs_url
+
+    status, page = get(changed_pairs_url("", "it-0"))
+    assert status == 200 and "2 pair(s) whose outcome changed" in page
+    assert get("/iterations/it-0/other")[0] == 404
+
+
+@pytest.mark.parametrize("path, status", [("/trial/abc", 400), ("/trial/99999", 404), ("/run/nope", 404),
+                                          ("/iteration/nope", 404), ("/pairs/it-0?proposal=9", 404),
+                                          ("/run/base-0?page=x", 400), ("/no/such/page", 404)])
+def test_bad_ids_are_404_and_malformed_ones_400(get, path, status):
+    assert get(path)[0] == status
+
+
+def test_the_trend_page_charts_pass_rate_per_bucket_and_split_with_the_accepted_patch(get):
+    status, page = get("/trends")
+    assert status == 200
+    for series in ("card_agent split train", "card_agent split holdout", "card_agent/fact_preservation"):
+        assert f'data-series="{series}"' in page
+    assert page.count('class="patch"') == page.count("<svg")  # the one accepted patch, in every chart
+    assert "0.25 &rarr;" in page.split('data-series="card_agent/fact_preservation"')[1]
+
+
+def test_the_viewer_never_writes_the_store(store_path, get):
+    before = hashlib.sha256(store_path.read_bytes()).hexdigest()
+    for path in ("/", "/run/base-0", "/trial/1", "/iteration/it-0", "/pairs/it-0", "/trends"):
+        assert get(path)[0] == 200, path
+    assert hashlib.sha256(store_path.read_bytes()).hexdigest() == before
+    from optimizer.viewer import Reader, open_engine
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+    engine = open_engine(f"sqlite:///{store_path}")
+    with pytest.raises(OperationalError, match="readonly"), engine.connect() as conn:
+        conn.execute(text("DELETE FROM trials"))
+    assert Reader(engine).trial(1) is not None
+
+
+def test_the_viewer_reads_either_database_and_refuses_to_write_it(store_url):
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from optimizer.viewer import Reader, open_engine
+
+    store = Store(store_url)
+    ids = build(store)
+    store.close()
+    engine = open_engine(store_url)
+    reader = Reader(engine)
+    assert len(reader.changed_pairs(reader.base_runs(reader.iteration(ids["iteration"])), ids["candidate"])) == 2
+    with pytest.raises(DBAPIError, match="(?i)read.?only"), engine.connect() as conn:
+        conn.execute(text("DELETE FROM grader_results"))
+    assert reader.trial(1)["graders"]
+    engine.dispose()
+
+
+def test_a_missing_store_is_exit_2(cli, isolated):
+    code, out, err = cli("view", "--port", "0")
+    assert code == 2
+    assert "no store at" in err and "optimizer.db" in err
+
+
+def test_an_unreachable_database_is_exit_2(cli, isolated, monkeypatch, free_tcp_port):
+    monkeypatch.setenv("OPTIMIZER_DATABASE_URL", f"postgresql+psycopg://nobody:secret@127.0.0.1:{free_tcp_port}/none")
+    code, out, err = cli("view", "--port", "0")
+    assert code == 2
+    assert "cannot open the store at" in err and "database_url" in err and "secret" not in err
+
+
+def test_a_busy_port_is_exit_2(cli, store_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        code, out, err = cli("view", "--port", str(taken.getsockname()[1]))
+    assert code == 2
+    assert "is busy" in err and "--port" in err
+
+
+SCREENSHOT = "VIEWER_SCREENSHOT"
+"""Where the browser test saves its shot of the changed pairs (docs/viewer-screenshot.png was
+made with `VIEWER_SCREENSHOT=docs/viewer-screenshot.png make test-browser`); else the test's folder."""
+
+
+@pytest.fixture
+def browser():
+    """Headless Chromium driven through Debian's chromedriver (`make test-browser` installs both)."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    driver_path = shutil.which("chromedriver")
+    assert driver_path, "chromedriver is not installed: `make test-browser` installs Debian's chromium-driver"
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000",
+                 "--disable-background-networking", "--disable-component-update", "--no-first-run"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.mark.browser
+def test_a_reviewer_clicks_from_the_runs_to_the_changed_pairs_and_a_transcript(cli, repo, monkeypatch, browser,
+                                                                                 tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from optimizer.config import load_settings
+
+    # the demo's stand-in coding agent: it appends the rule mock/sim rewards for the targeted bucket
+    monkeypatch.setenv("OPTIMIZER_PROPOSER", "command")
+    monkeypatch.setenv("OPTIMIZER_PROPOSER_COMMAND", f"{sys.executable} {PROJECT_ROOT / 'benchmarks/sim_patcher.py'} "
+                                                     "{request} {workdir} agents/prompts/card_agent.md")
+    code, out, err = cli("run", "--agent-model", "mock/sim")
+    assert code == 0, out + err
+    settings = load_settings(repo)
+    server = ViewerServer(settings.database_url or default_url(repo / settings.state_dir), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        assert browser.title.startswith("Runs and iterations")
+        browser.find_element(By.CSS_SELECTOR, "a.iteration").click()
+        assert browser.title.startswith("Iteration ")
+        browser.find_element(By.CSS_SELECTOR, "a.pairs").click()
+        assert browser.find_element(By.TAG_NAME, "h1").text.startswith("Changed pairs of optimizer/")
+        assert browser.find_element(By.CSS_SELECTOR, "pre.diff span.add").text.startswith("+")
+        pairs = browser.find_elements(By.CSS_SELECTOR, "div.pair")
+        assert pairs, "the accepted rule changes the outcome of some pairs"
+        assert len(pairs[0].find_elements(By.CSS_SELECTOR, "div.side > div")) == 2
+        shot = Path(os.environ.get(SCREENSHOT) or tmp_path / "pairs.png")
+        assert browser.save_screenshot(str(shot)) and shot.read_bytes().startswith(b"\x89PNG")
+        pairs_url = browser.current_url
+        pairs[0].find_element(By.CSS_SELECTOR, "div.candidate a[href^='/trial/']").click()
+        assert browser.title.startswith("Trial card_agent/")
+        roles = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "div.msg > b")]
+        assert roles[:2] == ["system", "user"] and "assistant" in roles
+        assert browser.find_elements(By.CSS_SELECTOR, "table.graders tbody tr")
+        browser.find_element(By.CSS_SELECTOR, "a[href^='/run/']").click()
+        Select(browser.find_element(By.NAME, "outcome")).select_by_visible_text("failed")
+        browser.find_element(By.ID, "apply").click()
+        WebDriverWait(browser, 10).until(lambda page: "outcome=failed" in page.current_url)
+        rows = browser.find_elements(By.CSS_SELECTOR, "#trials tr[data-status]")
+        statuses = {row.get_attribute("data-status") for row in rows}
+        assert statuses <= {"failed"}
+        browser.back()
+        browser.back()
+        browser.back()
+        assert browser.current_url == pairs_url
+        assert browser.find_elements(By.CSS_SELECTOR, "div.pair")
+    finally:
+        server.shutdown()
+        server.server_close()
