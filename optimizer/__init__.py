@@ -4,7 +4,8 @@ The public API, the whole plugin contract: what an agent, a grader or an LLM jud
 against, the built-in ones included (docs/plugins.md). The data types; the model client; the
 `@agent`, `@grader` and `@judge` decorators, the grader config base and the `AnswerKey` mark; the
 typed outcome's base `OutcomeModel`; the tool-calling loop (`ToolLoop`, `Tool`, `ToolOutput`,
-`LoopLimits`); asking a judge (`ask`); a model provider (`register_provider`, `Provider`); and
+`LoopLimits`); asking a judge (`ask`); a model provider (`register_provider`, `Provider`, and
+`ProviderSettings`, the part of the settings its `configure` hook is handed, with `ModelSettings`); and
 the simulated-agent rules. Everything else in the package is the harness, scheduling included:
 trials run on plain threads, and an agent or grader blocks as it likes.
 
@@ -25,6 +26,7 @@ _EXPORTS = {
     "optimizer.models": ("Completion", "ModelClient", "ToolCallRequest"),
     "optimizer.models.providers": ("Provider", "register_provider"),
     "optimizer.registry": ("AnswerKey", "GraderConfig", "agent", "grader"),
+    "optimizer.settings_parts": ("ModelSettings", "ProviderSettings"),
     "optimizer.sim": ("Rule", "RuleTexts", "SimProfile", "load_rule_texts"),
     "optimizer.tool_loop": ("AgentLimitError", "LoopLimits", "Tool", "ToolLoop", "ToolOutput", "tool_error"),
     "optimizer.types": ("GraderResult", "GraderSpec", "Outcome", "OutcomeModel", "RunResult", "Suite", "SuiteSpec",

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from optimizer.errors import ConfigError
 from optimizer.files import parse_json, read_input
-from optimizer.settings_parts import (LoopSettings, ModelSettings, NightlySettings, ProposalSettings, RunnerSettings,
-                                      SimSettings)
+from optimizer.settings_parts import (LoopSettings, ModelSettings, NightlySettings, ProposalSettings, ProviderSettings,
+                                      RunnerSettings, SimSettings)
 
 if TYPE_CHECKING:
     from optimizer.gate.policy import GatePolicy
@@ -215,6 +215,11 @@ class Settings(BaseModel):
         return _part(ModelSettings, self)
 
     @property
+    def provider(self) -> ProviderSettings:
+        """What every model provider's `configure` hook is handed."""
+        return _part(ProviderSettings, self, models=self.models)
+
+    @property
     def runner(self) -> RunnerSettings:
         """What `optimizer.runner.Runner` needs, with these settings as the run's record."""
         return _part(RunnerSettings, self, models=self.models, sim=self.sim, record=self.model_dump())
@@ -406,7 +411,7 @@ def put_in_use(settings: Settings, root: Path) -> Settings:
     check_search_budget(settings)
     from optimizer.models import configure_providers  # e.g. the embedded model's slots, shared by the whole process
 
-    configure_providers(settings)
+    configure_providers(settings.provider)
     _use_models_file(settings, root)
     _check_model_strings(settings)
     return settings

@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 from typing import Any
 
 import jinja2
 import yaml
 
+from optimizer.manual import shipped_manual
 from optimizer.targets import CONFUSION, Confusion
 
-FOLDER = Path(__file__).resolve().parent.parent / "prompt_manual" / "patcher_contrast"
+FOLDER = shipped_manual() / "patcher_contrast"
 MAX_PIECES = 6
 """Cases shown; a small model's attention is the limit, not its context."""
 INPUT_CHARS = 240

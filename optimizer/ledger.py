@@ -22,10 +22,12 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from optimizer.errors import EXIT_FAILED, OptimizerError
-from optimizer.types import Usage
+
+if TYPE_CHECKING:
+    from optimizer.types import Usage  # annotations only: the store, so `optimizer history`, imports this module
 
 DEFAULT_COMPLETION_TOKENS = 1024
 """Worst-case answer length assumed for a call that sets no max_tokens."""

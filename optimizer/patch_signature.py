@@ -8,8 +8,10 @@ from pathlib import Path
 import dspy
 from pydantic import BaseModel
 
+from optimizer.manual import shipped_manual
+
 TEMPLATES = Path(__file__).parent / "templates"
-CONTRAST = Path(__file__).resolve().parent.parent / "prompt_manual" / "patcher_contrast"
+CONTRAST = shipped_manual() / "patcher_contrast"
 INSTRUCTIONS = {"edits": TEMPLATES / "patcher_instructions.md", "rule": TEMPLATES / "patcher_rule_instructions.md",
                 "contrast": CONTRAST / "instructions.md", "kind": CONTRAST / "kind_instructions.md"}
 

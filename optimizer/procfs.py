@@ -7,7 +7,6 @@ read and load them here, one way.
 
 from __future__ import annotations
 
-import ctypes
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -31,4 +30,6 @@ def prctl() -> Callable[..., Any]:
     """libc's prctl(option, arg2, ...), loaded once. Loaded before a fork by whoever calls it in the
     child (a preexec function must not load libraries). Raises OSError or AttributeError where
     there is no such libc function."""
+    import ctypes  # here: run ownership reads stat lines in every command, `optimizer history` too
+
     return ctypes.CDLL(None, use_errno=True).prctl

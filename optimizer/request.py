@@ -23,6 +23,7 @@ import jinja2
 
 from optimizer.contrast import pieces as contrast_pieces
 from optimizer.contrast import render_contrast
+from optimizer.manual import shipped_manual
 from optimizer.scoring import trial_value
 from optimizer.targets import bucket_confusions, changeable, confused_tasks, top_confusions
 from optimizer.types import Suite, Trial
@@ -60,8 +61,11 @@ class Manual:
 
 
 def load_manual(project_root: Path, agent: str) -> Manual:
-    """`general.md` plus the agent's own section, as sent; hashed as sent."""
+    """`general.md` plus the agent's own section, as sent; hashed as sent. From the project's
+    `prompt_manual/`, or, in a project without one, from the manual that ships with the optimizer."""
     folder = project_root / "prompt_manual"
+    if not folder.is_dir():
+        folder = shipped_manual()
     parts, names = [], []
     for name in ("general.md", f"{agent}.md"):
         path = folder / name

@@ -44,6 +44,18 @@ class ModelSettings:
 
 
 @dataclass(frozen=True)
+class ProviderSettings:
+    """What a model provider's `configure` hook is handed (`optimizer.Provider.configure`): the
+    models of each role and how they are called, how many trials run at once, and how many
+    sequences a server on this machine decodes at once. A provider reads its sizing here; the
+    loop's, the gate's and the proposer's settings are not its business."""
+
+    models: ModelSettings
+    concurrency: int = 8
+    local_slots: int = 1
+
+
+@dataclass(frozen=True)
 class RunnerSettings:
     """What running trials needs: the models, how many trials at once and where."""
 

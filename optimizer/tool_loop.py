@@ -138,7 +138,7 @@ class ToolLoop:
                 raise AgentLimitError(f"the agent used all {self.limits.max_turns} turns without finishing")
             note = self.system_note() if self.system_note else ""
             if note and note != last_note:
-                messages.append({"role": "system", "content": note})
+                self._add_note(messages, note, first_turn=turns == 0)
             last_note = note
             offered = self._named(self.offer()) if self.offer else self.tools
             if left <= min(self.limits.wrap_up, self.limits.max_turns // 2):
@@ -200,6 +200,16 @@ class ToolLoop:
             return _Answer(output, ended=True)
         # a finishing tool that did not finish: say what is missing
         return _Answer(ToolOutput(self._with_next_step(output.text)), futile=True)
+
+    @staticmethod
+    def _add_note(messages: list[dict[str, Any]], note: str, *, first_turn: bool) -> None:
+        """A system note (observations about the environment) joins the conversation. One there
+        before the first turn goes before the user's message, as context for it: appended after
+        it, the 1.5B model answered the note instead of the message (every PKM filing task whose
+        knowledge base drew a reminder was skipped at once, every one without a reminder was
+        filed). Later notes follow what they observe."""
+        before_task = first_turn and messages and messages[-1].get("role") == "user"
+        messages.insert(len(messages) - 1 if before_task else len(messages), {"role": "system", "content": note})
 
     def _state(self) -> str:
         return json.dumps(self.state() if self.state else None, sort_keys=True, ensure_ascii=False, default=str)

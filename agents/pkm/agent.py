@@ -37,10 +37,11 @@ WRAP_UP = 3
 """In the last turns only the finishing tools are offered (see `finishing_tools`)."""
 
 
-def user_message(task: Task, knowledge_base: str = "") -> str:
-    """The note, and the knowledge base as listed by `agents.pkm.filing.listing`."""
+def user_message(task: Task, knowledge_base: str = "", closest: str = "") -> str:
+    """The note, the files closest to it (`agents.pkm.filing.closest`) and the knowledge base as
+    listed by `agents.pkm.filing.listing`."""
     return template("pkm_agent.user.md").format(
-        content=task.input.content,
+        content=task.input.content, closest=closest,
         fact_id=task.input.resolved_fact_id(),
         published_at=task.input.resolved_published_at().isoformat(),
         knowledge_base=knowledge_base,
@@ -115,9 +116,11 @@ def run(context: AgentContext) -> AgentRun:
                     system_note=system_note, tool_choice="required", texts=texts("pkm_agent.loop.yaml"),
                     state=lambda: (tools.mutations, tools.insight, tools.skip_evidence),
                     finishing=lambda: finishing_tools(tools), offer=lambda: offered_tools(tools))
-    listing = filing.listing(pkm, tools.folders(), texts("pkm_agent.filing.yaml")["more"])
+    said = texts("pkm_agent.filing.yaml")
+    listing = filing.listing(pkm, tools.folders(), said["more"])
+    closest = filing.closest(pkm, task.input.content, said["closest"])
     messages = [{"role": "system", "content": context.system_prompt},
-                {"role": "user", "content": user_message(task, listing)}]
+                {"role": "user", "content": user_message(task, listing, closest)}]
     transcript = loop.run(messages)
     after = snapshot(pkm)
     state = build_state(fact_id=fact_id, before=before, after=after, events=tools.events,

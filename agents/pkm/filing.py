@@ -16,16 +16,22 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rank_bm25 import BM25Okapi
+
 from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, plain_files
 from prompt_optimizer_outcomes.pkm import MARKER, PARA_ROOTS
 
 LISTED_FILES = 200
 """Files named in the listing; past them, folders only (the agent can still LS or Glob)."""
 SUMMARY_CHARS = 60
+CLOSEST = 3
+"""Files named above the listing as the closest to the note."""
 SHOWN_LINES = 60
 """Lines of an existing file shown before the first entry is added to it (its end)."""
 _ITEM = re.compile(r"^([-*+]|\d+[.)])\s")
 _ABSOLUTE = re.compile(r"^([/~\\]|[A-Za-z]:)")
+_WORD = re.compile(r"[0-9a-z\u00c0-\u024f]{3,}")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+")
 
 
 def summary(text: str) -> str:
@@ -68,6 +74,42 @@ def listing(root: Path, folders: list[str], more: str) -> str:
     if hidden:
         lines.append(more.format(count=hidden))
     return "\n".join(lines)
+
+
+def words(text: str) -> list[str]:
+    """What two texts can share: Latin-script words of three letters or more, lower-cased, and
+    pairs of neighbouring characters in Chinese, Japanese and Korean runs (those scripts do not
+    separate words with spaces). Markers are left out."""
+    text = MARKER.sub(" ", text.lower())
+    found = _WORD.findall(text)
+    for run in _CJK.findall(text):
+        found.extend(run[start:start + 2] for start in range(max(1, len(run) - 1)))
+    return found
+
+
+def closest(root: Path, note: str, header: str) -> str:
+    """The `CLOSEST` PARA files sharing the most words with the note, best first, under `header`,
+    each as its path and first line; "" when none shares a word. Ranked by Okapi BM25 (Robertson
+    and Zaragoza, 2009; `rank_bm25`) over each file's path and text, so a note in Japanese finds
+    the Japanese grammar notes and a tempo run finds running.md. The 1.5B agent filed into the
+    first file its list showed whatever the note said; this puts the likely places first and
+    leaves the choice to the agent."""
+    paths, documents = [], []
+    for path, data in plain_files(root, ".md"):
+        relative = path.relative_to(root).as_posix()
+        if relative.split("/")[0] in PARA_ROOTS and len(paths) < LISTED_FILES:
+            paths.append((relative, data.decode("utf-8", errors="replace")))
+            documents.append(words(relative.replace("/", " ").replace("-", " ").replace("_", " ")) + words(paths[-1][1]))
+    query = words(note)
+    if not paths or not query:
+        return ""
+    scores = BM25Okapi([document or ["\0"] for document in documents]).get_scores(query)
+    ranked = sorted((index for index, score in enumerate(scores) if score > 0), key=lambda index: (-scores[index], index))
+    lines = []
+    for index in ranked[:CLOSEST]:
+        first = summary(paths[index][1])
+        lines.append(f"  {paths[index][0]}: {first}" if first else f"  {paths[index][0]}")
+    return "\n".join([header, *lines]) + "\n\n" if lines else ""
 
 
 def target(sandbox: Sandbox, folder: object, file: object) -> Path:

@@ -10,16 +10,22 @@ so does a `model_name` of the models file, served by several deployments (see
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from optimizer.errors import ModelConfigError
 from optimizer.models import mock
 from optimizer.models import routing
 from optimizer.models.mock import answer_variant, is_simulator
 from optimizer.models._context import ALLOWED_TOOLS_KEY, TrialContext, register_trial, unregister_trial
 from optimizer.models._litellm import litellm_module
-from optimizer.models.client import (GENERATING_AT_DEADLINE, Completion, MalformedResponse, ModelClient, ResponseCache,
-                                     RetryPolicy, ToolCallRequest)
 from optimizer.models.providers import (Provider, configure_providers, price_as_free, provider_of, register_provider,
                                         registered_prefixes)
+
+_CLIENT = ("GENERATING_AT_DEADLINE", "Completion", "MalformedResponse", "ModelClient", "ResponseCache", "RetryPolicy",
+           "ToolCallRequest")
+"""Names of `optimizer.models.client`, imported on first use (PEP 562): the client builds the data
+types, which a command that only checks the model settings (`optimizer history`) does not need."""
 
 __all__ = ["ALLOWED_TOOLS_KEY", "Completion", "GENERATING_AT_DEADLINE", "MalformedResponse", "ModelClient", "Provider",
            "ResponseCache", "RetryPolicy", "ToolCallRequest", "TrialContext", "answer_variant", "answered_in_process",
@@ -27,6 +33,14 @@ __all__ = ["ALLOWED_TOOLS_KEY", "Completion", "GENERATING_AT_DEADLINE", "Malform
            "is_simulator",
            "litellm_module", "price_as_free", "provider_of", "register_provider", "registered_prefixes",
            "register_trial", "unregister_trial", "validate_model"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _CLIENT:
+        raise AttributeError(f"module 'optimizer.models' has no attribute {name!r}")
+    value = getattr(importlib.import_module("optimizer.models.client"), name)
+    globals()[name] = value
+    return value
 
 
 def is_embedded(model: str) -> bool:

@@ -54,7 +54,8 @@ class Provider:
     answer_variant: Callable[[str], str | None] | None = None
     """What decides the answers besides the request (a server's build); part of the cache key."""
     configure: Callable[[Any], None] | None = None
-    """Called with the settings in use (`optimizer.config.Settings`), now and whenever they change."""
+    """Called with the providers' part of the settings in use (`optimizer.ProviderSettings`: the
+    models, `concurrency`, `local_slots`), now and whenever they change; never the whole settings."""
 
 
 _lock = threading.Lock()
@@ -168,7 +169,8 @@ def price_as_free(prefix: str, model: str) -> None:
 
 
 def configure_providers(settings: Any) -> None:
-    """Hand the settings in use to every provider, and to those registered later."""
+    """Hand the providers' part of the settings in use (`ProviderSettings`) to every provider, and
+    to those registered later."""
     global _settings
     with _lock:
         _settings = settings

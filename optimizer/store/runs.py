@@ -11,10 +11,11 @@ from sqlalchemy import func, insert, or_, select, update
 from optimizer.store import schema
 from optimizer.store._repository import Repository, decode
 from optimizer.store.ownership import is_gone, owner_rows, same_owner
-from optimizer.types import RunResult
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from optimizer.types import RunResult
 
 UNFINISHED = ("running", "interrupted", "stopped", "crashed")
 """Statuses of a run that did not get to the end of its trials."""

@@ -9,10 +9,11 @@ from sqlalchemy import select
 
 from optimizer.store import schema
 from optimizer.store._repository import Repository
-from optimizer.types import GraderResult, Outcome, Transcript, Trial
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from optimizer.types import GraderResult, Trial
 
 
 class Trials(Repository):
@@ -32,6 +33,8 @@ class Trials(Repository):
 
     def load(self, run_id: str) -> list[Trial]:
         """The full trial records of a run, grader results included, in recording order."""
+        from optimizer.types import GraderResult, Outcome, Transcript, Trial  # here: `optimizer history` skips them
+
         with self._reading() as conn:
             rows = conn.execute(select(schema.trials).where(schema.trials.c.run_id == run_id)
                                 .order_by(schema.trials.c.id)).mappings().all()

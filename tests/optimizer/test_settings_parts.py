@@ -19,7 +19,7 @@ UNUSUAL = Settings(agent_model="mock/sim@20ms", judge_model="mock/oracle", patch
                    max_bucket_pairs=20, max_rollouts=99, extra_target_rollouts=7, suites=["a", "b"], trials=2,
                    loop_trials=9, lone_task_factor=3, state_dir="state", target_buckets=2, target_order="headroom",
                    bucket_patience=5, candidates=2, search_rollouts=30, confirm_trials=6, max_changed_lines=12,
-                   request_token_budget=5000, night_alpha=0.3, model_prices={"mock/sim": (1.0, 2.0)})
+                   request_token_budget=5000, night_alpha=0.3, model_prices={"mock/sim": (1.0, 2.0)}, local_slots=5)
 """Every setting a part carries set away from its default, so a part reading a default is seen."""
 
 SIM_KNOBS = {"sim_noise", "mock_patcher_script", "mock_patcher_skill"}
@@ -38,7 +38,8 @@ def _flat(part) -> dict:
 
 
 def test_each_part_holds_the_settings_of_its_field_names():
-    for part in (UNUSUAL.sim, UNUSUAL.models, UNUSUAL.runner, UNUSUAL.proposal, UNUSUAL.loop, UNUSUAL.nightly):
+    for part in (UNUSUAL.sim, UNUSUAL.models, UNUSUAL.provider, UNUSUAL.runner, UNUSUAL.proposal, UNUSUAL.loop,
+                 UNUSUAL.nightly):
         for name, value in _flat(part).items():
             given = getattr(UNUSUAL, name)
             assert value == (tuple(given) if isinstance(given, list) else given), f"{type(part).__name__}.{name}"

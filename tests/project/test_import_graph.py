@@ -36,8 +36,9 @@ from pathlib import Path
 from tests.conftest import PROJECT_ROOT as ROOT
 
 IMPORT_NAMES = {folder: name for name, folder in tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-                ["tool"]["setuptools"]["package-dir"].items()}
-"""Folder -> the name it is installed and imported under."""
+                ["tool"]["setuptools"]["package-dir"].items() if "." not in name}
+"""Folder -> the name it is installed and imported under (top-level packages; the prompt manual,
+data installed inside `optimizer`, imports nothing)."""
 AGENTS, GRADERS, OUTCOMES = (IMPORT_NAMES[folder] for folder in ("agents", "graders", "outcomes"))
 PACKAGES = ("optimizer", "agents", "graders", "outcomes")
 FOUNDATION = {"optimizer.errors", "optimizer.types", "optimizer.files", "optimizer.ledger",

@@ -20,9 +20,15 @@ SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 
 
 def folder_of(package: str) -> Path:
-    """The folder setuptools takes `package` from (its `package-dir` mapping, else its own name)."""
-    top, *rest = package.split(".")
-    return PROJECT_ROOT / SETUPTOOLS.get("package-dir", {}).get(top, top) / Path(*rest)
+    """The folder setuptools takes `package` from: the `package-dir` mapping of its longest mapped
+    prefix (`optimizer.prompt_manual`, `prompt_optimizer_agents`), else its own dotted name."""
+    mapped = SETUPTOOLS.get("package-dir", {})
+    parts = package.split(".")
+    for cut in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:cut])
+        if prefix in mapped:
+            return PROJECT_ROOT / mapped[prefix] / Path(*parts[cut:])
+    return PROJECT_ROOT / Path(*parts)
 
 
 def test_the_wheel_installs_the_bundled_packages_under_this_projects_names():
@@ -33,10 +39,12 @@ def test_the_wheel_installs_the_bundled_packages_under_this_projects_names():
 
 
 def test_every_package_folder_is_in_the_wheel():
-    """A folder left out of the list still imports in an editable install and is missing from the wheel."""
+    """A folder left out of the list still imports in an editable install and is missing from the
+    wheel. The prompt manual, data only, is a package of its own."""
     listed = {folder_of(package) for package in SETUPTOOLS["packages"]}
     folders = {init.parent for top in ("optimizer", "agents", "graders", "outcomes")
                for init in (PROJECT_ROOT / top).rglob("__init__.py") if "__pycache__" not in init.parts}
+    folders.add(PROJECT_ROOT / "prompt_manual")
     assert listed == folders, sorted(str(path.relative_to(PROJECT_ROOT)) for path in listed ^ folders)
 
 
@@ -52,14 +60,18 @@ def test_every_entry_point_names_an_installed_module():
 
 
 def test_every_data_file_of_a_package_folder_is_in_the_wheel():
-    """The prompts, tool schemas, simulator rules, rubrics and templates the packages read beside
-    their code (an editable install finds one left out; an installed wheel does not)."""
+    """The prompts, tool schemas, simulator rules, rubrics, templates and the prompt manual the
+    packages read beside their code (an editable install finds one left out; an installed wheel
+    does not)."""
     shipped = {path for package, patterns in SETUPTOOLS["package-data"].items() for pattern in patterns
                for path in folder_of(package).glob(pattern) if path.is_file()}
-    data = {path for top in ("optimizer", "agents", "graders", "outcomes") for path in (PROJECT_ROOT / top).rglob("*")
+    data = {path for top in ("optimizer", "agents", "graders", "outcomes", "prompt_manual")
+            for path in (PROJECT_ROOT / top).rglob("*")
             if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts}
     agents = folder_of("prompt_optimizer_agents")
     assert {agents / "prompts" / "card_agent.user.md", agents / "card" / "sim_rules.json"} <= shipped
+    manual = PROJECT_ROOT / "prompt_manual"
+    assert {manual / "general.md", manual / "patcher_contrast" / "guided.yaml"} <= shipped
     assert data <= shipped, sorted(str(path.relative_to(PROJECT_ROOT)) for path in data - shipped)
 
 
@@ -91,3 +103,19 @@ def test_the_core_imports_without_the_bundled_packages():
     public, modules, home = done.stdout.split()
     assert int(public) >= 40 and int(modules) >= 80
     assert home == "optimizer.tool_loop"
+
+
+def test_a_project_without_a_prompt_manual_sends_the_one_that_ships(tmp_path):
+    """A project of its own (no prompt_manual/) still sends the general rules and the agent's
+    section; a project with a manual sends only its own files."""
+    from optimizer.manual import shipped_manual
+    from optimizer.request import load_manual
+
+    assert shipped_manual() == PROJECT_ROOT / "prompt_manual"  # a checkout: no copy inside the package
+    bare = load_manual(tmp_path, "card_agent")
+    assert bare == load_manual(PROJECT_ROOT, "card_agent")
+    assert bare.files == ("prompt_manual/general.md", "prompt_manual/card_agent.md")
+    (tmp_path / "prompt_manual").mkdir()
+    (tmp_path / "prompt_manual" / "general.md").write_text("Our own rules.\n", encoding="utf-8")
+    own = load_manual(tmp_path, "card_agent")
+    assert (own.text, own.files) == ("Our own rules.", ("prompt_manual/general.md",))

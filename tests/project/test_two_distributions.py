@@ -77,3 +77,35 @@ def test_the_installed_optimizer_validates_the_suites_beside_the_sdk(venv, tmp_p
                OPTIMIZER_AGENT_MODEL="mock/sim", OPTIMIZER_JUDGE_MODEL="mock/sim", OPTIMIZER_PATCHER_MODEL="mock/sim")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "card_agent" in done.stdout and "pkm_agent" in done.stdout
+
+
+def test_the_installed_optimizer_reads_the_prompt_manual_it_ships(venv, tmp_path):
+    """Every file of prompt_manual/ is in the wheel, inside the core; the contrast patcher's texts
+    are read from there, and a project without a manual of its own sends the shipped one."""
+    code = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from optimizer.contrast import FOLDER, instructions
+        from optimizer.manual import shipped_manual
+        from optimizer.request import load_manual
+
+        folder = shipped_manual()
+        assert FOLDER == folder / "patcher_contrast" and instructions()
+        manual = load_manual(Path(sys.argv[1]), "card_agent")
+        assert manual.files == ("prompt_manual/general.md", "prompt_manual/card_agent.md"), manual.files
+        print(manual.sha256, folder)
+        for name in sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*")
+                           if path.is_file() and "__pycache__" not in path.parts):
+            print(name)
+    """)
+    done = run(venv, [str(venv / "bin" / "python"), "-c", code, str(tmp_path)], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, *files = done.stdout.splitlines()
+    sha256, folder = first.split()
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    source = PROJECT_ROOT / "prompt_manual"
+    assert Path(folder) == site / "optimizer" / "prompt_manual"
+    assert files == sorted(path.relative_to(source).as_posix() for path in source.rglob("*") if path.is_file())
+    from optimizer.request import load_manual
+
+    assert sha256 == load_manual(PROJECT_ROOT, "card_agent").sha256

@@ -50,6 +50,23 @@ def test_the_listing_names_each_para_folder_and_its_files_with_their_first_line(
     assert filing.listing(fresh, [], "({count} more)") == "Projects/\nAreas/\nResources/\nArchives/"
 
 
+def test_the_files_sharing_most_words_with_the_note_are_named_first_in_any_script(tmp_path):
+    for path, text in {"Areas/Health/running.md": "# Running log\n- easy 5k run\n",
+                       "Areas/日本語学習/文法ノート.md": "# 文法ノート\n- 〜わけではない: 部分否定\n",
+                       "Resources/Recipes/curry.md": "# Chicken curry\n",
+                       "Projects/Trip/budget.md": "# Budget\n"}.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text, encoding="utf-8")
+    header = "Closest:"
+    ran = filing.closest(tmp_path, "Tempo run today, 5k in 24:10. Running feels easy.", header).splitlines()
+    assert ran[:2] == [header, "  Areas/Health/running.md: Running log"]
+    grammar = filing.closest(tmp_path, "今日の授業で「わけではない」の文法を習った。", header).splitlines()
+    assert grammar[1] == "  Areas/日本語学習/文法ノート.md: 文法ノート"
+    assert len(ran) - 1 <= filing.CLOSEST
+    assert filing.closest(tmp_path, "ok", header) == "", "nothing shared: no section at all"
+    assert filing.closest(tmp_path / "missing", "Tempo run", header) == ""
+
+
 def test_a_large_knowledge_base_is_listed_up_to_a_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(filing, "LISTED_FILES", 3)
     for name in "abcde":
@@ -140,10 +157,12 @@ def _filing_model():
     class Filing(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
             tools = (kwargs.get("optional_params") or {}).get("tools") or []
-            CALLS.append({"offered": {tool["function"]["name"] for tool in tools}, "user": messages[1]["content"]})
-            if messages[1]["content"].startswith("ok\n"):
+            user = next(message["content"] for message in messages if message["role"] == "user")
+            CALLS.append({"offered": {tool["function"]["name"] for tool in tools}, "user": user,
+                          "roles": [message["role"] for message in messages]})
+            if user.startswith("ok\n"):
                 name, arguments = "skip_pkm_organization", {"evidence": "only 'ok': nothing to keep"}
-            elif "shimano" in messages[1]["content"]:
+            elif "shimano" in user:
                 name, arguments = "file_note", {"folder": "Resources", "file": "Bike/bleeding-shimano-brakes.md",
                                                 "entry": "# Bleeding Shimano brakes\n\nMineral oil only.",
                                                 "insight": "A how-to for the bike's hydraulic brakes."}
@@ -185,6 +204,11 @@ def test_a_note_filed_with_file_note_passes_the_graders_in_the_right_place(tmp_p
     assert [call.name for call in trial.transcript.tool_calls] == ["file_note", "file_note"]
     assert "Nothing is filed yet" in trial.transcript.tool_calls[0].result, "shown first, then made again"
     assert "Areas/Work/\n" in CALLS[0]["user"] and "  one-on-ones.md: 1:1s with Dana\n" in CALLS[0]["user"]
+    # the file the note continues is named first above the listing, and the knowledge base's
+    # reminder (a catch-all Inbox here) comes before the note, not after it
+    closest = CALLS[0]["user"].split("closest first:\n", 1)[1].splitlines()
+    assert closest[0] == "  Areas/Work/one-on-ones.md: 1:1s with Dana"
+    assert CALLS[0]["roles"] == ["system", "system", "user"]
 
 
 def test_a_note_with_no_file_for_it_filed_in_a_new_file_of_the_right_folder_passes(tmp_path):

@@ -81,6 +81,22 @@ def test_a_prefix_with_a_slash_is_refused():
         optimizer.register_provider("my/prefix", _card_writer)
 
 
+def test_a_providers_configure_hook_is_handed_its_part_of_the_settings_alone():
+    """`Provider.configure` gets `ProviderSettings` (the models, `concurrency`, `local_slots`), at
+    every settings load and when it registers after one; not the loop's, gate's or proposer's."""
+    handed: list = []
+    optimizer.register_provider("sizing", optimizer.Provider(handler=_card_writer, configure=handed.append))
+    handed.clear()  # handed the settings an earlier test loaded, at once
+    load_settings(PROJECT_ROOT, {"agent_model": "mock/sim", "concurrency": 3, "local_slots": 2,
+                                 "proposer_command": "agent {request}"})
+    optimizer.register_provider("sizing2", optimizer.Provider(handler=_card_writer, configure=handed.append))
+    assert len(handed) == 2 and handed[0] == handed[1]
+    part = handed[0]
+    assert isinstance(part, optimizer.ProviderSettings)
+    assert (part.models.agent_model, part.concurrency, part.local_slots) == ("mock/sim", 3, 2)
+    assert not hasattr(part, "proposer_command") and not hasattr(part, "gate_policy")
+
+
 def _fresh(code: str, *, path: str | None = None) -> dict:
     """What `code` prints as JSON in a fresh interpreter (its `sys.path` led by `path`)."""
     prelude = f"import sys; sys.path.insert(0, {path!r})\n" if path else ""
