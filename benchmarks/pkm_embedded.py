@@ -55,7 +55,7 @@ def ending(trial: Trial) -> str:
         return "turn limit"
     if "timeout" in error:
         return "timeout"
-    reminders = sum(1 for m in trial.transcript.messages[2:] if m.get("role") == "user")
+    reminders = sum(1 for m in trial.transcript.messages if m.get("role") == "user") - 1  # past the note
     return "finished after reminders" if reminders else "finished"
 
 

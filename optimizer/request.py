@@ -63,15 +63,15 @@ class Manual:
 def load_manual(project_root: Path, agent: str) -> Manual:
     """`general.md` plus the agent's own section, as sent; hashed as sent. From the project's
     `prompt_manual/`, or, in a project without one, from the manual that ships with the optimizer."""
-    folder = project_root / "prompt_manual"
-    if not folder.is_dir():
-        folder = shipped_manual()
+    folder, shown = project_root / "prompt_manual", "prompt_manual"
+    if not folder.is_dir():  # recorded as the optimizer's own, so a reviewer sees which was sent
+        folder, shown = shipped_manual(), "optimizer/prompt_manual"
     parts, names = [], []
     for name in ("general.md", f"{agent}.md"):
         path = folder / name
         if path.is_file():
             parts.append(path.read_text(encoding="utf-8").strip())
-            names.append(f"prompt_manual/{name}")
+            names.append(f"{shown}/{name}")
     text = "\n\n".join(parts)
     return Manual(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), files=tuple(names))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rank_bm25 import BM25Okapi
+from rank_bm25 import BM25Plus
 
 from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, plain_files
 from prompt_optimizer_outcomes.pkm import MARKER, PARA_ROOTS
@@ -26,11 +26,13 @@ LISTED_FILES = 200
 SUMMARY_CHARS = 60
 CLOSEST = 3
 """Files named above the listing as the closest to the note."""
+RANKED_CHARS = 8_000
+"""Characters of each file the ranking reads (a file's start says what it is about)."""
 SHOWN_LINES = 60
 """Lines of an existing file shown before the first entry is added to it (its end)."""
 _ITEM = re.compile(r"^([-*+]|\d+[.)])\s")
 _ABSOLUTE = re.compile(r"^([/~\\]|[A-Za-z]:)")
-_WORD = re.compile(r"[0-9a-z\u00c0-\u024f]{3,}")
+_WORD = re.compile(r"[^\W_\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]{3,}")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]+")
 
 
@@ -77,7 +79,7 @@ def listing(root: Path, folders: list[str], more: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """What two texts can share: Latin-script words of three letters or more, lower-cased, and
+    """What two texts can share: words of three letters or digits or more, lower-cased, and
     pairs of neighbouring characters in Chinese, Japanese and Korean runs (those scripts do not
     separate words with spaces). Markers are left out."""
     text = MARKER.sub(" ", text.lower())
@@ -89,27 +91,29 @@ def words(text: str) -> list[str]:
 
 def closest(root: Path, note: str, header: str) -> str:
     """The `CLOSEST` PARA files sharing the most words with the note, best first, under `header`,
-    each as its path and first line; "" when none shares a word. Ranked by Okapi BM25 (Robertson
-    and Zaragoza, 2009; `rank_bm25`) over each file's path and text, so a note in Japanese finds
-    the Japanese grammar notes and a tempo run finds running.md. The 1.5B agent filed into the
-    first file its list showed whatever the note said; this puts the likely places first and
-    leaves the choice to the agent."""
+    each as its path and first line; "" when none shares a word. Ranked by BM25+ (Lv and Zhai,
+    *Lower-bounding term frequency normalization*, CIKM 2011; `rank_bm25`), whose weights stay
+    positive in a knowledge base of one or two files, over each file's path and its first
+    `RANKED_CHARS` characters. The 1.5B agent filed into the first file its list showed,
+    whatever the note said; this puts the likely places first and leaves the choice to it."""
+    query = set(words(note))
     paths, documents = [], []
     for path, data in plain_files(root, ".md"):
         relative = path.relative_to(root).as_posix()
-        if relative.split("/")[0] in PARA_ROOTS and len(paths) < LISTED_FILES:
-            paths.append((relative, data.decode("utf-8", errors="replace")))
-            documents.append(words(relative.replace("/", " ").replace("-", " ").replace("_", " ")) + words(paths[-1][1]))
-    query = words(note)
-    if not paths or not query:
+        if relative.split("/")[0] in PARA_ROOTS:
+            text = data[:RANKED_CHARS * 4].decode("utf-8", errors="replace")[:RANKED_CHARS]
+            paths.append((relative, text))
+            documents.append(words(re.sub(r"[/_-]", " ", relative)) + words(text))
+    shared = [index for index, document in enumerate(documents) if query & set(document)]
+    if not shared:
         return ""
-    scores = BM25Okapi([document or ["\0"] for document in documents]).get_scores(query)
-    ranked = sorted((index for index, score in enumerate(scores) if score > 0), key=lambda index: (-scores[index], index))
+    scores = BM25Plus(documents).get_scores(list(query))
+    ranked = sorted(shared, key=lambda index: (-scores[index], index))
     lines = []
     for index in ranked[:CLOSEST]:
         first = summary(paths[index][1])
         lines.append(f"  {paths[index][0]}: {first}" if first else f"  {paths[index][0]}")
-    return "\n".join([header, *lines]) + "\n\n" if lines else ""
+    return "\n".join([header, *lines]) + "\n\n"
 
 
 def target(sandbox: Sandbox, folder: object, file: object) -> Path:

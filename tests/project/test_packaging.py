@@ -112,9 +112,11 @@ def test_a_project_without_a_prompt_manual_sends_the_one_that_ships(tmp_path):
     from optimizer.request import load_manual
 
     assert shipped_manual() == PROJECT_ROOT / "prompt_manual"  # a checkout: no copy inside the package
-    bare = load_manual(tmp_path, "card_agent")
-    assert bare == load_manual(PROJECT_ROOT, "card_agent")
-    assert bare.files == ("prompt_manual/general.md", "prompt_manual/card_agent.md")
+    bare, checkout = load_manual(tmp_path, "card_agent"), load_manual(PROJECT_ROOT, "card_agent")
+    assert (bare.text, bare.sha256) == (checkout.text, checkout.sha256)
+    assert checkout.files == ("prompt_manual/general.md", "prompt_manual/card_agent.md")
+    # recorded as the optimizer's own manual, not as files the project does not have
+    assert bare.files == ("optimizer/prompt_manual/general.md", "optimizer/prompt_manual/card_agent.md")
     (tmp_path / "prompt_manual").mkdir()
     (tmp_path / "prompt_manual" / "general.md").write_text("Our own rules.\n", encoding="utf-8")
     own = load_manual(tmp_path, "card_agent")

@@ -50,7 +50,7 @@ def test_the_listing_names_each_para_folder_and_its_files_with_their_first_line(
     assert filing.listing(fresh, [], "({count} more)") == "Projects/\nAreas/\nResources/\nArchives/"
 
 
-def test_the_files_sharing_most_words_with_the_note_are_named_first_in_any_script(tmp_path):
+def test_the_files_sharing_most_words_with_the_note_are_named_first_in_latin_and_cjk_scripts(tmp_path):
     for path, text in {"Areas/Health/running.md": "# Running log\n- easy 5k run\n",
                        "Areas/日本語学習/文法ノート.md": "# 文法ノート\n- 〜わけではない: 部分否定\n",
                        "Resources/Recipes/curry.md": "# Chicken curry\n",
@@ -65,6 +65,22 @@ def test_the_files_sharing_most_words_with_the_note_are_named_first_in_any_scrip
     assert len(ran) - 1 <= filing.CLOSEST
     assert filing.closest(tmp_path, "ok", header) == "", "nothing shared: no section at all"
     assert filing.closest(tmp_path / "missing", "Tempo run", header) == ""
+
+
+def test_the_closest_file_is_found_in_a_knowledge_base_of_one_file_and_of_thousands(tmp_path):
+    one = tmp_path / "one" / "Areas" / "Health"
+    one.mkdir(parents=True)
+    (one / "running.md").write_text("# Running log\n- easy 5k\n", encoding="utf-8")
+    assert filing.closest(tmp_path / "one", "Running again today", "H") == "H\n  Areas/Health/running.md: Running log\n\n"
+
+    big = tmp_path / "big"
+    (big / "Archives").mkdir(parents=True)
+    for number in range(filing.LISTED_FILES + 50):  # sorted before Resources/, past the listing's limit
+        (big / "Archives" / f"old{number:03}.md").write_text(f"# Old note {number}\n", encoding="utf-8")
+    (big / "Resources" / "Журнал").mkdir(parents=True)
+    (big / "Resources" / "Журнал" / "пробежки.md").write_text("# Пробежки\n- лёгкая пробежка\n", encoding="utf-8")
+    assert filing.closest(big, "Сегодня снова лёгкая пробежка", "H").splitlines()[1] == (
+        "  Resources/Журнал/пробежки.md: Пробежки")
 
 
 def test_a_large_knowledge_base_is_listed_up_to_a_limit(tmp_path, monkeypatch):
