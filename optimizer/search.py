@@ -269,8 +269,10 @@ class SearchProposer:
                 record.status, record.reason = "rejected_check", problem
             else:
                 record.status = "screened_out"
-        self.log(f"search candidate {number}: {record.status}{': ' + record.reason if record.reason else ''}")
-        return {COMPONENT: patched} if record.status == "screened_out" else {}
+        screening = record.status == "screened_out"  # until gepa keeps it in its pool
+        self.log(f"search candidate {number}: " + ("made, screened on gepa's minibatch next" if screening else
+                                                   record.status + (': ' + record.reason if record.reason else '')))
+        return {COMPONENT: patched} if screening else {}
 
 
 def faulty(records: list[Candidate]) -> list[Candidate]:

@@ -70,7 +70,8 @@ def test_screening_sets_hold_train_tasks_only_and_repeat_a_small_target():
     assert small_val == small_train, "a small budget screens the targets only"
 
 
-def pool_search(folder: Path, budget: int, records: list[Candidate] | None = None, **resumed):
+def pool_search(folder: Path, budget: int, records: list[Candidate] | None = None, log=lambda message: None,
+                **resumed):
     items = card_items()
     run, ran = scripted_run(lambda task, prompt: task.bucket != "fact_preservation" or RULE in prompt)
     adapter = ScreeningAdapter(items, run, targets={("card_agent", "fact_preservation")},
@@ -82,7 +83,7 @@ def pool_search(folder: Path, budget: int, records: list[Candidate] | None = Non
 
     proposer = SearchProposer(adapter, render=lambda prompt, failures: f"request for {failures}", propose=propose,
                               check=lambda text: None, diff=lambda text: text, records=records or [],
-                              folder=folder, log=lambda message: None)
+                              folder=folder, log=log)
     train, val = screening_sets(plan(load_suites(["card_agent"], PROJECT_ROOT), trials=1),
                                 {("card_agent", "fact_preservation")}, "card_agent", budget=budget)
     return run_search(adapter, proposer, base_prompt="base", train=train, val=val, budget=budget,
@@ -95,6 +96,16 @@ def test_the_right_candidate_is_promoted_and_useless_ones_are_not(tmp_path):
     assert right and outcome.promoted == right[:1]
     assert all(c.status in ("screened_out", "not_promoted") for c in outcome.candidates if c not in right)
     assert outcome.base_target_score == 0.0 and right[0].target_score == 1.0
+
+
+def test_a_new_candidate_is_logged_as_made_not_as_screened_out_before_its_screening(tmp_path):
+    said: list[str] = []
+    outcome, _ = pool_search(tmp_path / "pool", budget=60, log=said.append)
+    kept = [c for c in outcome.candidates if c.status in ("pool", "promoted", "not_promoted")]
+    assert kept, "the right rule stays in gepa's pool"
+    made = [line for line in said if line.startswith(f"search candidate {kept[0].number}:")]
+    assert made == [f"search candidate {kept[0].number}: made, screened on gepa's minibatch next"]
+    assert not any(line.endswith(": screened_out") for line in said)
 
 
 def test_promotion_needs_clear_screening_evidence_and_skips_a_candidate_carrying_an_earlier_ones_lines():
