@@ -1,4 +1,4 @@
-"""Where the PKM Agent's "closest files" (agents/pkm/filing.py's `closest`) put the file a note
+"""Where the PKM Agent's "closest files" (agents/pkm/filing.py's `ranked`) put the file a note
 belongs in: for every task of a PKM suite whose reference outcome names files, the rank of the
 first named file among the files shown (1-3, or "-" when it is not shown), over the task's own
 knowledge base. No model is called. A task whose file does not exist yet (a new project, an
@@ -20,9 +20,6 @@ sys.path.insert(0, str(ROOT))
 from optimizer.suites import fixture_paths, load_suite  # noqa: E402
 from prompt_optimizer_agents.pkm import filing  # noqa: E402
 
-HEADER = "closest:"
-
-
 def rank(task, project_root: Path) -> str:
     """The first expected file's place among the shown files, "-" when not shown, "new file"
     when no such file is in the task's knowledge base."""
@@ -30,8 +27,7 @@ def rank(task, project_root: Path) -> str:
     knowledge_bases = [path / "PKM" for path in fixture_paths(task, project_root) if (path / "PKM").is_dir()]
     if not knowledge_bases or not (knowledge_bases[-1] / expected[0]).is_file():
         return "new file"
-    shown = filing.closest(knowledge_bases[-1], task.input.content, HEADER).splitlines()[1:]
-    paths = [line.strip().split(": ")[0] for line in shown if line.strip()]
+    paths = [path for path, _ in filing.ranked(knowledge_bases[-1], task.input.content)]
     return str(paths.index(expected[0]) + 1) if expected[0] in paths else "-"
 
 

@@ -89,31 +89,36 @@ def words(text: str) -> list[str]:
     return found
 
 
-def closest(root: Path, note: str, header: str) -> str:
-    """The `CLOSEST` PARA files sharing the most words with the note, best first, under `header`,
-    each as its path and first line; "" when none shares a word. Ranked by BM25+ (Lv and Zhai,
-    *Lower-bounding term frequency normalization*, CIKM 2011; `rank_bm25`), whose weights stay
-    positive in a knowledge base of one or two files, over each file's path and its first
-    `RANKED_CHARS` characters. The 1.5B agent filed into the first file its list showed,
-    whatever the note said; this puts the likely places first and leaves the choice to it."""
+def ranked(root: Path, note: str) -> list[tuple[str, str]]:
+    """The `CLOSEST` PARA files sharing the most words with the note, best first, each as its
+    path and its first `RANKED_CHARS` characters; none when no file shares a word. Ranked by BM25+
+    (Lv and Zhai, *Lower-bounding term frequency normalization*, CIKM 2011; `rank_bm25`), whose
+    weights stay positive in a knowledge base of one or two files, over each file's path and
+    those characters."""
     query = set(words(note))
-    paths, documents = [], []
+    files, documents = [], []
     for path, data in plain_files(root, ".md"):
         relative = path.relative_to(root).as_posix()
         if relative.split("/")[0] in PARA_ROOTS:
             text = data[:RANKED_CHARS * 4].decode("utf-8", errors="replace")[:RANKED_CHARS]
-            paths.append((relative, text))
+            files.append((relative, text))
             documents.append(words(re.sub(r"[/_-]", " ", relative)) + words(text))
     shared = [index for index, document in enumerate(documents) if query & set(document)]
     if not shared:
-        return ""
+        return []
     scores = BM25Plus(documents).get_scores(list(query))
-    ranked = sorted(shared, key=lambda index: (-scores[index], index))
+    return [files[index] for index in sorted(shared, key=lambda index: (-scores[index], index))[:CLOSEST]]
+
+
+def closest(root: Path, note: str, header: str) -> str:
+    """`ranked`'s files under `header`, each as its path and first line; "" when there are none.
+    The 1.5B agent filed into the first file its list showed, whatever the note said; this puts
+    the likely places first and leaves the choice to it."""
     lines = []
-    for index in ranked[:CLOSEST]:
-        first = summary(paths[index][1])
-        lines.append(f"  {paths[index][0]}: {first}" if first else f"  {paths[index][0]}")
-    return "\n".join([header, *lines]) + "\n\n"
+    for path, text in ranked(root, note):
+        first = summary(text)
+        lines.append(f"  {path}: {first}" if first else f"  {path}")
+    return "\n".join([header, *lines]) + "\n\n" if lines else ""
 
 
 def target(sandbox: Sandbox, folder: object, file: object) -> Path:
