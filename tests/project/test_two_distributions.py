@@ -92,7 +92,7 @@ def test_the_installed_optimizer_reads_the_prompt_manual_it_ships(venv, tmp_path
         folder = shipped_manual()
         assert FOLDER == folder / "patcher_contrast" and instructions()
         manual = load_manual(Path(sys.argv[1]), "card_agent")
-        assert manual.files == ("prompt_manual/general.md", "prompt_manual/card_agent.md"), manual.files
+        assert manual.files == ("optimizer/prompt_manual/general.md", "optimizer/prompt_manual/card_agent.md"), manual.files
         print(manual.sha256, folder)
         for name in sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*")
                            if path.is_file() and "__pycache__" not in path.parts):
