@@ -2,17 +2,24 @@
 their per-bucket scores, and what each cost (from the ledger), as tables of plain rows.
 
 The tables are small and `optimizer history` is a command a user waits for, so nothing here
-imports pandas: the rows come straight from the store, the ledger summed by the database."""
+imports pandas, nor SQLAlchemy for a SQLite store (`optimizer.store.quick`): the rows come
+straight from the store, the ledger summed by the database."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import ValidationError
 
 from optimizer.provenance import RunSpec, changed_parts
-from optimizer.store import Store
+
+if TYPE_CHECKING:
+    from optimizer.store import Store
+    from optimizer.store.quick import QuickStore
+
+Source = Union["Store", "QuickStore"]
+"""What the history is read from: the `Store`, or a SQLite store read without SQLAlchemy."""
 
 ROLES = ("agent", "judge", "patcher")
 COST_COLUMNS = (*(f"{role}_usd" for role in ROLES), "cost_usd", "tokens", "calls")
@@ -34,7 +41,7 @@ class History:
     cost_by_role: list[Row]
 
 
-def costs_by(store: Store, key: str | None = None) -> dict[Any, Row]:
+def costs_by(store: Source, key: str | None = None) -> dict[Any, Row]:
     """The ledger summed per `key` (e.g. `iteration_id`; everything under None without one): the
     cost of each role in `ROLES`, the total cost (every role), tokens and calls."""
     costs: dict[Any, Row] = {}
@@ -51,7 +58,7 @@ def no_cost() -> Row:
     return {column: 0 if column in ("tokens", "calls") else 0.0 for column in COST_COLUMNS}
 
 
-def load_history(store: Store, limit: int = 20) -> History:
+def load_history(store: Source, limit: int = 20) -> History:
     nightly_rows = []
     for row in store.nightlies.rows()[-limit:]:
         state = row.get("state") or {}

@@ -22,12 +22,18 @@ def history_command(
     from optimizer.config import find_project_root, load_settings
     from optimizer.files import write_json
     from optimizer.history import load_history
-    from optimizer.store import open_store
+    from optimizer.store.address import store_url
+    from optimizer.store.quick import read_quickly
 
     root = find_project_root()
     settings = load_settings(root)
-    store = open_store(settings, root)
-    history = load_history(store, limit)
+    history = read_quickly(store_url(settings, root)[0], lambda quick: load_history(quick, limit))
+    if history is None:  # PostgreSQL, no store yet, one to migrate, or a fault the Store reports
+        from optimizer.store import open_store
+
+        store = open_store(settings, root)
+        history = load_history(store, limit)
+        store.close()
 
     def show(title: str, rows: list[dict], columns: list[str] | None = None) -> None:
         if not rows:
@@ -50,7 +56,6 @@ def history_command(
     if json_path:
         write_json(json_path, {name: _records(getattr(history, name))
                                for name in ("nightlies", "iterations", "runs", "bucket_scores", "cost_by_role")})
-    store.close()
 
 
 def _records(rows: list[dict]) -> list[dict]:

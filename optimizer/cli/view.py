@@ -15,7 +15,7 @@ def view_command(
     """Browse the store in a web browser: runs, trials with filters, transcripts, changed pairs, trends. Read-only."""
     from optimizer.cli._common import console
     from optimizer.config import find_project_root, load_settings
-    from optimizer.store.store import default_url
+    from optimizer.store.address import default_url
     from optimizer.viewer import ViewerServer
 
     root = find_project_root()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Column, Connection, Engine, Table, update
+from sqlalchemy import Column, Connection, Engine, update
+
+from optimizer.store.columns import decode, encode
+
+__all__ = ["Owner", "Repository", "decode", "encode"]
 
 if TYPE_CHECKING:  # `frame` imports pandas when called, so opening a store stays cheap
     import pandas as pd
@@ -58,25 +61,3 @@ class Repository:
             values.setdefault("finished_at", datetime.now(timezone.utc))
         with self._store.engine.begin() as conn:
             conn.execute(update(key.table).where(key == value).values(**encode(key.table, values)))
-
-
-def encode(table: Table, values: dict[str, Any]) -> dict[str, Any]:
-    """`values` as columns of `table`: a value named like a JSON column without its `_json`
-    (`summary` for `summary_json`) goes into that column as JSON (a string as it is)."""
-    columns = {}
-    for key, value in values.items():
-        if f"{key}_json" in table.c:
-            key = f"{key}_json"
-            if not isinstance(value, str) and value is not None:
-                value = json.dumps(value, default=str, ensure_ascii=False)
-        columns[key] = value
-    return columns
-
-
-def decode(row) -> dict[str, Any]:
-    """A row as a dict whose JSON columns are decoded and named without `_json` (`summary`)."""
-    record = dict(row)
-    for key in list(record):
-        if key.endswith("_json") and isinstance(record[key], str):
-            record[key.removesuffix("_json")] = json.loads(record.pop(key))
-    return record

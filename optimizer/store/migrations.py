@@ -22,6 +22,7 @@ from sqlalchemy import (Column, Connection, DateTime, Integer, MetaData, String,
                         update)
 
 from optimizer.errors import ConfigError
+from optimizer.store.revisions import NAMES
 
 
 def _revision(module: str) -> Callable[[Connection], None]:
@@ -32,13 +33,7 @@ def _revision(module: str) -> Callable[[Connection], None]:
     return upgrade
 
 
-MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [
-    ("0001_initial", _revision("r0001_initial")),
-    ("0002_loop", _revision("r0002_loop")),
-    ("0003_judge_calibrations", _revision("r0003_judge_calibrations")),
-    ("0004_ledger_nightly", _revision("r0004_ledger_nightly")),
-    ("0005_run_owners", _revision("r0005_run_owners")),
-]
+MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = [(name, _revision(f"r{name}")) for name in NAMES]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 bookkeeping = MetaData()

@@ -13,6 +13,7 @@ from sqlalchemy.exc import DatabaseError, DBAPIError
 
 from optimizer.errors import StoreError, first_line
 from optimizer.store import schema
+from optimizer.store.address import store_url
 from optimizer.store.cache import CachedResponses
 from optimizer.store.calibrations import Calibrations
 from optimizer.store.iterations import Iterations
@@ -25,10 +26,6 @@ from optimizer.store.runs import Runs
 from optimizer.store.trials import Trials
 
 
-def default_url(state_dir: Path) -> str:
-    return f"sqlite:///{state_dir / 'optimizer.db'}"
-
-
 def open_store(settings, project_root: Path) -> "Store":
     """The project's store: `database_url` when set, else SQLite in the state folder. A store that
     cannot be opened is a configuration error naming the setting to change."""
@@ -36,8 +33,7 @@ def open_store(settings, project_root: Path) -> "Store":
 
     from optimizer.errors import ConfigError
 
-    url = settings.database_url or default_url(project_root / settings.state_dir)
-    field = "database_url" if settings.database_url else "state_dir"
+    url, field = store_url(settings, project_root)
     try:
         return Store(url)
     except (ArgumentError, NoSuchModuleError) as exc:

@@ -253,7 +253,7 @@ def test_targets_rank_on_every_recorded_trial_of_the_base_prompt(tmp_path):
     from optimizer.loop_staging import Stage
     from optimizer.request import select_targets
     from optimizer.runner import fingerprints
-    from optimizer.store.store import Store, default_url
+    from optimizer.store import Store, default_url
     from optimizer.types import RunResult
 
     suites = load_suites(["card_agent"], PROJECT_ROOT)
@@ -305,7 +305,7 @@ def test_a_search_that_promoted_nothing_counts_toward_the_buckets_patience(tmp_p
     once, through its proposal, and other base commits do not count."""
     from optimizer.request import exhausted_buckets
     from optimizer.store.proposals import ProposalRow
-    from optimizer.store.store import Store, default_url
+    from optimizer.store import Store, default_url
 
     store = Store(default_url(tmp_path))
     base, other = "a" * 40, "b" * 40

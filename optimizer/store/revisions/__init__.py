@@ -8,3 +8,7 @@ A revision that needs a foreign key to an earlier revision's table declares that
 column again in its own `MetaData`, as a stub, so its DDL does not depend on anything outside the
 module.
 """
+
+NAMES = ("0001_initial", "0002_loop", "0003_judge_calibrations", "0004_ledger_nightly", "0005_run_owners")
+"""The revisions in the order they apply; revision `NAME` is the module `r<NAME>`. Here, apart from
+the migration code, so a reader can learn the current schema version without importing SQLAlchemy."""

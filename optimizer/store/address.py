@@ -1,0 +1,23 @@
+"""Where a project's store is: a database URL, as the settings name it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def default_url(state_dir: Path) -> str:
+    return f"sqlite:///{state_dir / 'optimizer.db'}"
+
+
+def store_url(settings, project_root: Path) -> tuple[str, str]:
+    """The store's URL and the setting that chose it: `database_url` when set, else SQLite in
+    the state folder (`state_dir`)."""
+    if settings.database_url:
+        return settings.database_url, "database_url"
+    return default_url(project_root / settings.state_dir), "state_dir"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite store's URL; None for another database or an in-memory one."""
+    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else ""
+    return Path(path) if path and path != ":memory:" else None
