@@ -21,7 +21,8 @@ model: setup
 # The main job: one optimization iteration of the Card Agent on the embedded model. One baseline
 # trial per task, a search of 24 screening trials over the target (docs/search.md), and a
 # comparison budget of 80 trials (batches of 4 target pairs; every other bucket checked with at
-# least 2 pairs) keep the first run, set-up included, under 45 minutes on 2 cores;
+# least 2 pairs): the first run on a fresh clone took 78 minutes on 2 cores, set-up included
+# (docs/benchmarks.md#make-run-on-a-fresh-clone);
 # `make run RUN_FLAGS=` uses the defaults (4 trials; no search; up to 250 trials per proposal).
 RUN_FLAGS ?= --trials 1 --search-rollouts 24 --max-rollouts 80 --batch-pairs 4 --min-bucket-pairs 2
 run: model
