@@ -29,6 +29,13 @@ class GatePolicy:
     refuse_unsafe: str = "never"
     """Reject when a group is *not shown safe* at the end (the budget spent with it open):
     `never`, `pooled` (only the pooled group of all non-target tasks) or `any` group."""
+    refuse_beyond_margin: bool = True
+    """Reject when a group's 95% interval of change lies wholly below `-max_bucket_drop` at the
+    decision, whatever its e-value says (`rules.beyond_margin`): a drop shown beyond the margin by
+    the fixed-sample test of inferiority, checked once, at the end."""
+    margin_min_pairs: int = 8
+    """Pairs a group needs before its interval is read for `refuse_beyond_margin`: a t-interval
+    over two or three changes, or over changes that happen to be equal, is too short to refuse on."""
     name_weighting: bool = False
     """Weight the harm tests toward the buckets a patch names (`harm_thresholds`). Off: a harm
     worded to name another bucket moved half of `alpha_harm` and the pairs to an innocent one

@@ -129,10 +129,35 @@ def test_the_harm_threshold_is_bonferroni_over_the_groups_tested():
     alone = decide(table_of({"a1": [(0, 1)] * 10, **drops}), targets={("s", "a")})
     assert not alone.accepted
     many = table_of({"a1": [(0, 1)] * 10, **drops, **{f"x{i}_1": [(1, 1)] * 8 for i in range(11)}})
-    decision = decide(many, targets={("s", "a")})
+    decision = decide(many, targets={("s", "a")}, policy=GatePolicy(refuse_beyond_margin=False))
     rule = next(rule for rule in decision.rules if rule.rule == "no_harm")
     assert rule.numbers["groups"] == 13 and rule.numbers["evalue_threshold"] == pytest.approx(130)
     assert rule.passed
+    # by default the eight drops are refused all the same: their interval lies below the margin
+    rule = next(rule for rule in decide(many, targets={("s", "a")}).rules if rule.rule == "no_harm")
+    assert not rule.passed and "s/b fell -1.00, its 95% interval [-1.00, -1.00] wholly below -0.10 (8 pairs)" in rule.reason
+
+
+def test_a_drop_whose_interval_lies_below_the_margin_is_refused_though_its_evalue_falls_short():
+    """As on the embedded model: a one-task bucket fell 0.96 -> 0.54 over 13 pairs, its e-value
+    just short of the Bonferroni threshold over 14 groups; the interval [-0.59, -0.26] is wholly
+    below -max_bucket_drop, so the decision refuses. With fewer than `margin_min_pairs` pairs, or
+    an interval reaching above the margin, it does not."""
+    others = {f"x{i}_1": [(1, 1)] * 8 for i in range(12)}
+    fell = [(1, 0)] * 4 + [(1, 0.5)] * 4 + [(1, 1)] * 3 + [(0.5, 0.5)] * 2
+    table = table_of({"a1": [(0, 1)] * 10, "b1": fell, **others})
+    off = decide(table, targets={("s", "a")}, policy=GatePolicy(refuse_beyond_margin=False))
+    b = next(row for row in off.buckets if row.bucket == "b")
+    assert off.accepted and b.verdict != "harmed" and b.pairs == 13 and b.ci_high < -0.10
+    decision = decide(table, targets={("s", "a")})
+    rule = next(rule for rule in decision.rules if rule.rule == "no_harm")
+    assert not decision.accepted and not rule.passed and "s/b fell" in rule.reason and "wholly below -0.10" in rule.reason
+
+    short = table_of({"a1": [(0, 1)] * 10, "b1": [(1, 0)] * 3, **others})
+    assert decide(short, targets={("s", "a")}).accepted  # 3 equal drops: no interval to refuse on
+    mixed = table_of({"a1": [(0, 1)] * 10, "b1": [(1, 0), (0, 1), (1, 0)] * 3 + [(1, 1)] * 4, **others})
+    row = next(row for row in decide(mixed, targets={("s", "a")}).buckets if row.bucket == "b")
+    assert row.ci_high > -0.10 and decide(mixed, targets={("s", "a")}).accepted
 
 
 def test_a_bucket_is_named_by_a_word_of_its_own_name_in_a_changed_line():
@@ -157,11 +182,12 @@ def test_a_patch_names_the_buckets_of_its_changed_lines_but_not_the_ones_it_was_
 def test_named_buckets_get_half_the_harm_level_and_the_family_keeps_alpha_harm():
     drops = {"b1": [(1, 0)] * 8}  # p = 1/E about 0.02: not significant among 13 groups at Bonferroni
     table = table_of({"a1": [(0, 1)] * 10, **drops, **{f"x{i}_1": [(1, 1)] * 8 for i in range(11)}})
-    policy = GatePolicy(name_weighting=True)
+    policy = GatePolicy(name_weighting=True, refuse_beyond_margin=False)  # the e-value tests alone
     plain = decide(table, targets={("s", "a")}, policy=policy)
     named = decide(table, targets={("s", "a")}, named={("s", "b")}, policy=policy)
     assert plain.accepted and not named.accepted
-    assert decide(table, targets={("s", "a")}, named={("s", "b")}).accepted, "weighting is off by default"
+    assert decide(table, targets={("s", "a")}, named={("s", "b")}, policy=GatePolicy(refuse_beyond_margin=False)).accepted, \
+        "weighting is off by default"
     weighted = decide(table, targets={("s", "a")}, named={("s", "x0_")}, policy=policy)
     rule = next(r for r in weighted.rules if r.rule == "no_harm")
     assert rule.passed and "half of it on s/x0_, which the patch names" in rule.reason
