@@ -15,12 +15,12 @@ def view_command(
     """Browse the store in a web browser: runs, trials with filters, transcripts, changed pairs, trends. Read-only."""
     from optimizer.cli._common import console
     from optimizer.config import find_project_root, load_settings
-    from optimizer.store.address import default_url
+    from optimizer.store.address import store_url
     from optimizer.viewer import ViewerServer
 
     root = find_project_root()
     settings = load_settings(root)
-    server = ViewerServer(settings.database_url or default_url(root / settings.state_dir), host, port, verbose)
+    server = ViewerServer(store_url(settings, root)[0], host, port, verbose)
     console.print(f"viewing the store at http://{host}:{server.server_address[1]}/ (Ctrl-C stops)",
                   highlight=False, soft_wrap=True)
     try:

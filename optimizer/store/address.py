@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 
@@ -21,3 +22,9 @@ def sqlite_file(url: str) -> Path | None:
     """The file of a SQLite store's URL; None for another database or an in-memory one."""
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else ""
     return Path(path) if path and path != ":memory:" else None
+
+
+def connect_read_only(path: Path, **options) -> sqlite3.Connection:
+    """A connection to the SQLite file at `path` opened with `mode=ro`: SQLite refuses every
+    write through it. `options` go to `sqlite3.connect`."""
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, **options)

@@ -22,6 +22,7 @@ from sqlalchemy import (Column, Connection, DateTime, Integer, MetaData, String,
                         update)
 
 from optimizer.errors import ConfigError
+from optimizer.store.address import sqlite_file
 from optimizer.store.revisions import NAMES
 
 
@@ -65,8 +66,8 @@ def sqlite_lock(url: str) -> Iterator[None]:
     ("database is locked"), nor when two create the same table ("already exists"). The kernel
     lets go when the process ends, however it ends. The file stays: removing it would let a
     process lock a file no longer at the path while another locks a new one there."""
-    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else ""
-    if not path or path == ":memory:":
+    path = sqlite_file(url)
+    if path is None:
         yield
         return
     handle = os.open(f"{path}.migration-lock", os.O_RDWR | os.O_CREAT, 0o644)

@@ -4,12 +4,11 @@ the command.
 
 It reads what `optimizer history` reads, as the repositories of `Store` read it (times stay
 SQLite's text; `tests/optimizer/store/test_quick.py` compares the two histories), and only a
-store it can read as it is:
-a SQLite file that exists, opened read-only, at this optimizer's schema version, with nothing
-running. For anything else (PostgreSQL, no store yet, an older store to migrate, a newer one, a
-run or an iteration still running, any database error)
-`open_quick` or the reading returns None and the caller opens the `Store`, which migrates,
-checks and reports faults as every other command does.
+store it can read as it is: a SQLite file that exists, opened read-only, at this optimizer's
+schema version, with nothing running. For anything else (PostgreSQL, no store yet, an older
+store to migrate, a newer one, a run or an iteration still running, any database error)
+`read_quickly` returns None and the caller opens the `Store`, which migrates, checks and
+reports faults as every other command does.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import sqlite3
 from contextlib import closing
 from typing import Any, Callable, TypeVar
 
-from optimizer.store.address import sqlite_file
+from optimizer.store.address import connect_read_only, sqlite_file
 from optimizer.store.columns import decode
 from optimizer.store.revisions import NAMES
 
@@ -49,14 +48,13 @@ def read_quickly(url: str, read: Callable[[QuickStore], T]) -> T | None:
     if path is None or not path.is_file():
         return None
     try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+        with closing(connect_read_only(path)) as conn:
             conn.row_factory = sqlite3.Row
-            if conn.execute("SELECT version FROM schema_version").fetchone()[0] != len(NAMES):
-                return None
-            if conn.execute(RUNNING).fetchone():
+            version = conn.execute("SELECT version FROM schema_version").fetchone()
+            if version is None or version[0] != len(NAMES) or conn.execute(RUNNING).fetchone():
                 return None
             return read(QuickStore(conn))
-    except (sqlite3.Error, TypeError):  # TypeError: no version row
+    except sqlite3.Error:
         return None
 
 

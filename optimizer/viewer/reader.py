@@ -8,7 +8,6 @@ closes orphaned runs when it opens, all writes. Here a SQLite file is opened wit
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from optimizer.errors import InputError, first_line
 from optimizer.store import schema
+from optimizer.store.address import connect_read_only
 from optimizer.store.store import store_location
 
 PAGE = 50
@@ -34,8 +34,7 @@ def open_engine(url: str) -> Engine:
             raise InputError(f"no store at {path}", path=path,
                              fix="run `optimizer eval` or `optimizer run` first, or set state_dir "
                                  "(env OPTIMIZER_STATE_DIR) to the folder holding optimizer.db")
-        uri = f"{path.resolve().as_uri()}?mode=ro"
-        return create_engine("sqlite://", creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False))
+        return create_engine("sqlite://", creator=lambda: connect_read_only(path, check_same_thread=False))
     engine = create_engine(url)
 
     @event.listens_for(engine, "connect")
