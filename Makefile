@@ -21,12 +21,14 @@ model: setup
 # The main job: one optimization iteration of the Card Agent on the embedded model. One baseline
 # trial per task, a search of 24 screening trials over the target (docs/search.md), and a
 # comparison budget of 80 trials (batches of 4 target pairs; every other bucket checked with at
-# least 2 pairs): the first run on a fresh clone took 78 minutes on 2 cores, set-up included
-# (docs/benchmarks.md#make-run-on-a-fresh-clone);
+# least 2 pairs). The model's server generates on every core (RUN_THREADS), the machine being
+# given over to the run; a run beside other busy work is faster with `make run RUN_THREADS=0`
+# (every core but one). See docs/benchmarks.md#make-run-on-a-fresh-clone for its time.
 # `make run RUN_FLAGS=` uses the defaults (4 trials; no search; up to 250 trials per proposal).
 RUN_FLAGS ?= --trials 1 --search-rollouts 24 --max-rollouts 80 --batch-pairs 4 --min-bucket-pairs 2
+RUN_THREADS ?= $(shell nproc 2>/dev/null || echo 0)
 run: model
-	$(BIN)/optimizer run --suite card_agent $(RUN_FLAGS)
+	OPTIMIZER_LOCAL_THREADS=$(RUN_THREADS) $(BIN)/optimizer run --suite card_agent $(RUN_FLAGS)
 
 # One iteration on mock/sim in a throw-away copy of the project (.optimizer/demo), with a
 # stand-in coding agent that appends the simulator's rule for the targeted bucket. No model needed.

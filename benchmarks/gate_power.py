@@ -2,10 +2,10 @@
 acceptance, side by side on the same planted cases. Prints a table; asserts nothing.
 
     .venv/bin/python benchmarks/gate_power.py [--aa 300] [--good 40] [--harm 40] [--suites card_agent pkm_agent]
-        [--buckets B ...] [--arms new previous gepa] [--policy FIELD=VALUE ...]
+        [--buckets B ...] [--arms new previous gepa] [--trials 4] [--policy FIELD=VALUE ...]
 
-Cases, per suite (each repeat draws a fresh baseline as the loop plans it: 4 trials per task,
-`lone_task_factor` times that for a train task alone in its bucket):
+Cases, per suite (each repeat draws a fresh baseline as the loop plans it: `--trials` per task,
+4 by default, `lone_task_factor` times that for a train task alone in its bucket):
 * **A/A**: the candidate is the base prompt, sampled again. Targets are chosen from the baseline
   as `optimizer run` chooses them. Every acceptance is a false accept.
 * **good**: the candidate adds the simulator's rule for bucket B, and B is the target. Power.
@@ -285,6 +285,8 @@ def main() -> None:
     parser.add_argument("--suites", nargs="*", default=["card_agent", "pkm_agent"])
     parser.add_argument("--buckets", nargs="*", default=None, help="targets tried for power (default: all)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trials", type=int, default=4,
+                        help="baseline trials per task (the loop's --trials; `make run` uses 1)")
     parser.add_argument("--lone-task-factor", type=int, default=Settings.model_fields["lone_task_factor"].default,
                         help="times the trials of a task alone in its train bucket (the loop's setting)")
     parser.add_argument("--arms", nargs="*", default=["new", "pooled", "previous", "gepa"],
@@ -325,7 +327,7 @@ def main() -> None:
         entry = get_agent(agent)
         base = (ROOT / entry.prompt_file).read_text(encoding="utf-8")
         texts = entry.sim_profile.rule_texts
-        planned = plan(suites, trials=4, lone_task_factor=args.lone_task_factor)
+        planned = plan(suites, trials=args.trials, lone_task_factor=args.lone_task_factor)
         sim = FastSim(suites, fails)
         rng = random.Random(args.seed)
         print(f"\n{suite_name}: baseline of {len(planned)} trials per repeat, "

@@ -25,11 +25,19 @@ trials by ending, and how many had no completed model call yet were scored `fail
 charged for the machine's slowness; `docs/models.md`, "A slow machine").
 
     python benchmarks/local_model.py --load [--load-threads 1,2] [--task 'card_quote_*']
+
+`--replay` records the model calls of one card trial per task (event, fact and quote cards unless
+`--task` says) and sends the same calls again at temperature 0 to a server per set-up: 1 and 2
+generating threads, and llama.cpp's n-gram speculative decoding (drafts from the conversation
+itself, no draft model). Generated tokens/s per set-up, from the server's own timings.
+
+    python benchmarks/local_model.py --replay [--task 'card_quote_*']
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -131,19 +139,17 @@ def _endings(trials) -> dict[str, int]:
     return counts
 
 
-def generation_rate(binary: Path, gguf: Path, threads: int, requests: int = 3, tokens: int = 96) -> float:
-    """Median generation tokens/s (llama-server's own `predicted_per_second`) of `requests`
-    completions of `tokens` tokens each, from a server started here with `threads` threads."""
+@contextlib.contextmanager
+def started_server(binary: Path, gguf: Path, flags: list[str]):
+    """A `llama-server` of its own on a free port with `flags`; yields its URL, stops it after."""
     import socket
-    import statistics
     import urllib.request
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen([str(binary), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-                               "--threads", str(threads), "--threads-batch", str(threads), "--ctx-size", "2048",
-                               "--no-webui", "--verbosity", "1"],
+                               "--no-webui", "--verbosity", "1", *flags],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -156,22 +162,93 @@ def generation_rate(binary: Path, gguf: Path, threads: int, requests: int = 3, t
             except OSError:
                 pass
             if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit(f"llama-server with {threads} thread(s) did not start")
+                raise SystemExit(f"llama-server {' '.join(flags)} did not start")
             time.sleep(0.5)
-        rates = []
-        for number in range(requests + 1):  # the first one warms the server up
-            body = json.dumps({"prompt": f"Write a short story about lighthouse number {number}.",
-                               "n_predict": tokens, "temperature": 0, "cache_prompt": False}).encode()
-            request = urllib.request.Request(f"{url}/completion", data=body,
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=600) as answer:
-                timings = json.loads(answer.read())["timings"]
-            if number:
-                rates.append(timings["predicted_per_second"])
-        return statistics.median(rates)
+        yield url
     finally:
         server.terminate()
         server.wait()
+
+
+def completion(url: str, body: dict) -> dict:
+    """One non-streamed `/completion`; the server's answer (text, `timings`)."""
+    import urllib.request
+
+    request = urllib.request.Request(f"{url}/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=900) as answer:
+        return json.loads(answer.read())
+
+
+def generation_rate(binary: Path, gguf: Path, threads: int, requests: int = 3, tokens: int = 96) -> float:
+    """Median generation tokens/s (llama-server's own `predicted_per_second`) of `requests`
+    completions of `tokens` tokens each, from a server started here with `threads` threads."""
+    import statistics
+
+    flags = ["--threads", str(threads), "--threads-batch", str(threads), "--ctx-size", "2048"]
+    with started_server(binary, gguf, flags) as url:
+        rates = []
+        for number in range(requests + 1):  # the first one warms the server up
+            timings = completion(url, {"prompt": f"Write a short story about lighthouse number {number}.",
+                                       "n_predict": tokens, "temperature": 0, "cache_prompt": False})["timings"]
+            if number:
+                rates.append(timings["predicted_per_second"])
+        return statistics.median(rates)
+
+
+REPLAY_ARMS = {
+    "1 thread": ["--threads", "1"],
+    "2 threads": ["--threads", "2"],
+    "1 thread, n-gram drafts": ["--threads", "1", "--spec-type", "ngram-simple"],
+    "1 thread, short n-gram drafts": ["--threads", "1", "--spec-type", "ngram-simple",
+                                      "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "16"],
+}
+"""Server set-ups `--replay` compares (prompts are read on every core in each)."""
+
+
+def recorded_calls(tasks: list[str]) -> list[dict]:
+    """The `/completion` bodies a card eval sends (one trial per task, in this process, on the
+    shared server), recorded as they are sent."""
+    from optimizer.cli import app as cli
+    from optimizer.engines.llamacpp import served
+
+    bodies, send = [], served.ServedModel._generate
+
+    def recording(self, url, body, deadline):
+        bodies.append(dict(body))
+        return send(self, url, body, deadline)
+
+    served.ServedModel._generate = recording
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ["OPTIMIZER_STATE_DIR"] = folder
+        try:
+            cli(["eval", "--suite", "card_agent", "--agent-model", MODEL, "--trials", "1", "--no-cache",
+                 *(part for task in tasks for part in ("--task", task))], standalone_mode=False)
+        finally:
+            served.ServedModel._generate = send
+    return bodies
+
+
+def replay(args) -> None:
+    """The same recorded card calls, at temperature 0 (so every arm generates the same tokens, or
+    nearly: drafts change nothing greedy), against a server per arm of `REPLAY_ARMS`."""
+    from optimizer.engines.llamacpp import install
+
+    binary, gguf = install.require_server(), install.require_ready()
+    bodies = recorded_calls(args.task or ["card_event_*", "card_fact_*", "card_quote_*"])
+    cores = str(len(os.sched_getaffinity(0)))
+    print(f"{len(bodies)} recorded card calls replayed at temperature 0, {cores} cores, one arm after the other")
+    print(f"{'server':<30} {'generated':>9} {'seconds':>8} {'tokens/s':>9} {'ratio':>6}")
+    first = None
+    for label, flags in REPLAY_ARMS.items():
+        with started_server(binary, gguf, [*flags, "--threads-batch", cores, "--ctx-size", "12288"]) as url:
+            tokens = milliseconds = 0
+            for body in bodies:
+                timings = completion(url, {**body, "stream": False, "temperature": 0.0, "seed": 0})["timings"]
+                tokens, milliseconds = tokens + timings["predicted_n"], milliseconds + timings["predicted_ms"]
+        rate = 1000 * tokens / milliseconds
+        first = first or rate
+        print(f"{label:<30} {tokens:>9} {milliseconds / 1000:>8.1f} {rate:>9.2f} {rate / first:>5.2f}x", flush=True)
 
 
 class CpuLoad:
@@ -226,6 +303,8 @@ def main() -> None:
                                                            "a card eval beside it")
     parser.add_argument("--load-threads", default="1,2", help="server threads to measure with --load")
     parser.add_argument("--skip-eval", action="store_true", help="with --load: only the tokens/s table")
+    parser.add_argument("--replay", action="store_true", help="recorded card calls replayed greedily against "
+                                                             "servers with 1 and 2 threads and n-gram drafts")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from optimizer.engines.llamacpp import install
@@ -235,6 +314,9 @@ def main() -> None:
         sys.exit("the local model is not ready:\n" + "\n".join(status.lines()))
     if args.load:
         measure_load(args)
+        return
+    if args.replay:
+        replay(args)
         return
     results = []
     with tempfile.TemporaryDirectory() as folder:

@@ -28,7 +28,8 @@ NIGHT = ("suite", "merge", "base", "date", *LIMITS)
 """The night's own flags; the rest of what it stores are `Settings` fields."""
 FIXED = ("base", "date")
 """A resumed night keeps its base and its branch: no override."""
-MACHINE = frozenset({"state_dir", "database_url", "workspace_dir", "concurrency", "local_slots"})
+MACHINE = frozenset({"state_dir", "database_url", "workspace_dir", "concurrency", "local_slots",
+                     "local_threads"})
 """Where this machine keeps the store and workspaces, and how much it runs at once: no trial's
 outcome depends on them, so a resumed night takes them from the invocation that resumes it."""
 OWNER = ("repository", "checkout", "host")

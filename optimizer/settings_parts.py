@@ -53,6 +53,7 @@ class ProviderSettings:
     models: ModelSettings
     concurrency: int = 8
     local_slots: int = 1
+    local_threads: int = 0
 
 
 @dataclass(frozen=True)

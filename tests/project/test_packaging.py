@@ -40,11 +40,12 @@ def test_the_wheel_installs_the_bundled_packages_under_this_projects_names():
 
 def test_every_package_folder_is_in_the_wheel():
     """A folder left out of the list still imports in an editable install and is missing from the
-    wheel. The prompt manual, data only, is a package of its own."""
+    wheel. Data folders (prompts, rubrics, templates, the prompt manual) are listed too: setuptools
+    counts every folder under a package as one and warns at every install about any left out."""
     listed = {folder_of(package) for package in SETUPTOOLS["packages"]}
-    folders = {init.parent for top in ("optimizer", "agents", "graders", "outcomes")
-               for init in (PROJECT_ROOT / top).rglob("__init__.py") if "__pycache__" not in init.parts}
-    folders.add(PROJECT_ROOT / "prompt_manual")
+    folders = {folder for top in ("optimizer", "agents", "graders", "outcomes", "prompt_manual")
+               for folder in [PROJECT_ROOT / top, *(PROJECT_ROOT / top).rglob("*")]
+               if folder.is_dir() and "__pycache__" not in folder.parts}
     assert listed == folders, sorted(str(path.relative_to(PROJECT_ROOT)) for path in listed ^ folders)
 
 

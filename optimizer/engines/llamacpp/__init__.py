@@ -35,12 +35,14 @@ its answer. The KV cache costs ~28 KB per token (~340 MB per slot), allocated wh
 DEFAULT_SLOTS = 1
 
 _slots = DEFAULT_SLOTS
+_threads = 0
 
 
-def configure(slots: int) -> None:
-    """How many sequences the server this process uses decodes at once (the `local_slots` setting)."""
-    global _slots
-    _slots = slots
+def configure(slots: int, threads: int = 0) -> None:
+    """How many sequences the server this process uses decodes at once (the `local_slots` setting)
+    and with how many threads it generates (`local_threads`; 0: `server.generation_threads`)."""
+    global _slots, _threads
+    _slots, _threads = slots, threads
 
 
 def slots() -> int:
@@ -51,8 +53,8 @@ def spec() -> "ServerSpec":
     from optimizer.engines.llamacpp import server
 
     cores = len(os.sched_getaffinity(0))
-    return server.ServerSpec(slots=_slots, slot_context=N_CTX, threads=server.generation_threads(cores),
-                             batch_threads=cores)
+    return server.ServerSpec(slots=_slots, slot_context=N_CTX, threads=_threads or server.generation_threads(cores),
+                             batch_threads=max(cores, _threads))
 
 
 def check(model: str, field: str = "model") -> None:
@@ -88,4 +90,4 @@ def _build(model: str) -> str:
 register_provider(PREFIX, Provider(
     handler=_handler, models=(MODEL,), embedded=True, lists_every_tool=True, check=check, validate=validate,
     concurrency=lambda model: _slots, context_window=lambda model: N_CTX, answer_variant=_build,
-    configure=lambda settings: configure(settings.local_slots)))
+    configure=lambda settings: configure(settings.local_slots, settings.local_threads)))

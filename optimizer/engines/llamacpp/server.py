@@ -55,7 +55,8 @@ STOP_GRACE_S = 10.0
 
 @dataclass(frozen=True)
 class ServerSpec:
-    """What tells one server from another: the model file, its parallel slots and each slot's context."""
+    """What tells one server from another: the model file, its parallel slots, each slot's
+    context and the threads generating."""
 
     slots: int
     slot_context: int
@@ -66,7 +67,7 @@ class ServerSpec:
 
     @property
     def key(self) -> str:
-        return f"{Path(install.MODEL_FILE).stem}-{self.slots}x{self.slot_context}"
+        return f"{Path(install.MODEL_FILE).stem}-{self.slots}x{self.slot_context}-t{self.threads}"
 
     def command(self, binary: Path, gguf: Path, port: int, host: str = "127.0.0.1") -> list[str]:
         """`llama-server`'s command line: one port (on the loopback interface unless `host` names

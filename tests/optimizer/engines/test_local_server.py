@@ -192,3 +192,22 @@ def test_the_server_generates_on_all_cores_but_one(monkeypatch, cores, generatin
     command = llamacpp.spec().command(Path("llama-server"), Path("model.gguf"), 8080)
     assert command[command.index("--threads") + 1] == str(generating)
     assert command[command.index("--threads-batch") + 1] == str(reading)
+
+
+def test_local_threads_sets_the_generating_threads_and_tells_the_server_apart(monkeypatch):
+    """`local_threads` (through the provider's configure hook) overrides the default; a server
+    with other threads is another server (its own state file), never one found running."""
+    from optimizer.config import load_settings
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    default = llamacpp.spec()
+    try:
+        load_settings(PROJECT_ROOT, {"agent_model": "mock/sim", "local_threads": 2})  # configures the providers
+        chosen = llamacpp.spec()
+    finally:
+        load_settings(PROJECT_ROOT, {"agent_model": "mock/sim"})
+    command = chosen.command(Path("llama-server"), Path("model.gguf"), 8080)
+    assert (default.threads, chosen.threads) == (1, 2)
+    assert command[command.index("--threads") + 1] == "2" and command[command.index("--threads-batch") + 1] == "2"
+    assert default.key != chosen.key and server.state_path(default) != server.state_path(chosen)
+    assert llamacpp.spec() == default
