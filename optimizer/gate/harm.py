@@ -4,6 +4,8 @@ and the lean that tells the comparison where the next harm pairs go."""
 
 from __future__ import annotations
 
+import math
+
 from optimizer.gate.groups import Groups, is_named
 from optimizer.gate.pairs import PairTable
 from optimizer.gate.policy import GatePolicy
@@ -30,12 +32,24 @@ def harm_rows(table: PairTable, groups: Groups, policy: GatePolicy) -> list[tupl
             row.verdict = "unjudged"
         elif stats.harm_evalue >= threshold:
             row.verdict = "harmed"
+        elif policy.refuse_beyond_margin and beyond_margin(row, policy):
+            row.verdict = "beyond margin"
         elif suspicious(stats, policy.clear_after) and not row.mde <= policy.max_bucket_drop:
             row.verdict = "not shown safe"
         else:
             row.verdict = "no harm found"
         out.append((keys, row))
     return out
+
+
+def beyond_margin(row: BucketChange, policy: GatePolicy) -> bool:
+    """Whether a group's drop is shown beyond the margin: its t-interval's upper end (95%, so a
+    one-sided test at 2.5%) below `-max_bucket_drop`. The e-value tests stay the gate's harm
+    evidence while pairs are run; this is read once, on the pairs the comparison ended with (the
+    verdicts are given at the decision only), and can only turn an accept into a refusal. Not
+    before `margin_min_pairs` pairs."""
+    return (row.pairs >= policy.margin_min_pairs and not math.isnan(row.ci_high)
+            and row.ci_high < -policy.max_bucket_drop)
 
 
 def harm_thresholds(groups: Groups, policy: GatePolicy) -> list[float]:

@@ -27,7 +27,7 @@ class BucketChange:
     ci_low: float = math.nan
     ci_high: float = math.nan
     verdict: str = ""
-    """improved | not shown | futile | harmed | no harm found | not shown safe | unjudged"""
+    """improved | not shown | futile | harmed | beyond margin | no harm found | not shown safe | unjudged"""
     mde: float = math.nan
     """The drop the harm test detects with 80% probability at these pairs (NaN under 2 rounds)."""
     kind: str = "bucket"

@@ -98,7 +98,7 @@ def _no_harm(rows: list[BucketChange], thresholds: list[float], policy: GatePoli
     for r in rows:
         if r.verdict == "harmed":
             harmed.append(f"{_label(r)} fell {r.change:+.2f}, significant (p={r.p_harm:.4f}, {r.pairs} pairs)")
-        elif policy.refuse_beyond_margin and beyond_margin(r, policy):
+        elif r.verdict == "beyond margin":
             harmed.append(f"{_label(r)} fell {r.change:+.2f}, its 95% interval [{r.ci_low:+.2f}, {r.ci_high:+.2f}] "
                           f"wholly below -{policy.max_bucket_drop:.2f} ({r.pairs} pairs)")
         elif r.verdict == "not shown safe" and (policy.refuse_unsafe == "any" or
@@ -116,15 +116,6 @@ def _no_harm(rows: list[BucketChange], thresholds: list[float], policy: GatePoli
     weighted = f", half of it on {', '.join(named)}, which the patch names" if named else ""
     return RuleResult("no_harm", True, f"no significant drop in {len(rows)} group(s) "
                                        f"(family-wise alpha {policy.alpha_harm}{weighted}){note}", numbers)
-
-
-def beyond_margin(row: BucketChange, policy: GatePolicy) -> bool:
-    """Whether a group's drop is shown beyond the margin: its t-interval's upper end (95%, so a
-    one-sided test at 2.5%) below `-max_bucket_drop`. The e-value tests stay the gate's harm
-    evidence while pairs are run; this is read once, on the pairs the comparison ended with, and
-    can only turn an accept into a refusal. Not before `margin_min_pairs` pairs."""
-    return (row.pairs >= policy.margin_min_pairs and not math.isnan(row.ci_high)
-            and row.ci_high < -policy.max_bucket_drop)
 
 
 def _errored_rule(worse: int, better: int, policy: GatePolicy) -> RuleResult:

@@ -141,7 +141,7 @@ def test_the_harm_threshold_is_bonferroni_over_the_groups_tested():
 def test_a_drop_whose_interval_lies_below_the_margin_is_refused_though_its_evalue_falls_short():
     """As on the embedded model: a one-task bucket fell 0.96 -> 0.54 over 13 pairs, its e-value
     just short of the Bonferroni threshold over 14 groups; the interval [-0.59, -0.26] is wholly
-    below -max_bucket_drop, so the decision refuses. With fewer than `margin_min_pairs` pairs, or
+    below -max_bucket_drop, so the decision refuses and the row's verdict is *beyond margin*. With fewer than `margin_min_pairs` pairs, or
     an interval reaching above the margin, it does not."""
     others = {f"x{i}_1": [(1, 1)] * 8 for i in range(12)}
     fell = [(1, 0)] * 4 + [(1, 0.5)] * 4 + [(1, 1)] * 3 + [(0.5, 0.5)] * 2
@@ -152,6 +152,8 @@ def test_a_drop_whose_interval_lies_below_the_margin_is_refused_though_its_evalu
     decision = decide(table, targets={("s", "a")})
     rule = next(rule for rule in decision.rules if rule.rule == "no_harm")
     assert not decision.accepted and not rule.passed and "s/b fell" in rule.reason and "wholly below -0.10" in rule.reason
+    assert next(row.verdict for row in decision.buckets if row.bucket == "b") == "beyond margin"  # the table says why
+    assert b.verdict == "not shown safe"
 
     short = table_of({"a1": [(0, 1)] * 10, "b1": [(1, 0)] * 3, **others})
     assert decide(short, targets={("s", "a")}).accepted  # 3 equal drops: no interval to refuse on
