@@ -102,7 +102,7 @@ class Settings(BaseModel):
     local_threads: int = Field(default=0, ge=0, le=256)
     """Threads the embedded model's server generates with; 0 (the default): every core but one
     (one on a one- or two-core machine), which keeps its speed beside other busy processes. On a
-    machine with nothing else running, every core generates faster (docs/models.md#threads)."""
+    machine with nothing else running, every core generates faster (docs/models.md, Threads)."""
     retry_attempts: int = Field(default=4, ge=1, le=20)
     retry_base_delay: float = Field(default=1.0, ge=0.0, le=30.0)
     """Base of the exponential backoff, in seconds; a delay is never longer than 30 s (`RetryPolicy`)."""

@@ -31,8 +31,9 @@ class GatePolicy:
     `never`, `pooled` (only the pooled group of all non-target tasks) or `any` group."""
     refuse_beyond_margin: bool = True
     """Reject when a group's 95% interval of change lies wholly below `-max_bucket_drop` at the
-    decision, whatever its e-value says (`harm.beyond_margin`; the group's verdict is then *beyond margin*): a drop shown beyond the margin by
-    the fixed-sample test of inferiority, checked once, at the end."""
+    decision, whatever its e-value says (`harm.beyond_margin`; the group's verdict is then *beyond
+    margin*): a drop shown beyond the margin by the fixed-sample test of inferiority, checked once,
+    at the end."""
     margin_min_pairs: int = 8
     """Pairs a group needs before its interval is read for `refuse_beyond_margin`: a t-interval
     over two or three changes, or over changes that happen to be equal, is too short to refuse on."""
