@@ -137,15 +137,24 @@ def spec_lines(runs: list[Row]) -> dict[str, dict[str, str | None]]:
 
 
 def summarized(parts: list[str]) -> list[str]:
-    """Changed spec parts with the graders' collapsed: one edit to `graders/` changes the
-    `package` of every grader, shown once as `graders.*.package`."""
+    """Changed spec parts with a field that changed in several entries of one kind shown once,
+    with how many: one edit to `graders/` changes the `package` of every grader
+    (`graders.*.package (6)`), a new `--trials` the `trials` of every task (`tasks.*.trials (25)`)."""
+    def entry(part: str) -> tuple[str, str] | None:
+        head, _, rest = part.partition(".")
+        field = rest.rpartition(".")[2] if "." in rest else ""
+        return (head, field) if field else None
+
+    counts: dict[tuple[str, str], int] = {}
+    for part in parts:
+        key = entry(part)
+        if key:
+            counts[key] = counts.get(key, 0) + 1
     shown: list[str] = []
     for part in parts:
-        head, _, rest = part.partition(".")
-        name, _, field = rest.partition(".")
-        if head == "graders" and field and sum(p.startswith("graders.") and p.endswith(f".{field}")
-                                               for p in parts) > 1:
-            part = f"graders.*.{field}"
+        key = entry(part)
+        if key and counts[key] > 1:
+            part = f"{key[0]}.*.{key[1]} ({counts[key]})"
         if part not in shown:
             shown.append(part)
     return shown
