@@ -41,6 +41,8 @@ from optimizer.types import GraderResult, Outcome, RunResult, Suite, Task, Trans
 
 GRACE_S = 5.0
 """How long past its deadline a stuck trial may run before the runner stops waiting for it."""
+STUCK_AGENT = "TrialTimeout: the trial did not stop after its timeout_seconds"
+STUCK_GRADING = "TrialTimeout: the graders did not finish within timeout_seconds of the agent's end"
 STUCK_CHECK_S = 1.0
 """How often the runner looks for stuck trials."""
 
@@ -227,6 +229,7 @@ class Runner:
             if time.monotonic() > client.deadline:
                 return _cut_short(item, f"finished only after timeout_seconds={task.timeout_seconds} had passed",
                                   time.monotonic() - begun, client, result.transcript, result.outcome, timed_out=True)
+            grading_begins()
             result.transcript.usage = client.usage
             result.transcript.model = client.model
             trial = Trial(suite=suite.name, task_id=task.id, bucket=task.bucket, split=task.split,
@@ -283,12 +286,26 @@ def record_ending(exc: BaseException, write: Callable[[str, str], None]) -> None
             raise
 
 
+_phase = threading.local()
+
+
+def grading_begins() -> None:
+    """Called on a trial's thread when its agent has returned and its graders start: the clock that
+    gives up on a stuck trial starts again, so grading (slow judges on a slow machine) has the
+    task's `timeout_seconds` of its own instead of what the agent left of it."""
+    begin = getattr(_phase, "begin", None)
+    if begin is not None:
+        begin()
+
+
 def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[PlannedTrial], Trial],
                record: Callable[[Trial], None]) -> None:
     """Run every planned trial on `workers` threads, and pass each finished trial to `record` in
-    the calling thread as it finishes. A trial still running `GRACE_S` past its timeout is recorded
-    as errored and no longer waited for."""
+    the calling thread as it finishes. A trial whose agent is still running `GRACE_S` past its
+    timeout, or whose graders are, `GRACE_S` past as long again from when they began
+    (`grading_begins`), is recorded as errored and no longer waited for."""
     started: dict[int, float] = {}
+    grading: set[int] = set()
     lock = threading.Lock()
     queue = iter(enumerate(planned))
     futures: dict[Future, tuple[int, PlannedTrial]] = {}
@@ -296,9 +313,18 @@ def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[Pla
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trial")
 
     def run_one(number: int, item: PlannedTrial) -> Trial:
+        def begin_grading() -> None:
+            with lock:
+                started[number] = time.monotonic()
+                grading.add(number)
+
         with lock:
             started[number] = time.monotonic()
-        return execute(item)
+        _phase.begin = begin_grading
+        try:
+            return execute(item)
+        finally:
+            _phase.begin = None
 
     def submit_next() -> None:
         for number, item in queue:
@@ -308,11 +334,12 @@ def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[Pla
             return
 
     def stuck(now: float) -> list[tuple[Future, Trial]]:
-        return [(future, _errored(item, "TrialTimeout: the trial did not stop after its timeout_seconds",
-                                  now - started[number]))
-                for future, (number, item) in futures.items()
-                if not future.done() and number in started
-                and now - started[number] > item.task.timeout_seconds + GRACE_S]
+        with lock:
+            return [(future, _errored(item, (STUCK_GRADING if number in grading else STUCK_AGENT),
+                                      now - started[number]))
+                    for future, (number, item) in futures.items()
+                    if not future.done() and number in started
+                    and now - started[number] > item.task.timeout_seconds + GRACE_S]
 
     try:
         for _ in range(workers):

@@ -194,3 +194,42 @@ def test_a_trial_that_hangs_is_given_up_and_the_others_finish(tmp_path, monkeypa
     assert by_task["hangs"].status == "errored"
     assert "did not stop after its timeout_seconds" in by_task["hangs"].error
     assert all(by_task[f"quick_{n}"].status != "errored" for n in range(3))
+
+
+def test_slow_graders_have_a_timeout_of_their_own_after_the_agent_ends(tmp_path, monkeypatch):
+    """A slow judge on a slow machine is not the agent's time: an agent that ends in time is graded
+    even when its graders take longer than what the agent left of `timeout_seconds`; graders that
+    never finish are given up `timeout_seconds` (and the grace) after they began, and say so."""
+    from optimizer import runner
+    from optimizer.agent_run import AgentRun
+    from optimizer.registry import agent, grader
+    from optimizer.types import GraderResult, Outcome, Transcript
+
+    monkeypatch.setattr(runner, "GRACE_S", 0.2)
+    monkeypatch.setattr(runner, "STUCK_CHECK_S", 0.05)
+    release = threading.Event()
+
+    @agent("test_slowly_graded_agent", prompt_file="agents/prompts/card_agent.md")
+    def quick(context):
+        time.sleep(0.7)  # most of the 1 s the task allows
+        return AgentRun(transcript=Transcript(), outcome=Outcome(environment_state={}))
+
+    @grader("test_slow_grader", agent="test_slowly_graded_agent")
+    def slow(task, trial, config):
+        if task.id == "never_graded":
+            release.wait(60)
+        time.sleep(0.8)  # the agent's 0.7 s and this pass its 1 s, not its 1 s again
+        return GraderResult(grader="test_slow_grader", score=1.0, passed=True)
+
+    tasks = [event_task(name, timeout_seconds=1, graders=[{"name": "test_slow_grader"}])
+             for name in ("graded", "never_graded")]
+    suite = write_suite(tmp_path / "suite", tasks, agent_name="test_slowly_graded_agent")
+    settings = load_settings(PROJECT_ROOT, {"agent_model": "mock/oracle", "concurrency": 2, "cache": False})
+    try:
+        run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    finally:
+        release.set()
+    by_task = {trial.task_id: trial for trial in run.trials}
+    assert by_task["graded"].status == "passed" and by_task["graded"].score == 1.0
+    assert by_task["never_graded"].status == "errored"
+    assert by_task["never_graded"].error == runner.STUCK_GRADING
