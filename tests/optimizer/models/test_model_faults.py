@@ -163,6 +163,18 @@ def test_a_model_failing_every_call_leaves_every_trial_errored_and_eval_blames_t
     assert all("gave up after" in error["error"] for error in summary["errors"])
 
 
+def _trials_by_task(tmp_path, tasks, agent_name: str, release: threading.Event) -> dict:
+    """Run `tasks` as a suite of `agent_name` two at a time; set `release` whatever happens (so a
+    trial the runner gave up on can end); the trials by task id."""
+    suite = write_suite(tmp_path / "suite", tasks, agent_name=agent_name)
+    settings = load_settings(PROJECT_ROOT, {"agent_model": "mock/oracle", "concurrency": 2, "cache": False})
+    try:
+        run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    finally:
+        release.set()
+    return {trial.task_id: trial for trial in run.trials}
+
+
 def test_a_trial_that_hangs_is_given_up_and_the_others_finish(tmp_path, monkeypatch):
     """An agent that blocks past its timeout does not hold the other trials up, and the runner
     records the hung trial as errored after its timeout and grace."""
@@ -183,13 +195,7 @@ def test_a_trial_that_hangs_is_given_up_and_the_others_finish(tmp_path, monkeypa
 
     tasks = [event_task("hangs", timeout_seconds=1, graders=[{"name": "card_completion"}]),
              *(event_task(f"quick_{n}", graders=[{"name": "card_completion"}]) for n in range(3))]
-    suite = write_suite(tmp_path / "suite", tasks, agent_name="test_hanging_agent")
-    settings = load_settings(PROJECT_ROOT, {"agent_model": "mock/oracle", "concurrency": 2, "cache": False})
-    try:
-        run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
-    finally:
-        release.set()
-    by_task = {trial.task_id: trial for trial in run.trials}
+    by_task = _trials_by_task(tmp_path, tasks, "test_hanging_agent", release)
     assert len(by_task) == 4
     assert by_task["hangs"].status == "errored"
     assert "did not stop after its timeout_seconds" in by_task["hangs"].error
@@ -223,13 +229,7 @@ def test_slow_graders_have_a_timeout_of_their_own_after_the_agent_ends(tmp_path,
 
     tasks = [event_task(name, timeout_seconds=1, graders=[{"name": "test_slow_grader"}])
              for name in ("graded", "never_graded")]
-    suite = write_suite(tmp_path / "suite", tasks, agent_name="test_slowly_graded_agent")
-    settings = load_settings(PROJECT_ROOT, {"agent_model": "mock/oracle", "concurrency": 2, "cache": False})
-    try:
-        run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
-    finally:
-        release.set()
-    by_task = {trial.task_id: trial for trial in run.trials}
+    by_task = _trials_by_task(tmp_path, tasks, "test_slowly_graded_agent", release)
     assert by_task["graded"].status == "passed" and by_task["graded"].score == 1.0
     assert by_task["never_graded"].status == "errored"
     assert by_task["never_graded"].error == runner.STUCK_GRADING
