@@ -7,6 +7,7 @@ straight from the store, the ledger summed by the database."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
@@ -145,11 +146,7 @@ def summarized(parts: list[str]) -> list[str]:
         field = rest.rpartition(".")[2] if "." in rest else ""
         return (head, field) if field else None
 
-    counts: dict[tuple[str, str], int] = {}
-    for part in parts:
-        key = entry(part)
-        if key:
-            counts[key] = counts.get(key, 0) + 1
+    counts = Counter(key for key in map(entry, parts) if key)
     shown: list[str] = []
     for part in parts:
         key = entry(part)

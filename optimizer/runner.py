@@ -177,8 +177,8 @@ class Runner:
             if self.on_trial:
                 self.on_trial(trial)
 
-        def execute(item: PlannedTrial) -> Trial:
-            return self._execute(run.run_id, item, prompts[item.suite.name])
+        def execute(item: PlannedTrial, grading_begins: Callable[[], None]) -> Trial:
+            return self._execute(run.run_id, item, prompts[item.suite.name], grading_begins)
 
         if not self.agent_model.in_process and self.agent_model.cache is None:
             # Imported here, before the trials start, when every call will need it; with a cache
@@ -194,7 +194,10 @@ class Runner:
         run.finished_at = datetime.now(timezone.utc)
         return run
 
-    def _execute(self, run_id: str, item: PlannedTrial, system_prompt: str) -> Trial:
+    def _execute(self, run_id: str, item: PlannedTrial, system_prompt: str,
+                 grading_begins: Callable[[], None]) -> Trial:
+        """One trial: the agent's run, then its graders; `grading_begins` is called between the
+        two, when the agent returned in time (`run_pooled` gives the graders a clock of their own)."""
         task, suite = item.task, item.suite
         key = f"{run_id}:{suite.name}:{task.id}:{item.index}"
         entry = get_agent(suite.spec.agent_name)
@@ -286,26 +289,16 @@ def record_ending(exc: BaseException, write: Callable[[str, str], None]) -> None
             raise
 
 
-_phase = threading.local()
-
-
-def grading_begins() -> None:
-    """Called on a trial's thread when its agent has returned and its graders start: the clock that
-    gives up on a stuck trial starts again, so grading (slow judges on a slow machine) has the
-    task's `timeout_seconds` of its own instead of what the agent left of it."""
-    begin = getattr(_phase, "begin", None)
-    if begin is not None:
-        begin()
-
-
-def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[PlannedTrial], Trial],
+def run_pooled(planned: list[PlannedTrial], workers: int,
+               execute: Callable[[PlannedTrial, Callable[[], None]], Trial],
                record: Callable[[Trial], None]) -> None:
     """Run every planned trial on `workers` threads, and pass each finished trial to `record` in
-    the calling thread as it finishes. A trial whose agent is still running `GRACE_S` past its
-    timeout, or whose graders are, `GRACE_S` past as long again from when they began
-    (`grading_begins`), is recorded as errored and no longer waited for."""
-    started: dict[int, float] = {}
-    grading: set[int] = set()
+    the calling thread as it finishes. `execute(item, grading_begins)` calls `grading_begins` when
+    the trial's agent has returned and its graders start: the clock that gives up on a stuck trial
+    starts again, so grading (slow judges on a slow machine) has the task's `timeout_seconds` of
+    its own instead of what the agent left of it. A trial whose agent, or whose graders, are still
+    running `GRACE_S` past that time is recorded as errored and no longer waited for."""
+    clocks: dict[int, tuple[float, str]] = {}  # per trial number: when its phase began, what giving up says
     lock = threading.Lock()
     queue = iter(enumerate(planned))
     futures: dict[Future, tuple[int, PlannedTrial]] = {}
@@ -313,18 +306,12 @@ def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[Pla
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trial")
 
     def run_one(number: int, item: PlannedTrial) -> Trial:
-        def begin_grading() -> None:
+        def begin(message: str) -> None:
             with lock:
-                started[number] = time.monotonic()
-                grading.add(number)
+                clocks[number] = (time.monotonic(), message)
 
-        with lock:
-            started[number] = time.monotonic()
-        _phase.begin = begin_grading
-        try:
-            return execute(item)
-        finally:
-            _phase.begin = None
+        begin(STUCK_AGENT)
+        return execute(item, lambda: begin(STUCK_GRADING))
 
     def submit_next() -> None:
         for number, item in queue:
@@ -335,11 +322,10 @@ def run_pooled(planned: list[PlannedTrial], workers: int, execute: Callable[[Pla
 
     def stuck(now: float) -> list[tuple[Future, Trial]]:
         with lock:
-            return [(future, _errored(item, (STUCK_GRADING if number in grading else STUCK_AGENT),
-                                      now - started[number]))
+            return [(future, _errored(item, clocks[number][1], now - clocks[number][0]))
                     for future, (number, item) in futures.items()
-                    if not future.done() and number in started
-                    and now - started[number] > item.task.timeout_seconds + GRACE_S]
+                    if not future.done() and number in clocks
+                    and now - clocks[number][0] > item.task.timeout_seconds + GRACE_S]
 
     try:
         for _ in range(workers):
