@@ -3,18 +3,18 @@ environment variables, then command-line flags, each overriding the one before."
 
 from __future__ import annotations
 
-import difflib
 import os
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from optimizer.errors import ConfigError
-from optimizer.files import parse_json, read_input
 from optimizer.settings_parts import (LoopSettings, ModelSettings, NightlySettings, ProposalSettings, ProviderSettings,
                                       RunnerSettings, SimSettings)
+from optimizer.settings_sources import (DEFAULT_STATE_DIR, ENVIRONMENT, NOT_SETTINGS, REMOVED_SETTINGS,  # noqa: F401
+                                        check_environment, env_settings, file_settings, find_project_root,
+                                        removed)
 
 if TYPE_CHECKING:
     from optimizer.gate.policy import GatePolicy
@@ -22,27 +22,6 @@ if TYPE_CHECKING:
 DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
 """The embedded model (`optimizer model install`): every role works with no key and no network."""
 DEFAULT_MODELS_FILE = "models.yaml"
-ENVIRONMENT = "environment (OPTIMIZER_*)"
-ENV_PREFIX = "OPTIMIZER_"
-NOT_SETTINGS = {
-    "OPTIMIZER_ROOT": "the project folder (`find_project_root`)",
-    "OPTIMIZER_MODEL_DIR": "where the embedded model is kept (`optimizer.engines.llamacpp.install`)",
-    "OPTIMIZER_PLAIN": "plain progress lines instead of live bars (`optimizer.cli._common`)",
-}
-"""The `OPTIMIZER_*` environment variables the project reads that are not settings. Every other
-`OPTIMIZER_<NAME>` must name a setting: an unknown one is a typo, refused rather than ignored."""
-
-REMOVED_SETTINGS = {
-    "processes": "trials run on threads in one process (forked worker processes made no run measurably "
-                 "faster, docs/benchmarks.md#harness-overhead); delete the setting",
-}
-"""Settings that existed once, with what to do instead: setting one is an error that says so."""
-
-
-def _removed(name: str, source: str, field: str) -> ConfigError:
-    return ConfigError(f"the setting {name!r} was removed", path=source, field=field, fix=REMOVED_SETTINGS[name])
-
-
 MAX_TRIALS = 1000
 """Trials per task (`trials`, `loop_trials`): pass^k and the gate's pairs need tens; a thousand
 per task is a study, and the largest plan (times `lone_task_factor`) still fits in memory."""
@@ -88,7 +67,7 @@ class Settings(BaseModel):
     temperature > 0 would; the same prompt still reproduces."""
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     """Sampling temperature of the agent model; the provider default when unset."""
-    state_dir: str = ".optimizer"
+    state_dir: str = DEFAULT_STATE_DIR
     """Where the store, the response cache and run artifacts live (relative to the project root)."""
     database_url: str | None = None
     """SQLAlchemy URL of the store; default sqlite:///<state_dir>/optimizer.db."""
@@ -281,88 +260,17 @@ def check_search_budget(settings: Settings) -> None:
                           fix=f"set 0 (no search) or at least {MIN_SEARCH_ROLLOUTS}; see docs/search.md")
 
 
-def find_project_root(start: Path | None = None) -> Path:
-    """The nearest folder holding optimizer.toml or a pyproject.toml with [tool.optimizer]."""
-    if os.environ.get("OPTIMIZER_ROOT"):
-        root = Path(os.environ["OPTIMIZER_ROOT"]).resolve()
-        if not root.is_dir():
-            raise ConfigError(f"{root} is not a folder", path=ENVIRONMENT, field="OPTIMIZER_ROOT",
-                              fix="point it at the project folder, or unset it to use the current folder")
-        return root
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "optimizer.toml").is_file():
-            return folder
-        pyproject = folder / "pyproject.toml"
-        if pyproject.is_file() and "[tool.optimizer" in pyproject.read_text(encoding="utf-8", errors="replace"):
-            return folder
-    return here
-
-
-def _file_settings(root: Path) -> tuple[dict[str, Any], Path | None]:
-    for name, section in (("optimizer.toml", None), ("pyproject.toml", ("tool", "optimizer"))):
-        path = root / name
-        if not path.is_file():
-            continue
-        try:
-            data = tomllib.loads(read_input(path, ConfigError))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"not valid TOML: {exc}", path=path, fix="fix the TOML syntax") from None
-        for key in section or ():
-            data = data.get(key, {})
-            if not isinstance(data, dict):
-                raise ConfigError(f"[{'.'.join(section)}] must be a table of settings, not {type(data).__name__}",
-                                  path=path, field=".".join(section),
-                                  fix="write it as a [tool.optimizer] section with key = value lines")
-        if data:
-            return dict(data), path
-    return {}, None
-
-
-def check_environment() -> None:
-    """Refuse an `OPTIMIZER_*` variable that names neither a setting nor one of `NOT_SETTINGS`
-    (set to nothing, it is unset, as a setting is). Run by every command, including those that
-    read no settings (`OPTIMIZER_MODEL_DIRR` would otherwise install the model elsewhere)."""
-    known = sorted({ENV_PREFIX + name.upper() for name in Settings.model_fields} | set(NOT_SETTINGS))
-    for variable in sorted(os.environ):
-        if variable.startswith(ENV_PREFIX) and os.environ[variable] and variable not in known:
-            if variable.removeprefix(ENV_PREFIX).lower() in REMOVED_SETTINGS:
-                raise _removed(variable.removeprefix(ENV_PREFIX).lower(), ENVIRONMENT, variable)
-            names = {name.removeprefix(ENV_PREFIX): name for name in known}  # the shared prefix is no likeness
-            close = [names[name] for name in difflib.get_close_matches(variable.removeprefix(ENV_PREFIX), names, n=3)]
-            hint = f"did you mean {' or '.join(close)}? Else unset it" if close else "unset it"
-            raise ConfigError("unknown variable: no setting has this name", path=ENVIRONMENT, field=variable,
-                              fix=f"{hint}; known: {', '.join(known)}")
-
-
-def _env_settings() -> dict[str, Any]:
-    check_environment()
-    values: dict[str, Any] = {}
-    for name in Settings.model_fields:
-        raw = os.environ.get(f"{ENV_PREFIX}{name.upper()}")
-        if raw is None or raw == "":
-            continue
-        if name == "suites":
-            values[name] = [part.strip() for part in raw.split(",") if part.strip()]
-        elif name == "model_prices":
-            values[name] = parse_json(raw, ENVIRONMENT, ConfigError, field="OPTIMIZER_MODEL_PRICES",
-                                      fix='e.g. OPTIMIZER_MODEL_PRICES=\'{"openai/gpt-4.1-mini": [0.4, 1.6]}\'')
-        else:
-            values[name] = raw
-    return values
-
-
 def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settings:
     """Merge file, environment and flag settings; errors name the source and the field."""
-    file_values, file_path = _file_settings(root)
+    file_values, file_path = file_settings(root)
     layers = [(file_values, str(file_path) if file_path else "settings file"),
-              (_env_settings(), ENVIRONMENT),
+              (env_settings(), ENVIRONMENT),
               ({k: v for k, v in (overrides or {}).items() if v is not None}, "command line")]
     merged: dict[str, Any] = {}
     for values, source in layers:
         for key, value in values.items():
             if key in REMOVED_SETTINGS:
-                raise _removed(key, source, key)
+                raise removed(key, source, key)
             if key not in Settings.model_fields:
                 raise ConfigError(f"unknown setting {key!r}", path=source, field=key,
                                   fix=f"known settings: {', '.join(Settings.model_fields)}")

@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+DEFAULT_STATE_DIR = ".optimizer"
+"""`state_dir`'s default: the store, trial workspaces' records and nightly state, under the project."""
+
 
 @dataclass(frozen=True)
 class SimSettings:
@@ -104,7 +107,7 @@ class LoopSettings:
     trials: int = 4
     """Trials per task: `trials` when set, else `loop_trials`."""
     lone_task_factor: int = 5
-    state_dir: str = ".optimizer"
+    state_dir: str = DEFAULT_STATE_DIR
     target_buckets: int = 1
     target_order: str = "auto"
     bucket_patience: int = 2
@@ -131,4 +134,4 @@ class NightlySettings:
     proposer: str = "llm"
     model_prices: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     gate: str = "strict"
-    state_dir: str = ".optimizer"
+    state_dir: str = DEFAULT_STATE_DIR

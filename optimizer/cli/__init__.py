@@ -64,7 +64,7 @@ STOPS = {cls.signum: cls for cls in (SIGTERM, SIGHUP)}
 
 
 def main() -> None:
-    from optimizer.config import check_environment
+    from optimizer.settings_sources import check_environment
     from optimizer.errors import EXIT_HARNESS, OptimizerError
 
     stopped: list[StopSignal] = []

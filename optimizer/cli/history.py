@@ -19,18 +19,21 @@ def history_command(
     from rich.table import Table
 
     from optimizer.cli._common import console
-    from optimizer.config import find_project_root, load_settings
     from optimizer.files import write_json
     from optimizer.history import load_history
-    from optimizer.store.address import store_url
+    from optimizer.settings_sources import find_project_root, store_url_as_given
     from optimizer.store.quick import read_quickly
 
     root = find_project_root()
-    settings = load_settings(root)
-    history = read_quickly(store_url(settings, root)[0], lambda quick: load_history(quick, limit))
+    # A SQLite store read as it is needs only its address: the other settings are neither read
+    # nor checked (building them costs this command a third of its time).
+    url = store_url_as_given(root)
+    history = read_quickly(url, lambda quick: load_history(quick, limit)) if url else None
     if history is None:  # PostgreSQL, no store yet, one to migrate, or a fault the Store reports
+        from optimizer.config import load_settings
         from optimizer.store import open_store
 
+        settings = load_settings(root)
         store = open_store(settings, root)
         history = load_history(store, limit)
         store.close()

@@ -102,9 +102,8 @@ def test_only_the_latest_runs_are_listed_oldest_first(tmp_path):
 def test_history_starts_without_what_it_does_not_read(isolated, tmp_path):
     """`optimizer history` only reads the store: it imports no plugin, no judge, no model client
     (neither ours nor a library), no trial data types, no data-frame or numeric library and no
-    engine beyond its registration, and for a SQLite store no SQLAlchemy (docs/cli.md gives its
-    start-up time). The embedded model, the
-    default of every role, is checked by name only."""
+    engine, and for a SQLite store it reads as it is neither SQLAlchemy nor the settings models
+    (`optimizer.config`): only where the store is (docs/cli.md gives its start-up time)."""
     store = Store(default_url(isolated))
     add_run(store, "run-000001", "eval", {"trivial_input": 0.5}, 0)
     store.close()
@@ -120,7 +119,8 @@ def test_history_starts_without_what_it_does_not_read(isolated, tmp_path):
         heavy = ("prompt_optimizer_agents", "prompt_optimizer_graders", "litellm", "pandas", "dspy",
                  "optimizer.judging", "optimizer.registry", "optimizer.engines.llamacpp.server",
                  "optimizer.engines.llamacpp.served", "rich.progress", "yaml", "optimizer.types",
-                 "optimizer.models.client", "numpy", "scipy", "matplotlib", "jinja2", "git", "sqlalchemy")
+                 "optimizer.models", "optimizer.config", "numpy", "scipy", "matplotlib", "jinja2", "git",
+                 "sqlalchemy")
         print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] in heavy or name in heavy)))
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)

@@ -90,3 +90,11 @@ def test_the_simulator_knobs_are_a_part_of_their_own():
     for part in (ModelSettings, RunnerSettings, ProposalSettings, LoopSettings, NightlySettings,
                  type(UNUSUAL.gate_policy)):
         assert not SIM_KNOBS & {item.name for item in dataclasses.fields(part)}, part.__name__
+
+
+def test_the_settings_read_from_their_sources_are_the_settings_models_fields():
+    """`optimizer.settings_sources` names the settings without building the model (every command's
+    check of the environment, `optimizer history`'s store address): the two lists are one."""
+    from optimizer.settings_sources import SETTING_NAMES
+
+    assert SETTING_NAMES == set(Settings.model_fields)

@@ -112,3 +112,25 @@ def test_the_store_is_opened_read_only(tmp_path):
     assert read_quickly(url, write) is None  # sqlite3 refuses the write: read-only connection
     assert (path.stat().st_mtime_ns, path.read_bytes()) == before
     assert read_quickly(url, lambda reader: len(reader.runs.rows("run_id"))) == 3
+
+
+def test_the_store_address_read_without_the_settings_model_is_the_validated_one(tmp_path, monkeypatch):
+    """`store_url_as_given` (history's fast path) finds the store where the validated settings
+    do: the default, the file's `state_dir`, the environment over the file, `database_url` over
+    both; a value that is no string is left to the validation (None)."""
+    from optimizer.config import load_settings
+    from optimizer.settings_sources import store_url_as_given
+    from optimizer.store.address import store_url
+
+    for variable in ("OPTIMIZER_STATE_DIR", "OPTIMIZER_DATABASE_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    cases = [("", {}), ('state_dir = "kept"\n', {}), ('state_dir = "kept"\n', {"OPTIMIZER_STATE_DIR": "env"}),
+             ('state_dir = "kept"\n', {"OPTIMIZER_DATABASE_URL": "sqlite:///elsewhere.db"})]
+    for text, env in cases:
+        (tmp_path / "optimizer.toml").write_text(text)
+        with monkeypatch.context() as patched:
+            for variable, value in env.items():
+                patched.setenv(variable, value)
+            assert store_url_as_given(tmp_path) == store_url(load_settings(tmp_path), tmp_path)[0], (text, env)
+    (tmp_path / "optimizer.toml").write_text("state_dir = 3\n")
+    assert store_url_as_given(tmp_path) is None
