@@ -24,6 +24,7 @@ installed):
 from __future__ import annotations
 
 import argparse
+import collections
 import shutil
 import statistics
 import subprocess
@@ -43,7 +44,7 @@ from optimizer.proposers import LLMProposer, ProposalRequest  # noqa: E402
 from optimizer.registry import get_agent  # noqa: E402
 from optimizer.request import Selection, failure_records, load_manual, render_request, select_targets  # noqa: E402
 from optimizer.runner import Runner, plan  # noqa: E402
-from optimizer.store.store import Store, default_url  # noqa: E402
+from optimizer.store import Store, default_url  # noqa: E402
 from optimizer.suites import load_suites  # noqa: E402
 from optimizer.targets import prefers_named  # noqa: E402
 from optimizer.types import Trial  # noqa: E402
@@ -116,7 +117,7 @@ class Bench:
             workdir=workdir, ordinal=ordinal, sample=True, check=self.check))
         patched = (workdir / self.agent.prompt_file).read_text(encoding="utf-8")
         if proposal.error or patched == self.base:
-            return None, "error"
+            return None, f"error: {(proposal.error or 'the prompt file was left unchanged').splitlines()[0][:160]}"
         return (patched, "screened") if self.check(patched) is None else (None, "refused")
 
     def check(self, patched: str) -> str | None:
@@ -167,9 +168,12 @@ def main() -> None:
                 totals[protocol][0] += above
                 totals[protocol][1] += args.n
                 best = f"{max(effects):+.3f}" if effects else "none screened"
-                print(f"  {protocol:8} {form:6} request {len(request):6,} chars: {outcomes.count('error')} errors, "
+                errors = collections.Counter(outcome for outcome in outcomes if outcome.startswith("error"))
+                print(f"  {protocol:8} {form:6} request {len(request):6,} chars: {sum(errors.values())} errors, "
                       f"{outcomes.count('refused')} refused by the checks, {above}/{args.n} screened above base, "
                       f"best candidate {best}")
+                for reason, count in errors.most_common():
+                    print(f"    {count} x {reason}")
         print()
         for protocol, (above, asked) in totals.items():
             print(f"{protocol}: {above}/{asked} proposals screened above base ({above / max(asked, 1):.0%})")

@@ -1,7 +1,7 @@
 """The PKM Agent on the embedded model: how its trials end, and where the turns go.
 
 Runs one task per failure bucket of the PKM suite (13 tasks; the first train task of each
-bucket, by id) on `local/qwen2.5-coder-1.5b` as agent and judge, one trial each, through the
+bucket, by id, or with `--pick 2` the second: a set the harness and prompt were not tuned on) on `local/qwen2.5-coder-1.5b` as agent and judge, one trial each, through the
 real runner, and prints per task: how the trial ended (finished; finished after the reminders
 ran out; turn limit; kept repeating calls; timeout), turns, prompt and generated tokens, seconds and score; then the
 totals (share finished by the agent, median turns, median seconds, pass rate, mean score), of
@@ -9,7 +9,10 @@ the tasks that must be filed how many were filed and how many in the right place
 completion and routing graders' verdicts), and where the turns went (tool calls by name, calls repeating the previous one exactly, files read
 again, tool errors). Needs `optimizer model install`; asserts nothing.
 
-    python benchmarks/pkm_embedded.py [--tasks N] [--model MODEL] [--transcripts DIR]
+    python benchmarks/pkm_embedded.py [--tasks N] [--pick K] [--model MODEL] [--transcripts DIR]
+
+The settings are the project's (`OPTIMIZER_LOCAL_THREADS=2` gives the server both cores), with
+the model, no response cache and one trial at a time.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.config import DEFAULT_MODEL, Settings  # noqa: E402
+from optimizer.config import DEFAULT_MODEL, load_settings  # noqa: E402
 from optimizer.runner import PlannedTrial, Runner  # noqa: E402
 from optimizer.store import Store  # noqa: E402
 from optimizer.suites import load_suite  # noqa: E402
@@ -35,13 +38,14 @@ from optimizer.types import Trial  # noqa: E402
 READS = ("Read",)
 
 
-def stratified(suite, limit: int | None) -> list:
-    """The first train task of each bucket (by id), at most `limit` of them."""
-    chosen = {}
+def stratified(suite, limit: int | None, pick: int = 1) -> list:
+    """The `pick`-th train task of each bucket (by id; a bucket with fewer is left out), at most
+    `limit` of them."""
+    chosen = collections.defaultdict(list)
     for task in sorted(suite.tasks, key=lambda t: t.id):
         if task.split == "train":
-            chosen.setdefault(task.bucket, task)
-    tasks = [chosen[bucket] for bucket in sorted(chosen)]
+            chosen[task.bucket].append(task)
+    tasks = [chosen[bucket][pick - 1] for bucket in sorted(chosen) if len(chosen[bucket]) >= pick]
     return tasks[:limit] if limit else tasks
 
 
@@ -96,14 +100,17 @@ def filing(trial: Trial) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=None, help="at most this many buckets (default: all)")
+    parser.add_argument("--pick", type=int, default=1, choices=[1, 2, 3],
+                        help="the first (default) or a later train task of each bucket")
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--transcripts", type=Path, default=None,
                         help="write each trial's conversation to DIR/<task>.json")
     args = parser.parse_args()
     suite = load_suite("pkm_agent", ROOT)
-    tasks = stratified(suite, args.tasks)
+    tasks = stratified(suite, args.tasks, args.pick)
     planned = [PlannedTrial(suite, task, 0) for task in tasks]
-    settings = Settings(agent_model=args.model, judge_model=args.model, cache=False, concurrency=1)
+    settings = load_settings(ROOT, {"agent_model": args.model, "judge_model": args.model, "cache": False,
+                                    "concurrency": 1})
     rows, where = [], collections.Counter()
     with tempfile.TemporaryDirectory() as folder:
         store = Store(f"sqlite:///{folder}/bench.db")
