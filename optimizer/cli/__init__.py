@@ -64,8 +64,8 @@ STOPS = {cls.signum: cls for cls in (SIGTERM, SIGHUP)}
 
 
 def main() -> None:
-    from optimizer.settings_sources import check_environment
     from optimizer.errors import EXIT_HARNESS, OptimizerError
+    from optimizer.settings_sources import check_environment
 
     stopped: list[StopSignal] = []
     try:

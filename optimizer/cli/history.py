@@ -26,7 +26,7 @@ def history_command(
 
     root = find_project_root()
     # A SQLite store read as it is needs only its address: the other settings are neither read
-    # nor checked (building them costs this command a third of its time).
+    # nor checked (importing and building the settings models took about a sixth of its time).
     url = store_url_as_given(root)
     history = read_quickly(url, lambda quick: load_history(quick, limit)) if url else None
     if history is None:  # PostgreSQL, no store yet, one to migrate, or a fault the Store reports
