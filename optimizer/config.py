@@ -13,8 +13,7 @@ from optimizer.errors import ConfigError
 from optimizer.settings_parts import (LoopSettings, ModelSettings, NightlySettings, ProposalSettings, ProviderSettings,
                                       RunnerSettings, SimSettings)
 from optimizer.settings_sources import (DEFAULT_STATE_DIR, ENVIRONMENT, NOT_SETTINGS, REMOVED_SETTINGS,  # noqa: F401
-                                        check_environment, env_settings, file_settings, find_project_root,
-                                        removed)
+                                        env_settings, file_settings, find_project_root, removed)
 
 if TYPE_CHECKING:
     from optimizer.gate.policy import GatePolicy

@@ -126,10 +126,10 @@ def store_url_as_given(root: Path) -> str | None:
     """The store's URL as the settings file and the environment give `database_url` and
     `state_dir`, the other settings neither read nor checked; None when either is not a plain
     string (the caller then loads the whole `Settings`, whose validation reports it)."""
-    from optimizer.store.address import default_url
+    from optimizer.store.address import url_of
 
     values = {**file_settings(root)[0], **env_settings(frozenset({"database_url", "state_dir"}))}
     url, state_dir = values.get("database_url"), values.get("state_dir", DEFAULT_STATE_DIR)
-    if url:
-        return url if isinstance(url, str) else None
-    return default_url(root / state_dir) if isinstance(state_dir, str) else None
+    if not isinstance(url, (str, type(None))) or not isinstance(state_dir, str):
+        return None
+    return url_of(url, state_dir, root)[0]

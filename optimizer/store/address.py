@@ -13,9 +13,14 @@ def default_url(state_dir: Path) -> str:
 def store_url(settings, project_root: Path) -> tuple[str, str]:
     """The store's URL and the setting that chose it: `database_url` when set, else SQLite in
     the state folder (`state_dir`)."""
-    if settings.database_url:
-        return settings.database_url, "database_url"
-    return default_url(project_root / settings.state_dir), "state_dir"
+    return url_of(settings.database_url, settings.state_dir, project_root)
+
+
+def url_of(database_url: str | None, state_dir: str, project_root: Path) -> tuple[str, str]:
+    """`store_url` from the two settings' values (read with or without the settings model)."""
+    if database_url:
+        return database_url, "database_url"
+    return default_url(project_root / state_dir), "state_dir"
 
 
 def sqlite_file(url: str) -> Path | None:
