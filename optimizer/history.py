@@ -11,9 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
-from pydantic import ValidationError
-
-from optimizer.provenance import RunSpec, changed_parts
+from optimizer.recorded_spec import changed_parts, short_spec
 
 if TYPE_CHECKING:
     from optimizer.store import Store
@@ -123,14 +121,12 @@ def spec_lines(runs: list[Row]) -> dict[str, dict[str, str | None]]:
     previous: dict[str, dict] = {}
     for row in runs:
         recorded = row.get("fingerprints")
-        recorded = recorded if isinstance(recorded, dict) else {}
-        try:
-            spec = RunSpec.model_validate(recorded)
-        except ValidationError:
+        short = short_spec(recorded)
+        if short is None:
             lines[row["run_id"]] = {"spec": None, "spec_changes": None}
             continue
         before = previous.get(row["kind"])
-        lines[row["run_id"]] = {"spec": spec.short(),
+        lines[row["run_id"]] = {"spec": short,
                                 "spec_changes": None if before is None else ", ".join(summarized(
                                     changed_parts(before, recorded)))}
         previous[row["kind"]] = recorded

@@ -104,26 +104,6 @@ class RunSpec(Spec):
     """Keyed `suite/task id`."""
     graders: dict[str, GraderSpec]
 
-    def short(self) -> str:
-        """One line for tables: commit, dirty flag and package versions."""
-        commit = f"{self.git.commit[:10]}{'+dirty' if self.git.dirty else ''}" if self.git else "no git"
-        versions = " ".join(f"{name}={version}" for name, version in sorted(self.packages.items()))
-        return f"{commit} {versions}".strip()
-
-
-def changed_parts(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """Dotted paths of the spec fields that differ, e.g. `agents.card_agent.code` or
-    `packages.litellm` (a part present on one side only counts as changed)."""
-    if not isinstance(before, dict) or not isinstance(after, dict):
-        return [] if before == after else [""]
-    parts = []
-    for key in sorted(set(before) | set(after)):
-        if key not in before or key not in after:
-            parts.append(key)
-            continue
-        parts += [f"{key}.{inner}" if inner else key for inner in changed_parts(before[key], after[key])]
-    return parts
-
 
 def file_hash(path: Path) -> str:
     """Hash of a file's bytes; "missing" when it does not exist."""

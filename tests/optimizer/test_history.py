@@ -119,7 +119,7 @@ def test_history_starts_without_what_it_does_not_read(isolated, tmp_path):
         heavy = ("prompt_optimizer_agents", "prompt_optimizer_graders", "litellm", "pandas", "dspy",
                  "optimizer.judging", "optimizer.registry", "optimizer.engines.llamacpp.server",
                  "optimizer.engines.llamacpp.served", "rich.progress", "yaml", "optimizer.types",
-                 "optimizer.models", "optimizer.config", "numpy", "scipy", "matplotlib", "jinja2", "git",
+                 "optimizer.models", "optimizer.config", "optimizer.provenance", "numpy", "scipy", "matplotlib", "jinja2", "git",
                  "sqlalchemy")
         print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] in heavy or name in heavy)))
     """)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from optimizer import judging
-from optimizer.provenance import RunSpec, changed_parts
+from optimizer.provenance import RunSpec
+from optimizer.recorded_spec import SPEC_PARTS, changed_parts, short_spec
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import git, project_repo
 
@@ -175,6 +176,22 @@ def test_a_recorded_spec_reads_back_whole():
     spec = {"git": None, "packages": {"litellm": "1.0"}, "optimizer_source": "s",
             "models": {"agent": "mock/sim", "judge": "mock/sim", "temperature": None, "seed": 0},
             "agents": {}, "tasks": {}, "graders": {}}
-    assert RunSpec.model_validate(spec).short() == "no git litellm=1.0"
+    RunSpec.model_validate(spec)
     with pytest.raises(ValueError):
         RunSpec.model_validate({**spec, "unknown": 1})
+
+
+def test_history_reads_a_recorded_spec_by_its_parts_without_the_models():
+    """`optimizer history` shows a spec's line from the stored JSON (`optimizer.recorded_spec`):
+    the parts it checks are the model's, and a stored dict of another shape shows nothing."""
+    assert SPEC_PARTS == set(RunSpec.model_fields)
+    spec = {"git": {"commit": "0123456789abcdef", "dirty": True, "changes": "c"},
+            "packages": {"litellm": "1.0", "dspy": "3.0"}, "optimizer_source": "s",
+            "models": {"agent": "mock/sim", "judge": "mock/sim", "temperature": None, "seed": 0},
+            "agents": {}, "tasks": {}, "graders": {}}
+    RunSpec.model_validate(spec)
+    assert short_spec(spec) == "0123456789+dirty dspy=3.0 litellm=1.0"
+    assert short_spec({**spec, "git": None}) == "no git dspy=3.0 litellm=1.0"
+    for other in ({**spec, "unknown": 1}, {key: spec[key] for key in list(spec)[1:]}, {**spec, "git": {"commit": 3}},
+                  {**spec, "packages": {"litellm": 1}}, [], None, {}):
+        assert short_spec(other) is None
