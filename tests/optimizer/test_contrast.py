@@ -138,6 +138,8 @@ def test_the_guided_answer_is_the_kind_of_input_and_completes_the_rule_appended_
     "a saying from 2024",
     "quote",
     "quote or routine template",
+    "template_patch",
+    "a template_quote note",
 ])
 def test_a_kind_that_is_not_a_short_general_phrase_is_sent_back_once(tmp_path, answer):
     request = render([record("t0", [ROUTINE])], "contrast", ROUTINE_SELECTION)
@@ -155,6 +157,13 @@ def test_a_kind_that_is_still_only_the_rules_choices_after_the_send_back_is_refu
     assert proposal.error.startswith("the kind of input was sent back and still: the kind only repeats"), proposal.error
     assert prompt == PROMPT, "nothing is written"
     assert "## Attempt 2: the kind of input was sent back" in proposal.log
+
+
+def test_a_kind_may_use_a_name_beside_words_for_the_input(tmp_path):
+    request = render([record("t0", [ROUTINE])], "contrast", ROUTINE_SELECTION)
+    proposal, prompt = propose(tmp_path, request, [{"kind": "notes whose fact_id repeats"}])
+    assert proposal.error is None and "sent back" not in proposal.log, proposal.log
+    assert prompt.endswith("\nWhen notes whose fact_id repeats, choose the `quote` template instead of `routine`.\n")
 
 
 def test_a_kind_may_name_a_choice_when_it_also_says_what_the_input_is_like(tmp_path):
