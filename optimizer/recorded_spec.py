@@ -1,10 +1,10 @@
 """A run's recorded spec read as stored, without its pydantic models (`optimizer.provenance`).
 
 `optimizer history` shows each run's spec in one line and what changed since the run before:
-both come from the stored JSON. Building the spec's models to read two of its parts took a
-tenth of that command's start-up, so the spec is checked here by shape: its parts are exactly
+both come from the stored JSON. Building the spec's models to read two of its parts took about
+a twentieth of that command's start-up, so the spec is checked here by shape: its parts are exactly
 the model's (`SPEC_PARTS`, held equal to `RunSpec`'s fields by a test), and the two parts shown
-have their types. What runs compare to reuse results is still the validated model."""
+have their types. A run still writes its spec through the model (`optimizer.runner.fingerprints`)."""
 
 from __future__ import annotations
 

@@ -119,8 +119,8 @@ def test_history_starts_without_what_it_does_not_read(isolated, tmp_path):
         heavy = ("prompt_optimizer_agents", "prompt_optimizer_graders", "litellm", "pandas", "dspy",
                  "optimizer.judging", "optimizer.registry", "optimizer.engines.llamacpp.server",
                  "optimizer.engines.llamacpp.served", "rich.progress", "yaml", "optimizer.types",
-                 "optimizer.models", "optimizer.config", "optimizer.provenance", "numpy", "scipy", "matplotlib", "jinja2", "git",
-                 "sqlalchemy")
+                 "optimizer.models", "optimizer.config", "optimizer.provenance", "numpy", "scipy", "matplotlib",
+                 "jinja2", "git", "sqlalchemy")
         print(json.dumps(sorted(name for name in sys.modules if name.split(".")[0] in heavy or name in heavy)))
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)

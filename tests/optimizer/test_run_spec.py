@@ -176,7 +176,7 @@ def test_a_recorded_spec_reads_back_whole():
     spec = {"git": None, "packages": {"litellm": "1.0"}, "optimizer_source": "s",
             "models": {"agent": "mock/sim", "judge": "mock/sim", "temperature": None, "seed": 0},
             "agents": {}, "tasks": {}, "graders": {}}
-    RunSpec.model_validate(spec)
+    assert RunSpec.model_validate(spec).model_dump(exclude_unset=True) == spec
     with pytest.raises(ValueError):
         RunSpec.model_validate({**spec, "unknown": 1})
 
