@@ -1,8 +1,9 @@
 """The PKM Agent on the embedded model: how its trials end, and where the turns go.
 
 Runs one task per failure bucket of the PKM suite (13 tasks; the first train task of each
-bucket, by id, or with `--pick 2` the second: a set the harness and prompt were not tuned on) on `local/qwen2.5-coder-1.5b` as agent and judge, one trial each, through the
-real runner, and prints per task: how the trial ended (finished; finished after the reminders
+bucket, by id, or with `--pick 2` the second: a set the harness and prompt were not tuned on) on
+`local/qwen2.5-coder-1.5b` as agent and judge, one trial each, through the real runner, and
+prints per task: how the trial ended (finished; finished after the reminders
 ran out; turn limit; kept repeating calls; timeout), turns, prompt and generated tokens, seconds and score; then the
 totals (share finished by the agent, median turns, median seconds, pass rate, mean score), of
 the tasks that must be filed how many were filed and how many in the right place (the

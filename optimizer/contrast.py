@@ -183,9 +183,8 @@ def names_only(kind: str, rule: str) -> bool:
     """True when the kind says nothing of the input: only the choices the rule already names
     ("quote or snippet", "the event template") and filler words."""
     named = {name.lower() for name in re.findall(r"`([^`]+)`", rule)}
-    filler = {word.lower() for word in guided_text()["filler"]}
-    words = re.findall(r"[\w'-]+", kind.lower())
-    return bool(named and words) and all(word in named or word in filler for word in words)
+    words, telling = _words(kind)
+    return bool(named and words) and all(word in named for word in telling)
 
 
 def identifier_only(kind: str) -> bool:
@@ -193,7 +192,12 @@ def identifier_only(kind: str) -> bool:
     "the template_quote notes"): measured on the embedded model, "When template_patch, choose the
     `quote` or `snippet` template instead of `event`" lifted its bucket and made quote cards of the
     trivial notes. A name beside words for the input ("notes whose fact_id repeats") is kept."""
+    telling = _words(kind)[1]
+    return bool(telling) and all(IDENTIFIER.search(word) for word in telling)
+
+
+def _words(kind: str) -> tuple[list[str], list[str]]:
+    """The kind's words, lower-cased, and those of them that are not `filler` in `guided.yaml`."""
     filler = {word.lower() for word in guided_text()["filler"]}
     words = re.findall(r"[\w'-]+", kind.lower())
-    return any(IDENTIFIER.search(word) for word in words) and all(
-        IDENTIFIER.search(word) or word in filler for word in words)
+    return words, [word for word in words if word not in filler]
