@@ -9,6 +9,11 @@ and then answers with a short final message. A request that matches no task gets
 message. Every answered request is one line in the `--log` file, so a test can count what each
 server answered even after it is gone. `--die-on N` kills the process with SIGKILL when the N-th
 request arrives, before it is answered: a server lost in the middle of a call.
+
+A server whose answers depend on the prompt (`--marker TEXT --bucket B --slow S`): without TEXT in
+the system message, bucket B's tasks get the final message at once (they fail); with it, they get
+their reference calls, and every other task's answer waits S seconds first (a patch that makes
+the model slow on the notes it was not written for).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -29,24 +35,43 @@ sys.path.insert(0, str(PROJECT_ROOT))
 from optimizer.models.mock import scripted_reply  # noqa: E402
 
 
-def task_calls(suite_names: list[str]) -> dict[str, list]:
-    """The reference tool calls of every task of these suites, by the task's first user message."""
+def task_calls(suite_names: list[str], root: Path = PROJECT_ROOT) -> dict[str, tuple[list, str]]:
+    """The reference tool calls and the bucket of every task of these suites, by the task's first
+    user message."""
     sys.path.insert(0, str(PROJECT_ROOT))
     from optimizer.registry import get_agent
     from optimizer.suites import load_suites
 
     calls: dict[str, list] = {}
-    for suite in load_suites(suite_names, PROJECT_ROOT):
+    for suite in load_suites(suite_names, root):
         user_message = importlib.import_module(get_agent(suite.spec.agent_name).run.__module__).user_message
         for task in suite.tasks:
-            calls[user_message(task)] = task.reference_solution.tool_calls if task.reference_solution else []
+            calls[user_message(task)] = (task.reference_solution.tool_calls if task.reference_solution else [],
+                                         task.bucket)
     return calls
 
 
+@dataclass(frozen=True)
+class PromptDependence:
+    """`--marker`, `--bucket`, `--slow` (see the module docstring)."""
+
+    marker: str
+    bucket: str
+    slow: float
+
+    def shape(self, messages: list[dict], script: list, bucket: str) -> tuple[list, float]:
+        """The script to replay and the seconds to wait first."""
+        marked = any(self.marker in str(m.get("content") or "") for m in messages if m.get("role") == "system")
+        if bucket == self.bucket:
+            return (script if marked else []), 0.0
+        return script, (self.slow if marked else 0.0)
+
+
 class Stub:
-    def __init__(self, name: str, log: Path, calls: dict[str, list], die_on: int | None, delay: float,
-                 reply: str | None = None):
+    def __init__(self, name: str, log: Path, calls: dict[str, tuple[list, str]], die_on: int | None, delay: float,
+                 reply: str | None = None, depends: PromptDependence | None = None):
         self.name, self.log, self.calls, self.die_on, self.delay = name, log, calls, die_on, delay
+        self.depends = depends
         self.reply = reply
         """With `--reply-file`: the text of every answer to a request without tools (a coding agent's
         edit, say), instead of the short final message."""
@@ -62,12 +87,16 @@ class Stub:
     def answer(self, body: dict) -> dict:
         messages = body.get("messages") or []
         first = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
-        script = self.calls.get(first, []) if body.get("tools") else []
+        script, bucket = self.calls.get(first, ([], "")) if body.get("tools") else ([], "")
+        wait = self.delay
+        if self.depends is not None:
+            script, slow = self.depends.shape(messages, script, bucket)
+            wait += slow
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         message, finish = scripted_reply(script, messages)
         if self.reply is not None and not body.get("tools"):
             message, finish = {"role": "assistant", "content": self.reply}, "stop"
-        time.sleep(self.delay)
+        time.sleep(wait)
         with self.lock, self.log.open("a", encoding="utf-8") as out:
             out.write(f"{self.name} turn={turn}\n")
         prompt = sum(len(str(m.get("content") or "")) for m in messages) // 4
@@ -112,9 +141,14 @@ def main() -> None:
     parser.add_argument("--die-on", type=int, default=None)
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--reply-file", type=Path, help="answer every request without tools with this text")
+    parser.add_argument("--marker", help="the system-message text the answers depend on (with --bucket, --slow)")
+    parser.add_argument("--bucket", help="the bucket that passes only with the marker")
+    parser.add_argument("--slow", type=float, default=0.0, help="seconds every other task waits with the marker")
+    parser.add_argument("--root", type=Path, default=PROJECT_ROOT, help="the project whose suites it answers")
     args = parser.parse_args()
-    stub = Stub(args.name, args.log, task_calls(args.suite or ["card_agent"]), args.die_on, args.delay,
-                args.reply_file.read_text() if args.reply_file else None)
+    depends = PromptDependence(args.marker, args.bucket, args.slow) if args.marker else None
+    stub = Stub(args.name, args.log, task_calls(args.suite or ["card_agent"], args.root), args.die_on, args.delay,
+                args.reply_file.read_text() if args.reply_file else None, depends)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(stub))
     server.daemon_threads = True
     print(f"PORT {server.server_address[1]}", flush=True)

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from optimizer.comparison.plan import PairPlan, floor_cost, floor_pairs
-from optimizer.gate import (Decision, GatePolicy, PairTable, decide, group_stats, groups_of, harm_thresholds,
-                            improvement_status, is_named, suspicious)
+from optimizer.gate import (Decision, GatePolicy, PairTable, decide, errored_rejects, group_stats, groups_of,
+                            harm_thresholds, improvement_status, is_named, suspicious)
 from optimizer.runner import PlannedTrial
 from optimizer.types import Trial
 
@@ -196,6 +196,8 @@ class HarmPhase:
                       for name, keys, threshold, named in self.tested]
             if any(stats.harm_evalue >= threshold for _, _, threshold, _, stats in states):
                 return None  # a significant drop: the candidate is rejected whatever else is found
+            if errored_rejects(state.table, state.policy):
+                return None  # its trials end unscored on its side: rejected, and more pairs would end so too
             if not self.floor_done:
                 self.floor_done = True
                 items, note = self._floor(states), "harm check: pairs up to the floor"

@@ -29,10 +29,12 @@ Strict mode (the default):
    stake, see `suspicious`), whose detectable drop is larger than `max_bucket_drop`, is reported
    as *not shown safe*; with `refuse_unsafe` it rejects. A group's bets falling to
    `CLEARED_BELOW` clear it only once it has `clear_after` pairs.
-3. **Errored trials.** Pairs with an errored side are left out; the candidate is rejected when it
-   errors significantly more often than the base prompt on the same pairs (exact sign test at
-   `alpha_harm`). A trial the infrastructure spoiled (`scoring.spoiled`: a slow or silent model
-   server) leaves its pair out and counts for neither prompt here.
+3. **Unscored trials.** Pairs with an errored side are left out of the values; the candidate is
+   rejected when its trials end without a score significantly more often than the base prompt's
+   on the same pairs (a sequential sign test at `alpha_harm`, `rules.unscored_p`), the trials the
+   infrastructure ended (`scoring.spoiled`: past the deadline while the model failed, was silent
+   or far slower than normal) included: a patch can make the model slow. A harm group left with
+   no pair scored on both sides is *not shown safe*, never "no harm found".
 
 Every group reports its pairs, change, a 95% t-interval over its rounds (descriptive), verdict,
 and the drop its harm test could detect at the pairs used (80% power). Graders listed as
@@ -53,10 +55,10 @@ from optimizer.gate.improvement import FUTILE_AFTER, improvement_status
 from optimizer.gate.pairs import Pair, PairTable, TaskKey
 from optimizer.gate.policy import GateMode, GatePolicy
 from optimizer.gate.report import BucketChange, Decision, RuleResult, bucket_row
-from optimizer.gate.rules import decide
+from optimizer.gate.rules import decide, errored_rejects
 from optimizer.gate.sequential import EPSILON, GroupStats, group_stats
 
 __all__ = ["CLEARED_BELOW", "EPSILON", "FUTILE_AFTER", "KIND_ORDER", "NAMED_SHARE", "POOLED", "BucketChange",
            "Decision", "GateMode", "GatePolicy", "GroupStats", "Groups", "Pair", "PairTable", "RuleResult", "TaskKey",
-           "bucket_row", "decide", "group_stats", "groups_of", "harm_group", "harm_rows", "harm_thresholds",
+           "bucket_row", "decide", "errored_rejects", "group_stats", "groups_of", "harm_group", "harm_rows", "harm_thresholds",
            "improvement_status", "is_named", "named_buckets", "suspicious"]

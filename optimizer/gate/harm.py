@@ -30,6 +30,8 @@ def harm_rows(table: PairTable, groups: Groups, policy: GatePolicy) -> list[tupl
         row.mde = stats.detectable_drop(threshold)
         if stats.unjudged:
             row.verdict = "unjudged"
+        elif stats.pairs == 0:  # every pair had an unscored side: nothing was seen, so nothing is shown safe
+            row.verdict = "not shown safe"
         elif stats.harm_evalue >= threshold:
             row.verdict = "harmed"
         elif policy.refuse_beyond_margin and beyond_margin(row, policy):

@@ -3,12 +3,13 @@
 A pair is a (suite, task, trial index) run once with each prompt. `PairTable` collects the pairs
 as `optimizer.compare` runs batches, in a fixed order the sequential tests read them in; a side's
 value is `scoring.voting_value` (the judges that do not vote left out), and a side the
-infrastructure spoiled is marked so that neither prompt is held to it.
+infrastructure spoiled is marked with its side: it leaves its pair out of the values, and the
+errored rule asks whether such endings fall on one prompt's side (`PairTable.unscored_counts`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from optimizer.scoring import spoiled, voting_value
@@ -24,11 +25,16 @@ class Pair:
     after: float | None
     before_errored: bool
     after_errored: bool
-    spoiled: bool = False
-    """A side was spoiled by the infrastructure (`scoring.spoiled`): left out, and not held
-    against either prompt by the errored rule."""
+    before_spoiled: bool = False
+    """The base prompt's trial ended the infrastructure's way (`scoring.spoiled`: its time ran
+    out while the model was failing, silent or far slower than normal)."""
+    after_spoiled: bool = False
     before_passed: bool = False
     after_passed: bool = False
+
+    @property
+    def spoiled(self) -> bool:
+        return self.before_spoiled or self.after_spoiled
 
     @property
     def usable(self) -> bool:
@@ -63,7 +69,7 @@ class PairTable:
         self.added += 1
         self.pairs.setdefault(key, []).append(Pair(
             self.added, before.index, voting_value(before, self.non_voting), voting_value(after, self.non_voting),
-            before.status == "errored", after.status == "errored", spoiled(before) or spoiled(after),
+            before.status == "errored", after.status == "errored", spoiled(before), spoiled(after),
             before.status == "passed", after.status == "passed"))
 
     def add_all(self, before: Iterable[Trial], after: Iterable[Trial], regression: set[str] = frozenset()) -> int:
@@ -89,11 +95,45 @@ class PairTable:
                       and (split is None or task.split == split)
                       and (regression is None or task.regression == regression))
 
-    def errored_counts(self) -> tuple[int, int, int]:
-        """(pairs with an errored side, candidate-only errored, base-only errored); a spoiled pair
-        counts in the first only: a slow machine says nothing of either prompt."""
-        pairs = [pair for group in self.pairs.values() for pair in group]
-        judged = [pair for pair in pairs if not pair.spoiled]
-        return (sum(1 for p in pairs if p.before_errored or p.after_errored),
-                sum(1 for p in judged if p.after_errored and not p.before_errored),
-                sum(1 for p in judged if p.before_errored and not p.after_errored))
+    def unscored_counts(self) -> "Unscored":
+        """The pairs with a side that has no score (errored, the infrastructure's endings
+        included), and of those the ones where only the candidate's or only the base's trial
+        ended so, by kind."""
+        pairs = sorted((pair for group in self.pairs.values() for pair in group), key=lambda pair: pair.order)
+        count = Unscored(excluded=sum(1 for p in pairs if p.before_errored or p.after_errored))
+        for p in pairs:
+            if p.after_errored and not p.before_errored:
+                if p.after_spoiled:
+                    count.candidate_spoiled += 1
+                else:
+                    count.candidate_errored += 1
+                count.signs.append(1.0)
+            elif p.before_errored and not p.after_errored:
+                if p.before_spoiled:
+                    count.base_spoiled += 1
+                else:
+                    count.base_errored += 1
+                count.signs.append(-1.0)
+        return count
+
+
+@dataclass
+class Unscored:
+    """Pairs left out because a side has no score, and the one-sided ones by side and kind
+    (`errored`: a harness, grader or provider fault; `spoiled`: `scoring.spoiled`)."""
+
+    excluded: int = 0
+    candidate_errored: int = 0
+    candidate_spoiled: int = 0
+    base_errored: int = 0
+    base_spoiled: int = 0
+    signs: list[float] = field(default_factory=list)
+    """Per one-sided pair, in the order the pairs were added: +1 candidate-only, -1 base-only."""
+
+    @property
+    def candidate_only(self) -> int:
+        return self.candidate_errored + self.candidate_spoiled
+
+    @property
+    def base_only(self) -> int:
+        return self.base_errored + self.base_spoiled

@@ -1,9 +1,10 @@
 """The decision: the gate's rules over the pairs collected, and whether the candidate is accepted.
 
 Strict mode: every target improved (`optimizer.gate.improvement`), no harm group harmed
-(`optimizer.gate.harm`), and the candidate errors no more often than the base prompt (an exact
-sign test at `alpha_harm` over the pairs where one side errored; spoiled pairs count for
-neither). Lenient mode: some bucket mean up, no bucket mean down.
+(`optimizer.gate.harm`), and the candidate's trials end without a score no more often than the
+base prompt's (an exact sign test at `alpha_harm` over the pairs where only one side errored,
+the infrastructure's endings included: a prompt that makes the model slow or its calls fail
+ends its trials that way). Lenient mode: some bucket mean up, no bucket mean down.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from typing import Any, Iterable
 from optimizer.gate.groups import groups_of, is_named
 from optimizer.gate.harm import harm_rows, harm_thresholds
 from optimizer.gate.improvement import improvement_status
-from optimizer.gate.pairs import PairTable
+from optimizer.gate.pairs import PairTable, Unscored
 from optimizer.gate.policy import GatePolicy
 from optimizer.gate.report import BucketChange, Decision, RuleResult, bucket_row
 from optimizer.gate.sequential import EPSILON, group_stats
-from optimizer.stats import sign_test_p
+from optimizer.stats import HARM_GRID, wealth_path
 
 
 def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: GatePolicy = GatePolicy(),
@@ -36,7 +37,7 @@ def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: Gate
     extra["overall"] = bucket_row("*", "overall (train)", group_stats(table, table.keys(split="train", regression=False)),
                                kind="overall")
     rows += [row for _, row in harmed if row.kind in ("pooled", "regression")]
-    excluded, worse, better = table.errored_counts()
+    unscored = table.unscored_counts()
 
     rules: list[RuleResult] = []
     if policy.mode == "lenient":
@@ -48,10 +49,10 @@ def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: Gate
                             if is_named((suite, label, kind), groups.named)]
             rules.append(_no_harm([row for _, row in harmed], harm_thresholds(groups, policy), policy, named_groups))
     if stage != "targeted":
-        rules.append(_errored_rule(worse, better, policy))
+        rules.append(_errored_rule(unscored, policy))
     return Decision(accepted=all(rule.passed for rule in rules), mode=policy.mode, stage=stage, rules=rules,
                     buckets=rows, overall=_summary(extra.get("overall")), holdout=_summary(extra.get("holdout")),
-                    excluded_pairs=excluded, rollouts=rollouts, capped=capped, non_voting=sorted(table.non_voting))
+                    excluded_pairs=unscored.excluded, rollouts=rollouts, capped=capped, non_voting=sorted(table.non_voting))
 
 
 def _summary(row: BucketChange | None) -> dict[str, Any]:
@@ -103,28 +104,69 @@ def _no_harm(rows: list[BucketChange], thresholds: list[float], policy: GatePoli
                           f"wholly below -{policy.max_bucket_drop:.2f} ({r.pairs} pairs)")
         elif r.verdict == "not shown safe" and (policy.refuse_unsafe == "any" or
                                                 (policy.refuse_unsafe == "pooled" and r.kind == "pooled")):
-            harmed.append(f"{_label(r)} not shown safe ({r.change:+.2f}, detectable drop {r.mde:.2f}, {r.pairs} pairs)")
+            harmed.append(f"{_label(r)} not shown safe ({_unsure(r)})")
     numbers = {"alpha_harm": policy.alpha_harm, "groups": len(rows),
                "evalue_threshold": max(thresholds, default=1 / policy.alpha_harm),
                "evalue_thresholds": {_label(row): value for row, value in zip(rows, thresholds)},
                "max_bucket_drop": policy.max_bucket_drop, "named": named}
     if harmed:
         return RuleResult("no_harm", False, "; ".join(harmed), numbers)
-    unsure = [f"{_label(r)} ({r.change:+.2f}, detectable drop {r.mde:.2f})" for r in rows
-              if r.verdict == "not shown safe"]
+    unsure = [f"{_label(r)} ({_unsure(r)})" for r in rows if r.verdict == "not shown safe"]
     note = f"; not shown safe at these pairs: {', '.join(unsure)}" if unsure else ""
     weighted = f", half of it on {', '.join(named)}, which the patch names" if named else ""
     return RuleResult("no_harm", True, f"no significant drop in {len(rows)} group(s) "
                                        f"(family-wise alpha {policy.alpha_harm}{weighted}){note}", numbers)
 
 
-def _errored_rule(worse: int, better: int, policy: GatePolicy) -> RuleResult:
-    p = sign_test_p(worse, better)
-    numbers = {"candidate_only": worse, "base_only": better, "p": p}
+def _unsure(row: BucketChange) -> str:
+    if row.pairs == 0:
+        return "no pair with both sides scored"
+    return f"{row.change:+.2f}, detectable drop {row.mde:.2f}, {row.pairs} pairs"
+
+
+def unscored_p(unscored: Unscored) -> float:
+    """The anytime-valid p-value of a sequential sign test (bets of `HARM_GRID` on the candidate's
+    side) over the pairs where one side only ended without a score, read in pair order. Under the
+    null hypothesis (the patch changes nothing) the two trials of a pair are exchangeable, so each
+    such pair is as likely to fall on either side. Anytime-valid, so the comparison may stop as
+    soon as it is below `alpha_harm` (`errored_rejects`)."""
+    path = wealth_path(unscored.signs, HARM_GRID)
+    return min(1.0, 1.0 / max(1.0, float(path.max()))) if path.size else 1.0
+
+
+def errored_rejects(table: PairTable, policy: GatePolicy) -> bool:
+    """Whether the candidate's trials already end unscored significantly more often than the base's."""
+    unscored = table.unscored_counts()
+    return unscored.candidate_only > unscored.base_only and unscored_p(unscored) < policy.alpha_harm
+
+
+def _errored_rule(unscored: Unscored, policy: GatePolicy) -> RuleResult:
+    """The candidate is rejected when its trials end without a score significantly more often
+    than the base prompt's on the same pairs (`unscored_p`). The infrastructure's endings count: a
+    patch that makes the agent write or read more slows the model down, and its trials run out
+    of time on the candidate's side only; left out, their groups would look unharmed on the pairs
+    that remain."""
+    worse, better = unscored.candidate_only, unscored.base_only
+    p = unscored_p(unscored)
+    numbers = {"candidate_only": worse, "base_only": better, "p": p,
+               "candidate_errored": unscored.candidate_errored, "candidate_spoiled": unscored.candidate_spoiled,
+               "base_errored": unscored.base_errored, "base_spoiled": unscored.base_spoiled}
     if worse > better and p < policy.alpha_harm:
-        return RuleResult("errored", False, f"the candidate errored on {worse} pair(s) where the base did not, "
-                                            f"against {better} the other way (sign test p={p:.3f})", numbers)
-    return RuleResult("errored", True, f"errored pairs: {worse} candidate-only, {better} base-only", numbers)
+        how = _kinds(unscored.candidate_errored, unscored.candidate_spoiled)
+        slow = (" The infrastructure's endings fall on the candidate's side: the patch slows the model down, or the "
+                "machine was busier while the candidate ran; a rerun on a quiet machine tells the two apart."
+                if unscored.candidate_spoiled else "")
+        return RuleResult("errored", False, f"the candidate's trials ended without a score on {worse} pair(s) ({how}) "
+                                            f"where the base's did not, against {better} the other way (sequential sign "
+                                            f"test p={p:.3g} < {policy.alpha_harm}).{slow}", numbers)
+    detail = (f" (candidate: {_kinds(unscored.candidate_errored, unscored.candidate_spoiled)}; base: "
+              f"{_kinds(unscored.base_errored, unscored.base_spoiled)})" if worse or better else "")
+    return RuleResult("errored", True, f"pairs with one side unscored: {worse} candidate-only, {better} "
+                                       f"base-only{detail}", numbers)
+
+
+def _kinds(errored: int, spoiled: int) -> str:
+    return f"{errored} errored, {spoiled} past the deadline with the model failing or slow"
 
 
 def _lenient(targets: list[BucketChange], others: list[BucketChange]) -> RuleResult:

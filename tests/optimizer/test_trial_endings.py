@@ -271,21 +271,45 @@ def _pair(index: int, after: Trial) -> tuple[Trial, Trial]:
     return before, after.model_copy(update={"index": index})
 
 
-def test_the_gate_leaves_spoiled_pairs_out_and_holds_them_against_neither_prompt():
-    """Ten candidate trials a busy machine spoiled say nothing of the patch: their pairs are left
-    out, and the errored rule (candidate errors significantly more often) does not count them."""
+def _spoiled(index: int) -> Trial:
+    return Trial(suite="s", task_id="a1", bucket="a", split="train", index=index, status="errored",
+                 error="infrastructure: no call to m completed in 120 s of waiting for it; ran past timeout_seconds")
+
+
+def test_spoiled_pairs_are_left_out_of_the_values_and_spoiled_endings_on_both_sides_hold_against_neither():
+    """A busy machine spoils trials of both prompts alike: their pairs are left out of the values,
+    and the errored rule sees no side favoured."""
     table = PairTable()
     improved = Trial(suite="s", task_id="a1", bucket="a", split="train", index=0, status="passed", score=1.0)
-    slow = Trial(suite="s", task_id="a1", bucket="a", split="train", index=0, status="errored",
-                 error="infrastructure: no call to m completed in 120 s of waiting for it; ran past timeout_seconds")
     for index in range(10):
         table.add(*_pair(index, improved))
     for index in range(10, 20):
-        table.add(*_pair(index, slow))
+        before, after = _pair(index, improved)
+        table.add(*((_spoiled(index), after) if index % 2 else (before, _spoiled(index))))
     decision = decide(table, targets={("s", "a")})
     assert decision.excluded_pairs == 10
     rule = next(rule for rule in decision.rules if rule.rule == "errored")
-    assert rule.passed and rule.numbers["candidate_only"] == 0, rule.reason
+    assert rule.passed and (rule.numbers["candidate_spoiled"], rule.numbers["base_spoiled"]) == (5, 5), rule.reason
     targeted = next(row for row in decision.buckets if row.targeted)
-    assert (targeted.pairs, targeted.after) == (10, 1.0), "only the unspoiled pairs are scored"
+    assert (targeted.pairs, targeted.after) == (10, 1.0), "only the pairs with both sides scored count"
     assert decision.accepted, decision.reasons
+
+
+def test_a_candidate_whose_trials_alone_end_spoiled_is_rejected_and_its_unscored_group_is_never_safe():
+    """Ten candidate-only endings past the deadline: the patch made the model slow (or the
+    machine was busier while it ran); either way the pairs left would hide a harm."""
+    table = PairTable()
+    improved = Trial(suite="s", task_id="a1", bucket="a", split="train", index=0, status="passed", score=1.0)
+    for index in range(10):
+        table.add(*_pair(index, improved))
+    for index in range(10):
+        before = Trial(suite="s", task_id="b1", bucket="b", split="train", index=index, status="passed", score=1.0)
+        table.add(before, _spoiled(index).model_copy(update={"task_id": "b1", "bucket": "b"}))
+    decision = decide(table, targets={("s", "a")})
+    rule = next(rule for rule in decision.rules if rule.rule == "errored")
+    assert not rule.passed and rule.numbers["candidate_spoiled"] == 10 and rule.numbers["p"] < 0.01, rule.reason
+    assert "ended without a score on 10 pair(s) (0 errored, 10 past the deadline" in rule.reason
+    other = next(row for row in decision.buckets if row.bucket == "b")
+    assert (other.pairs, other.verdict) == (0, "not shown safe")
+    assert "b (no pair with both sides scored)" in next(r for r in decision.rules if r.rule == "no_harm").reason
+    assert not decision.accepted

@@ -267,7 +267,7 @@ def test_errored_pairs_are_left_out_and_a_candidate_that_errors_more_is_rejected
     decision = decide(table, targets={("s", "a")})
     assert decision.excluded_pairs == 8 and not decision.accepted
     rule = next(rule for rule in decision.rules if rule.rule == "errored")
-    assert not rule.passed and "errored on 8 pair(s)" in rule.reason
+    assert not rule.passed and "without a score on 8 pair(s) (8 errored, 0 past the deadline" in rule.reason
 
 
 # ---------------------------------------------------------------- the comparison procedure
