@@ -19,6 +19,9 @@ is what notices what it changed.
 
 from __future__ import annotations
 
+import fnmatch
+import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -31,6 +34,42 @@ from optimizer.errors import HarnessError, first_line
 from optimizer.gitops import AUTHOR_EMAIL, AUTHOR_NAME
 
 INSTALL = "install bubblewrap (sudo apt-get install bubblewrap)"
+
+PASSED = ("PATH", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR",
+          "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+          "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+          "*_API_KEY", "*_API_BASE", "*_BASE_URL", "*_API_VERSION", "OPENAI_*", "ANTHROPIC_*", "AZURE_*",
+          "GEMINI_*", "OPENROUTER_*", "AIDER_*")
+"""What a proposer command's environment keeps of the harness's (shell patterns): the system's
+basics, the proxies and certificates, and a coding agent's provider keys and addresses. The rest
+is left out unless `proposer_env` names it."""
+NEVER_PASSED = ("OPTIMIZER_*", "DATABASE_URL", "*_DATABASE_URL", "PG*", "LITELLM_MASTER_KEY", "GIT_*",
+                "SSH_AUTH_SOCK", "DBUS_*", "XDG_RUNTIME_DIR")
+"""Never passed, even when `proposer_env` names it: the harness's own settings (the store's URL
+and its password among them), the database client's variables, git's (they would point its git
+at the user's repository) and the user's agents and sessions."""
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def never_passed(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in NEVER_PASSED)
+
+
+def proposer_environment(home: Path | None, extra: tuple[str, ...] | list[str] = (),
+                         source: dict[str, str] | None = None) -> dict[str, str]:
+    """A proposer command's environment: of `source` (the harness's), the variables `PASSED` or
+    `extra` name, less `NEVER_PASSED` and any whose value holds the store's address; HOME is the
+    box's scratch home when there is one."""
+    source = dict(os.environ if source is None else source)
+    secret = source.get("OPTIMIZER_DATABASE_URL") or ""
+    kept = {name: value for name, value in source.items()
+            if (name in extra or any(fnmatch.fnmatchcase(name, pattern) for pattern in PASSED))
+            and not never_passed(name) and not (secret and secret in value)}
+    if home is not None:
+        kept["HOME"] = str(home)
+    elif "HOME" in source:
+        kept["HOME"] = source["HOME"]
+    return kept
 
 
 @dataclass(frozen=True)
@@ -118,13 +157,14 @@ def under_private_tmp(command: str) -> list[Path]:
     bwrap's private /tmp would hide them and the command would fail with 127 (a checkout or a
     venv under /tmp), so they are bound read-only. Each is the top folder under /tmp that holds
     the path, since a file there needs its siblings (a venv's python its `pyvenv.cfg` and
-    packages, a checkout's script its package). A path the command only computes is not seen."""
+    packages, a checkout's script its package). A word's trailing shell punctuation (`/tmp/x;`)
+    is not part of its path. A path the command only computes is not seen."""
     try:
         words = shlex.split(command)
     except ValueError:  # unbalanced quotes: bash will say so
         words = command.split()
     program = shutil.which(words[0]) if words else None
-    candidates = [word.split("=", 1)[-1] for word in words] + ([program] if program else [])
+    candidates = [word.split("=", 1)[-1].rstrip(";&|)") for word in words] + ([program] if program else [])
     found = set()
     for candidate in candidates:
         for path in {Path(candidate), Path(candidate).resolve()} if candidate.startswith("/") else ():
@@ -134,13 +174,20 @@ def under_private_tmp(command: str) -> list[Path]:
     return sorted(found)
 
 
+SOCKET_FOLDERS = ("/run/postgresql", "/var/run/postgresql", "/run/mysqld", "/var/run/mysqld")
+"""Where database servers keep their Unix sockets: hidden in the box (an empty folder over each)."""
+
+
 def confined(bwrap: list[str], argv: list[str], *, writable: list[Path], readable: list[Path],
              workdir: Path) -> list[str]:
-    """`argv` under bwrap: `/` read-only, fresh `/dev`, `/proc` and `/tmp`, then `readable` and
-    `writable` bound at their own paths, in that order (after the private `/tmp`, so a box under
-    /tmp is there, writable even inside a folder bound read-only)."""
+    """`argv` under bwrap: `/` read-only, fresh `/dev`, `/proc` and `/tmp`, the database servers'
+    socket folders empty (`SOCKET_FOLDERS`), then `readable` and `writable` bound at their own
+    paths, in that order (after the private `/tmp`, so a box under /tmp is there, writable even
+    inside a folder bound read-only)."""
     command = [*bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
                "--unshare-pid", "--die-with-parent"]
+    for folder in sorted({Path(folder).resolve() for folder in SOCKET_FOLDERS if Path(folder).is_dir()}):
+        command += ["--tmpfs", str(folder)]
     for path in readable:
         command += ["--ro-bind", str(path), str(path)]
     for path in writable:

@@ -138,6 +138,10 @@ class Settings(BaseModel):
     """Coding-agent command line for `--proposer command`; `{request}` and `{workdir}` are
     replaced by the (shell-quoted) request file and worktree paths."""
     proposer_timeout: float = Field(default=900.0, gt=0, le=86400.0)
+    proposer_env: list[str] = Field(default_factory=list)
+    """Names of further environment variables the `command` proposer gets, beside the ones it
+    always gets (`proposers.proposer_environment`: the system's, and the providers' keys and
+    bases). Never `OPTIMIZER_*` or a database's (`proposers.NEVER_PASSED`)."""
     patch_format: Literal["auto", "edits", "rule", "contrast"] = "auto"
     """What the `llm` proposer asks the patcher for: exact search/replace `edits`, or one new
     `rule` appended to the prompt; `contrast` asks for one rule from a short request of
@@ -209,7 +213,7 @@ class Settings(BaseModel):
     @property
     def proposal(self) -> ProposalSettings:
         """What `optimizer.proposers.make_proposer` needs."""
-        return _part(ProposalSettings, self, sim=self.sim)
+        return _part(ProposalSettings, self, sim=self.sim, proposer_env=tuple(self.proposer_env))
 
     @property
     def gate_policy(self) -> GatePolicy:
@@ -319,6 +323,7 @@ def put_in_use(settings: Settings, root: Path) -> Settings:
     """Make the checks validation alone cannot, and apply what is shared by the whole process:
     for settings `load_settings` read, and for a resumed night's stored ones."""
     _check_workspace_dir(settings)
+    _check_proposer_env(settings)
     check_search_budget(settings)
     from optimizer.models import configure_providers  # e.g. the embedded model's slots, shared by the whole process
 
@@ -351,6 +356,21 @@ def _use_models_file(settings: Settings, root: Path) -> None:
     path = Path(settings.models_file)
     routing.use_models_file(path if path.is_absolute() else root / path,
                             required=settings.models_file != DEFAULT_MODELS_FILE)
+
+
+def _check_proposer_env(settings: Settings) -> None:
+    """`proposer_env` names variables, none of them one the proposer is never given."""
+    from optimizer.box import ENV_NAME, NEVER_PASSED, never_passed
+
+    for name in settings.proposer_env:
+        if not ENV_NAME.match(name):
+            raise ConfigError(f"{name!r} is not an environment variable's name", field="proposer_env",
+                              fix="name variables (letters, digits and _), e.g. proposer_env = [\"MY_AGENT_TOKEN\"]")
+        if never_passed(name):
+            raise ConfigError(f"{name} is never passed to a proposer (the harness's settings, the store's address, "
+                              f"the database client's and git's variables: {', '.join(NEVER_PASSED)})",
+                              field="proposer_env", fix=f"remove {name}; a proposer has no use for the store "
+                                                        "(docs/trust.md)")
 
 
 def _check_workspace_dir(settings: Settings) -> None:

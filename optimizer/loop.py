@@ -42,7 +42,7 @@ from optimizer.patch import LintIndex, check_change, check_prompt_text
 from optimizer.proposers import (LOG_TAIL_LINES, FixedProposer, Proposal, ProposalRequest, make_proposer,
                                  patch_format)
 from optimizer.registry import get_agent
-from optimizer.store.digest import StoreChanged, StoreWatch
+from optimizer.store.digest import NightScope, StoreChanged, StoreWatch
 from optimizer.request import (Manual, Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
                                render_request, select_targets)
 from optimizer.targets import prefers_named
@@ -64,11 +64,12 @@ def _rel(repo, project_root: Path, prompt_file: str) -> str:
 def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, base_ref: str | None = None,
                   dry_run: bool = False, agent: str | None = None,
                   iteration_id: str | None = None, search_dir: Path | None = None,
-                  night_decisions: int | None = None) -> IterationResult:
+                  night_decisions: int | None = None, night: NightScope | None = None) -> IterationResult:
     """One iteration. `search_dir` holds the search pools (default `<state_dir>/search`): a pool
     is found again there by its agent, base prompt and targets, and continued. Inside a night,
     `night_decisions` is how many candidates the night gated before this iteration: the gate
-    then tests each candidate at its share of `night_alpha` (`optimizer.spending`)."""
+    then tests each candidate at its share of `night_alpha` (`optimizer.spending`), and `night`
+    is what of the night's record the store watch covers besides the trials (`StoreWatch`)."""
     check_search_budget(ctx.settings)
     settings = ctx.settings.loop
     root = ctx.project_root
@@ -106,6 +107,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
             iteration = _Iteration(ctx, settings, repo, suites, prompt_paths, prompt_files, planned, result, base_root)
             iteration.search_dir = search_dir or state_dir / "search"
             iteration.night_decisions = night_decisions
+            iteration.night = night
             iteration.run(dry_run=dry_run, agent=agent)
     except (CheckoutChanged, StoreChanged):  # already recorded as stopped
         raise
@@ -156,6 +158,7 @@ class _Iteration:
         self.search_dir: Path = ctx.project_root / settings.state_dir / "search"
         self.adapter: ScreeningAdapter | None = None
         self.night_decisions: int | None = None
+        self.night: NightScope | None = None
         """Inside a night, the candidates gated before this one (this iteration's own included)."""
 
     def run(self, *, dry_run: bool, agent: str | None) -> None:
@@ -198,7 +201,7 @@ class _Iteration:
         self.evidence = self.stage.evidence(self.baseline)
         self.seen = unseen_from(self.evidence, high=SCREEN_INDEX)
         pooled = self.stage.base_pool()
-        self.watch = StoreWatch(self.store, [self.result.baseline_run_id, *self.stage.sources])
+        self.watch = StoreWatch(self.store, [self.result.baseline_run_id, *self.stage.sources], night=self.night)
         if pooled:
             self.log(f"base prompt: {pooled} trials at fresh indexes that earlier iterations ran on this base are "
                      f"reused")
@@ -400,6 +403,7 @@ class _Iteration:
                       parent=self.ctx.project_root / self.settings.state_dir / "boxes") as box:
             target = box.workdir / prompt_path
             target.write_text(parent, encoding="utf-8")
+            self.watch.renew()
             proposal = proposer.propose(ProposalRequest(
                 request=request_path.read_text(encoding="utf-8"), request_path=request_path, prompt_file=prompt_path,
                 workdir=box.workdir, ordinal=number, check=check, box=box, sample=True))
@@ -466,6 +470,7 @@ class _Iteration:
         result, base, workdir = self.result, self.result.base, box.workdir
         check = self._text_check(prompt, prompt_path, lint_index)
         before = checkout_state(self.repo)
+        self.watch.renew()
         proposal: Proposal = proposer.propose(ProposalRequest(
             request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,
             prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal, check=check, box=box,

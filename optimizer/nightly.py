@@ -32,6 +32,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from datetime import date as Date
+from pathlib import Path
 from typing import Any, Collection
 
 from optimizer import gitops
@@ -47,6 +48,8 @@ from optimizer.night_settings import (night_values, override_names, owned, resto
 from optimizer.registry import get_agent
 from optimizer.runner import new_run_id
 from optimizer.settings_parts import NightlySettings
+from optimizer.night_witness import check_witness, write_witness
+from optimizer.store.digest import night_scope
 from optimizer.store.iterations import VERDICTS
 from optimizer.suites import load_suite, project_suites
 
@@ -229,6 +232,7 @@ def _resume(ctx: LoopContext, repo, identity: str, requested: dict[str, Any], gi
             overrides: Collection[str]) -> tuple[NightlyResult, dict[str, Any]]:
     """The night to resume and the values it goes on with, saved back (with its overrides)."""
     record = resumable(ctx.store.nightlies.rows(), repo, identity, ctx.project_root)
+    check_witness(ctx.store, _state_dir(ctx), record, ctx.log)
     values = restore(stored_values(record), requested, given=given, overrides=overrides, log=ctx.log)
     ctx.settings = put_in_use(settings_of(values), ctx.project_root)
     ctx.store.nightlies.save_settings(record["nightly_id"], owned(values, identity, ctx.project_root))
@@ -327,7 +331,9 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
         try:
             iteration = run_iteration(ctx, suite_names=names, base_ref=result.branch, agent=agent,
                                       iteration_id=result.current["iteration_id"],
-                                      night_decisions=decisions(ctx.store, result))
+                                      night_decisions=decisions(ctx.store, result),
+                                      night=night_scope(ctx.store, result.nightly_id, _finished(result),
+                                                        result.current["iteration_id"]))
         except BudgetExceeded as exc:
             gitops.delete_branches(repo, f"optimizer/{result.current['iteration_id']}/")
             result.iterations.append({"number": number, "iteration_id": result.current["iteration_id"],
@@ -350,6 +356,10 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
         result.iterations.append(row)
         result.current = None
         _save(ctx, result, ledger)
+
+
+def _finished(result: NightlyResult) -> list[str]:
+    return [row["iteration_id"] for row in result.iterations if row.get("iteration_id")]
 
 
 def decisions(store, result: NightlyResult) -> int:
@@ -390,8 +400,15 @@ def _merge(repo, result: NightlyResult, ctx: LoopContext) -> None:
 
 
 def _save(ctx: LoopContext, result: NightlyResult, ledger: Ledger) -> None:
+    """The night's state in the store, and its witness in the state folder (`optimizer.night_witness`)."""
     result.spent_usd, result.spent_tokens = ledger.spent_usd, ledger.spent_tokens
     ctx.store.nightlies.save(result.nightly_id, result.status, result.tip_commit, result.as_dict())
+    record = ctx.store.nightlies.get(result.nightly_id) or {}
+    write_witness(ctx.store, _state_dir(ctx), result.nightly_id, _finished(result), record.get("settings") or {})
+
+
+def _state_dir(ctx: LoopContext) -> Path:
+    return ctx.project_root / ctx.settings.loop.state_dir
 
 
 def _limits_values(limits: NightlyLimits) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from optimizer.box import Box, Confinement, confined, confinement, under_private_tmp
+from optimizer.box import Box, Confinement, confined, confinement, proposer_environment, under_private_tmp
 from optimizer.contrast import complete, kind_of, kind_problem, rule_to_complete
 from optimizer.errors import ConfigError, first_line
 from optimizer.ledger import charged, estimate_tokens
@@ -262,7 +262,8 @@ def _fenced(text: str) -> str:
 class CommandProposer:
     name = "command"
 
-    def __init__(self, template: str, *, timeout_s: float, confinement: Confinement = Confinement(None)):
+    def __init__(self, template: str, *, timeout_s: float, confinement: Confinement = Confinement(None),
+                 env: tuple[str, ...] | list[str] = ()):
         if "{request}" not in template:
             raise ConfigError("the proposer command must contain {request}", field="proposer_command",
                               fix="e.g. proposer_command = \"my-agent --prompt-file {request} --cwd {workdir}\"")
@@ -271,6 +272,8 @@ class CommandProposer:
         self.bwrap = confinement.bwrap
         self.note = confinement.note
         self.confined = confinement.bwrap is not None
+        self.env = tuple(env)
+        """Names the command's environment keeps beside `box.PASSED` (`proposer_env`)."""
 
     def propose(self, request: ProposalRequest) -> Proposal:
         command = self.template.replace("{request}", shlex.quote(str(request.request_path))) \
@@ -282,7 +285,7 @@ class CommandProposer:
             argv = confined([self.bwrap], argv, writable=[writable.resolve()],
                             readable=[*under_private_tmp(self.template), request.request_path.resolve()],
                             workdir=request.workdir.resolve())
-        env = {**os.environ, "HOME": str(request.box.home)} if request.box else None
+        env = proposer_environment(request.box.home if request.box else None, self.env)
         with Reaper() as reaper, tempfile.TemporaryFile() as output:
             process = subprocess.Popen(argv, cwd=request.workdir, stdin=subprocess.DEVNULL, env=env,
                                        stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
@@ -367,7 +370,7 @@ def make_proposer(settings: ProposalSettings) -> Proposer:
             raise ConfigError("--proposer command needs a command line", field="proposer_command",
                               fix="set proposer_command in [tool.optimizer] or OPTIMIZER_PROPOSER_COMMAND")
         return CommandProposer(settings.proposer_command, timeout_s=settings.proposer_timeout,
-                               confinement=confinement())
+                               confinement=confinement(), env=settings.proposer_env)
     return LLMProposer(settings.patcher_model, script=settings.sim.mock_patcher_script,
                        skill=settings.sim.mock_patcher_skill, seed=settings.seed,
                        sample_temperature=settings.patcher_temperature,

@@ -85,6 +85,7 @@ class ProposalSettings:
     proposer: str = "llm"
     proposer_command: str | None = None
     proposer_timeout: float = 900.0
+    proposer_env: tuple[str, ...] = ()
     patcher_model: str = ""
     patcher_temperature: float = 0.7
     patch_format: str = "auto"

@@ -24,7 +24,7 @@ SETTING_NAMES = frozenset({
     "lone_task_factor", "loop_trials", "max_bucket_drop", "max_bucket_pairs", "max_changed_lines", "max_rollouts",
     "max_target_pairs", "min_bucket_pairs", "mock_patcher_script", "mock_patcher_skill", "model_prices",
     "models_file", "night_alpha", "patch_format", "patcher_model", "patcher_temperature", "proposer",
-    "proposer_command", "proposer_timeout", "request_token_budget", "retry_attempts", "retry_base_delay",
+    "proposer_command", "proposer_env", "proposer_timeout", "request_token_budget", "retry_attempts", "retry_base_delay",
     "search_rollouts", "seed", "sim_noise", "state_dir", "suites", "target_buckets", "target_order", "temperature",
     "trials", "workspace_dir",
 })
@@ -112,7 +112,7 @@ def env_settings(names: frozenset[str] = SETTING_NAMES) -> dict[str, Any]:
         raw = os.environ.get(f"{ENV_PREFIX}{name.upper()}")
         if raw is None or raw == "":
             continue
-        if name == "suites":
+        if name in ("suites", "proposer_env"):
             values[name] = [part.strip() for part in raw.split(",") if part.strip()]
         elif name == "model_prices":
             values[name] = parse_json(raw, ENVIRONMENT, ConfigError, field="OPTIMIZER_MODEL_PRICES",

@@ -33,6 +33,13 @@ class Nightlies(Repository):
         """The settings a resumed job runs with from now on (its `--override`s, this machine's folders)."""
         self._update_job(schema.nightlies.c.nightly_id, nightly_id, dict(settings=settings))
 
+    def get(self, nightly_id: str) -> dict[str, Any] | None:
+        """One nightly job's row, its JSON columns decoded."""
+        with self._reading() as conn:
+            row = conn.execute(select(schema.nightlies).where(schema.nightlies.c.nightly_id == nightly_id)
+                               ).mappings().first()
+        return decode(row) if row is not None else None
+
     def rows(self) -> list[dict[str, Any]]:
         """Every nightly job, oldest first, its JSON columns decoded (`settings`, `state`)."""
         with self._reading() as conn:
