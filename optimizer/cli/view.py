@@ -13,16 +13,21 @@ def view_command(
     verbose: bool = typer.Option(False, "--verbose", help="Log every request."),
 ) -> None:
     """Browse the store in a web browser: runs, trials with filters, transcripts, changed pairs, trends. Read-only."""
-    from optimizer.cli._common import console
+    from optimizer.cli._common import console, err_console
     from optimizer.config import find_project_root, load_settings
     from optimizer.store.address import store_url
     from optimizer.viewer import ViewerServer
+    from optimizer.viewer.server import beyond_loopback
 
     root = find_project_root()
     settings = load_settings(root)
     server = ViewerServer(store_url(settings, root)[0], host, port, verbose)
     console.print(f"viewing the store at http://{host}:{server.server_address[1]}/ (Ctrl-C stops)",
                   highlight=False, soft_wrap=True)
+    if beyond_loopback(host):
+        err_console.print(f"warning: listening on {host}, not this machine only: anyone who can reach it can read every "
+                      f"trial's transcript (a PKM transcript holds the user's notes); the default is 127.0.0.1",
+                      highlight=False, soft_wrap=True, style="yellow")
     try:
         server.serve_forever()
     finally:

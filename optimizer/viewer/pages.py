@@ -27,12 +27,27 @@ class BadRequest(Exception):
     """400: an id or a number that cannot be one."""
 
 
+SHOWN_CHARS = 20_000
+"""A transcript's text (a message, a tool call's arguments or result, the outcome) is shown up to
+this many characters, with a note of how many more there are: a 40 MB tool result would
+otherwise make a 100 MB page."""
+SHOWN_ITEMS = 300
+"""Messages and tool calls shown of one transcript."""
+
+
+def clip(text: str, limit: int = SHOWN_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… {len(text) - limit:,} more characters not shown"
+
+
 def environment() -> jinja2.Environment:
     # transcripts are free-form dicts: a message without `name` or `tool_calls` reads as empty
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.ChainableUndefined)
     env.filters["score"] = lambda v: f"{v:.2f}" if isinstance(v, (int, float)) else "–"
-    env.filters["pretty"] = lambda v: v if isinstance(v, str) else json.dumps(v, indent=2, ensure_ascii=False)
+    env.filters["pretty"] = lambda v: clip(v if isinstance(v, str) else json.dumps(v, indent=2, ensure_ascii=False))
+    env.filters["shown"] = lambda items: list(items or [])[:SHOWN_ITEMS]
     env.filters["ending"] = ending
     env.filters["query"] = lambda params: urlencode({k: v for k, v in params.items() if v not in (None, "")})
     env.filters["diffclass"] = lambda line: ("add" if line.startswith("+") and not line.startswith("+++") else

@@ -8,6 +8,8 @@ loopback address unless asked.
 from __future__ import annotations
 
 import errno
+import ipaddress
+import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -16,10 +18,18 @@ from optimizer.viewer.pages import environment, render
 from optimizer.viewer.reader import Reader, open_engine
 
 
+READ_TIMEOUT_S = 30.0
+"""How long a connection may send nothing before it is closed (idle sockets would hold threads)."""
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
 class Handler(BaseHTTPRequestHandler):
-    """GET and HEAD only: the viewer never writes."""
+    """GET and HEAD only: the viewer never writes. A request whose `Host` names no address this
+    server serves is refused with 421 (`ViewerServer.serves`): a page on another site that makes
+    its own name resolve to this machine (DNS rebinding) would otherwise read every transcript."""
 
     server: "ViewerServer"
+    timeout = READ_TIMEOUT_S
 
     def do_GET(self) -> None:  # noqa: N802
         self._respond(body=True)
@@ -28,9 +38,17 @@ class Handler(BaseHTTPRequestHandler):
         self._respond(body=False)
 
     def _respond(self, body: bool) -> None:
+        host = self.headers.get("Host") or ""
+        if not self.server.serves(host):
+            self._send(421, f"<!doctype html><title>421</title><p>this viewer does not serve the host "
+                            f"{_escape(host)!s}; open it by the address it printed</p>", body)
+            return
         parts = urlsplit(self.path)
         query = dict(parse_qsl(parts.query))
         status, html = render(self.server.env, self.server.reader, unquote(parts.path), query)
+        self._send(status, html, body)
+
+    def _send(self, status: int, html: str, body: bool) -> None:
         data = html.encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -46,10 +64,51 @@ class Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
 
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def host_name(header: str) -> str:
+    """The name or address of a `Host` header, without its port or brackets, lower-case."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def beyond_loopback(host: str) -> bool:
+    """Whether listening on `host` lets other machines connect."""
+    name = host_name(host) or "0.0.0.0"
+    if name == "localhost":
+        return False
+    return not (_is_address(name) and ipaddress.ip_address(name).is_loopback)
+
+
 class ViewerServer(ThreadingHTTPServer):
     daemon_threads = True
 
+    def serves(self, header: str) -> bool:
+        """Whether a request's `Host` names this server: a loopback name, the address it listens
+        on, this machine's name, or (listening on every address) any address literal. A name
+        that only resolves here (a rebinding attacker's) is not one of them."""
+        name = host_name(header)
+        if not name:
+            return False
+        if name in LOOPBACK_NAMES or name == self.bound or name in self.names:
+            return True
+        return self.bound in ("0.0.0.0", "::", "") and _is_address(name)
+
     def __init__(self, url: str, host: str, port: int, verbose: bool = False):
+        self.bound = host_name(host)
+        self.names = {name.lower() for name in (socket.gethostname(), socket.getfqdn()) if name}
         self.reader = Reader(open_engine(url))
         self.env = environment()
         self.verbose = verbose

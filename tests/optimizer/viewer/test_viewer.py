@@ -250,3 +250,74 @@ def test_a_reviewer_clicks_from_the_runs_to_the_changed_pairs_and_a_transcript(c
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _raw_get(server: ViewerServer, host: str) -> int:
+    with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10) as conn:
+        conn.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        return int(conn.recv(64).split()[1])
+
+
+@pytest.mark.parametrize("host, status", [("127.0.0.1:{port}", 200), ("localhost:{port}", 200), ("[::1]:{port}", 200),
+                                          ("attacker.example:{port}", 421), ("attacker.example", 421), ("", 421)])
+def test_a_host_the_viewer_does_not_serve_is_refused_421(store_path, host, status):
+    """DNS rebinding: a page at attacker.example whose name now resolves to 127.0.0.1 sends its
+    own name as Host; it must not read the transcripts."""
+    server = ViewerServer(f"sqlite:///{store_path}", "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert _raw_get(server, host.format(port=server.server_address[1])) == status
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_idle_connection_is_closed_after_the_read_timeout(store_path, monkeypatch):
+    monkeypatch.setattr("optimizer.viewer.server.Handler.timeout", 0.5)
+    server = ViewerServer(f"sqlite:///{store_path}", "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10) as idle:
+            assert idle.recv(64) == b"", "the server closed the silent connection"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_huge_transcript_is_shown_cut_with_what_was_left_out(isolated):
+    from tests.viewer_store import add_run, trial
+
+    store = Store(default_url(isolated))
+    huge = trial("card_task_0", 0, "failed")
+    huge.transcript.tool_calls[0].result = "x" * 5_000_000
+    huge.transcript.messages.extend({"role": "user", "content": f"turn {n}"} for n in range(1000))
+    add_run(store, "huge", "baseline", [huge], 0)
+    store.close()
+    server = ViewerServer(f"sqlite:///{isolated / 'optimizer.db'}", "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/run/huge", timeout=10) as reply:
+            trial_id = re.findall(r'href="/trial/(\d+)"', reply.read().decode())[0]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/trial/{trial_id}", timeout=30) as reply:
+            page = reply.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(page) < 1_000_000
+    assert "4,980,000 more characters not shown" in page
+    assert "more messages not shown" in page and "turn 10" in page
+
+
+def test_viewing_beyond_this_machine_warns(cli, store_path, monkeypatch):
+    from optimizer.viewer import server as viewer_server
+
+    monkeypatch.setattr(viewer_server.ViewerServer, "serve_forever", lambda self: None)
+    code, out, err = cli("view", "--host", "0.0.0.0", "--port", "0")
+    assert code == 0, out + err
+    assert "warning: listening on 0.0.0.0, not this machine only" in err
+    code, out, err = cli("view", "--port", "0")
+    assert code == 0 and "warning" not in err, out + err
