@@ -13,6 +13,10 @@ import re
 from optimizer.decision_view import COLUMNS, decision_view
 from optimizer.review import DIFF_OPEN_LINES, MARKDOWN_LIMIT, VIEWER_URL, Review, changed_pairs_url
 
+LINE_LIMIT = 400
+"""A diff line is shown up to this many characters, with a note of the rest: one very long line
+would otherwise push the whole diff past the pull request's limit, and the reviewer would see
+none of it."""
 SECTIONS = ("Diff", "Gate", "Cost", "Changed pairs")
 """The `###` headings of a markdown review, in order (docs/review-example.md is checked against them)."""
 
@@ -20,7 +24,7 @@ SECTIONS = ("Diff", "Gate", "Cost", "Changed pairs")
 def render_markdown(review: Review, *, viewer: str = VIEWER_URL, limit: int = MARKDOWN_LIMIT) -> str:
     """The review as markdown of at most `limit` characters; past it the diff is cut, with a note."""
     head, tail = _head(review), _tail(review, viewer)
-    lines = review.diff.rstrip("\n").splitlines()
+    lines = [_cut(line) for line in review.diff.rstrip("\n").splitlines()]
     text = _join(head, _diff_block(review, lines), tail)
     kept = len(lines)
     while len(text) > limit and kept > 0:
@@ -37,10 +41,10 @@ def _head(review: Review) -> str:
     proposal, iteration = review.proposal, review.iteration
     decision = proposal.get("decision")
     verdict = decision_view(decision).title if decision else f"not evaluated: {proposal['reason']}"
-    targets = ", ".join(f"`{target}`" for target in iteration["targets"]) or "none"
-    return (f"## Prompt patch `{proposal['branch']}`: {proposal['status']}\n\n"
-            f"**{_escape(verdict)}**. Iteration `{proposal['iteration_id']}`, base `{iteration['base_ref']}` at "
-            f"`{iteration['base_commit'][:12]}`, targets {targets}.")
+    targets = ", ".join(_code(target) for target in iteration["targets"]) or "none"
+    return (f"## Prompt patch {_code(proposal['branch'])}: {_escape(proposal['status'])}\n\n"
+            f"**{_escape(verdict)}**. Iteration {_code(proposal['iteration_id'])}, base {_code(iteration['base_ref'])} "
+            f"at {_code(iteration['base_commit'][:12])}, targets {targets}.")
 
 
 def _diff_block(review: Review, lines: list[str], kept: int | None = None) -> str:
@@ -85,6 +89,20 @@ def _gate(decision) -> str:
     notes = [f"_{_escape(note)}_" for note in (view.non_voting, view.trials) if note]
     return "\n\n".join(["### Gate", "\n".join(rows), "\n".join(rules), *notes,
                         "`*` marks a bucket the iteration targeted."])
+
+
+def _cut(line: str) -> str:
+    if len(line) <= LINE_LIMIT:
+        return line
+    return f"{line[:LINE_LIMIT]} … ({len(line) - LINE_LIMIT:,} more characters on this line)"
+
+
+def _code(text) -> str:
+    """`text` as an inline code span whatever backticks it holds (HTML in one is shown as text)."""
+    text = " ".join(str(text).split())
+    fence = "`" * (_longest_backticks(text) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _escape(text: str) -> str:

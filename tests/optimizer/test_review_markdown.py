@@ -92,3 +92,33 @@ def test_the_review_example_in_the_docs_has_the_layout_the_command_prints(cli, a
     assert len(example) == 2, f"{EXAMPLE} lost its mark {OUTPUT_MARK!r}"
     assert skeleton(example[1]) == skeleton(out), \
         "docs/review-example.md no longer matches the command: regenerate it as the page says"
+
+
+def _review(diff: str, targets: list[str]):
+    from optimizer.review import Review
+
+    return Review(proposal={"branch": "optimizer/x/card_agent-1", "status": "accepted", "iteration_id": "x",
+                            "reason": "accepted", "usage": {}, "rollouts": 0, "decision": None},
+                  iteration={"base_ref": "main", "base_commit": "a" * 40, "targets": targets},
+                  diff=diff, diff_source="$ git diff aaaa..optimizer/x/card_agent-1", rerun_cost=0.0, judges=[])
+
+
+def test_one_very_long_line_cannot_hide_the_rest_of_the_diff():
+    """A patch with a 70,000-character line used to push the whole 40-line diff out of the body."""
+    from optimizer.review_markdown import render_markdown
+
+    lines = [f"+rule {n}" for n in range(40)]
+    lines[5] = "+" + "x" * 70_000
+    markdown = render_markdown(_review("\n".join(["--- a/p.md", "+++ b/p.md", "@@ -1 +1,40 @@", *lines]),
+                                       ["card_agent/b"]))
+    assert "Diff cut" not in markdown and "+rule 39" in markdown and "+rule 0" in markdown
+    assert "(69,601 more characters on this line)" in markdown
+
+
+def test_a_target_name_in_the_heading_is_text_not_html():
+    from optimizer.review_markdown import render_markdown
+
+    markdown = render_markdown(_review("", ["card_agent/<img src=x onerror=alert(1)>", "s/with`tick"]))
+    heading = next(line for line in markdown.splitlines() if line.startswith("**"))
+    assert "`card_agent/<img src=x onerror=alert(1)>`" in heading, "inside a code span, shown as text"
+    assert "``s/with`tick``" in heading
