@@ -84,6 +84,9 @@ class NightlyResult:
     suites: list[str] = field(default_factory=list)
     merge: bool = False
     resumed: int = 0
+    interrupted: list[str] = field(default_factory=list)
+    """Iterations a kill ended before they finished: run again, but the candidates they had put
+    to the gate spent their share of `night_alpha` all the same (`decisions`)."""
 
     @property
     def accepted(self) -> list[dict[str, Any]]:
@@ -95,14 +98,14 @@ class NightlyResult:
                 "stop_reason": self.stop_reason, "merged": self.merged, "iterations": self.iterations,
                 "accepted": len(self.accepted), "spent_usd": self.spent_usd, "spent_tokens": self.spent_tokens,
                 "started_epoch": self.started_epoch, "current": self.current, "suites": self.suites,
-                "merge": self.merge, "resumed": self.resumed}
+                "merge": self.merge, "resumed": self.resumed, "interrupted": self.interrupted}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> "NightlyResult":
         state = record.get("state") or {}
         fields = {name: state[name] for name in ("status", "stop_reason", "iterations", "merged", "spent_usd",
                                                   "spent_tokens", "started_epoch", "current", "suites", "merge",
-                                                  "resumed") if name in state}
+                                                  "resumed", "interrupted") if name in state}
         return cls(nightly_id=record["nightly_id"], branch=record["branch"], base_ref=record["base_ref"],
                    base_commit=record["base_commit"], tip_commit=record["tip_commit"], **fields)
 
@@ -274,6 +277,7 @@ def _reconcile(ctx: LoopContext, repo, result: NightlyResult) -> None:
         deleted = gitops.delete_branches(repo, f"optimizer/{iteration_id}/")
         if record is not None:
             ctx.store.iterations.finish(iteration_id, "interrupted")
+        result.interrupted.append(iteration_id)
         ctx.log(f"iteration {current['number']} was interrupted; it runs again"
                 + (f" (removed {', '.join(deleted)})" if deleted else ""))
         result.current = None
@@ -359,15 +363,16 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
 
 
 def _finished(result: NightlyResult) -> list[str]:
-    return [row["iteration_id"] for row in result.iterations if row.get("iteration_id")]
+    """The night's iterations that ended, interrupted ones included."""
+    return [*result.interrupted, *(row["iteration_id"] for row in result.iterations if row.get("iteration_id"))]
 
 
 def decisions(store, result: NightlyResult) -> int:
-    """The candidates the night's finished iterations put to the gate, read from the store (a
-    resumed night counts what its killed process decided): each spent its share of
-    `night_alpha`."""
-    return sum(1 for row in result.iterations if row.get("iteration_id")
-               for proposal in store.proposals.rows(iteration_id=row["iteration_id"]) if proposal.get("decision"))
+    """The candidates the night's ended iterations put to the gate, read from the store (a
+    resumed night counts what its killed process decided, in an iteration it ran again too):
+    each spent its share of `night_alpha`."""
+    return sum(1 for iteration_id in _finished(result)
+               for proposal in store.proposals.rows(iteration_id=iteration_id) if proposal.get("decision"))
 
 
 def _row(store, number: int, iteration_id: str, status: str, agent: str | None) -> tuple[dict[str, Any], dict | None]:

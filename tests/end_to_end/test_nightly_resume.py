@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.end_to_end.test_nightly import nightly
-from tests.helpers import PROJECT_ROOT, git, project_repo
+from tests.helpers import FACT_RULE, PROJECT_ROOT, after_data_line, git, project_repo, script
 
 OPTIMIZER = str(Path(sys.executable).parent / "optimizer")
 SIM_PATCHER = f"{sys.executable} {PROJECT_ROOT / 'benchmarks/sim_patcher.py'} {{request}} {{workdir}}"
@@ -227,3 +227,30 @@ def test_a_night_killed_inside_its_gate_resumes_as_the_same_night(repo, tmp_path
                           cwd=killed, env=_env(killed, state, **RESUMING), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert _outcome(killed, state, json.loads((tmp_path / "resumed.json").read_text())) == reference
+
+
+def test_a_decision_made_by_an_iteration_a_kill_interrupted_keeps_its_share_of_night_alpha(cli, repo, tmp_path,
+                                                                                         monkeypatch):
+    """Killed after its first candidate's decision and before its second: the iteration runs
+    again, and its decisions are tested at the levels after that one (2nd, 3rd), not from the
+    first again; the summary's bound counts all three."""
+    from optimizer import loop
+
+    monkeypatch.setenv("OPTIMIZER_CANDIDATES", "2")
+    script(tmp_path, monkeypatch, *[after_data_line(FACT_RULE)] * 4)
+    gate_one = loop._Iteration._gate_one
+
+    def killed_after_the_first_decision(self, *args, **kwargs):
+        record = gate_one(self, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop._Iteration, "_gate_one", killed_after_the_first_decision)
+    code, _, output = nightly(cli, tmp_path, "--max-iterations", "1")
+    assert code != 0 and "gate: decision 1 of the night, improvement test at alpha 0.0500" in output, output
+    monkeypatch.setattr(loop._Iteration, "_gate_one", gate_one)
+    code, summary, output = nightly(cli, tmp_path, "--resume")
+    assert code == 0, output
+    assert "iteration 1 was interrupted; it runs again" in output
+    assert "gate: decision 2 of the night, improvement test at alpha 0.0167" in output, output
+    assert "decision 1 of the night" not in output
+    assert summary["gate_decisions"] == 1 + output.count("of the night, improvement test at alpha"), summary
