@@ -32,7 +32,7 @@ MAX_ROLLOUTS = 100_000
 `search_rollouts`): 400 times the default gate."""
 MAX_PRICE = 10_000.0
 """USD per million tokens: the dearest hosted models cost well under a thousand."""
-Price = Annotated[float, Field(ge=0.0, le=MAX_PRICE)]
+Price = Annotated[float, Field(ge=0.0, le=MAX_PRICE, allow_inf_nan=False)]
 """One price of `model_prices`: non-negative and finite (a negative one would make spending look
 like income, and a budget never stop)."""
 

@@ -82,7 +82,7 @@ def restore(stored: dict[str, Any], requested: dict[str, Any], *, given: Collect
             values[name] = value
         elif value != stored[name] and name in given:
             raise _disagreement(name, value, stored[name])
-        elif value != stored[name] and name not in NIGHT:
+        elif value != stored[name] and name not in NIGHT and value is not None:  # None: this invocation set nothing
             log(f"resume: keeping the night's {name} = {stored[name]!r} (this invocation's settings say "
                 f"{value!r}; --override {name} takes theirs)")
     return values

@@ -237,11 +237,13 @@ def _problem(patched: str, edits: list[Edit], patch_format: str,
 
 
 def patch_format(settings: ProposalSettings) -> str:
-    """What the `llm` proposer asks for: the `patch_format` setting, with `auto` resolved by the
-    patcher model (`contrast` for an embedded one, else `edits`)."""
+    """What the proposer is asked for: the `patch_format` setting, with `auto` resolved by the
+    proposer (`contrast` for the `llm` proposer on an embedded patcher model, else `edits`: a
+    coding agent run as `command` edits the file the full request names, whatever
+    `patcher_model` says)."""
     if settings.patch_format != "auto":
         return settings.patch_format
-    return "contrast" if is_embedded(settings.patcher_model) else "edits"
+    return "contrast" if settings.proposer == "llm" and is_embedded(settings.patcher_model) else "edits"
 
 
 def attempt_log(attempt: int, rationale: str, edits: list[Edit], outcome: str) -> str:

@@ -300,3 +300,15 @@ def test_a_proposer_command_that_fails_shows_the_end_of_its_log_on_the_console(c
     shown = f"the proposer command failed with exit code 127; its changes are not used; the end of its log ({log}):"
     assert shown in err
     assert "no-such-coding-agent: command not found" in err.split(shown, 1)[1]
+
+
+def test_a_command_proposer_gets_the_full_request_whatever_the_patcher_model():
+    """`auto` asks a small embedded patcher for one contrastive rule; a coding agent run as a
+    command edits the file the full request names (a contrast request names none)."""
+    from optimizer.proposers import patch_format
+    from optimizer.settings_parts import ProposalSettings
+
+    embedded = "local/qwen2.5-coder-1.5b"
+    assert patch_format(ProposalSettings(proposer="llm", patcher_model=embedded)) == "contrast"
+    assert patch_format(ProposalSettings(proposer="command", patcher_model=embedded)) == "edits"
+    assert patch_format(ProposalSettings(proposer="command", patcher_model=embedded, patch_format="rule")) == "rule"

@@ -365,6 +365,9 @@ def test_a_model_price_that_is_negative_or_not_a_number_is_refused(cli, isolated
     monkeypatch.setenv("OPTIMIZER_MODEL_PRICES", prices)
     assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "OPTIMIZER_MODEL_PRICES",
                     "USD per million tokens, each from 0 to 10,000")
+    if "NaN" in prices or "Infinity" in prices:
+        code, out, err = cli("eval", "--suite", "card_agent")
+        assert "a finite number" in err and "less than or equal" not in err, err
 
 
 @pytest.mark.parametrize("flag, variable", [("--judge-model", None), (None, "OPTIMIZER_PATCHER_MODEL")])
