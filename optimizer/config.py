@@ -175,6 +175,18 @@ class Settings(BaseModel):
     alpha_harm: float = Field(default=0.10, gt=0.0, lt=1.0)
     """Family-wise level of the harm tests: the chance that noise vetoes a patch that harms
     nothing, over every bucket, the holdout split and the regression suites together."""
+    refuse_unsafe: Literal["never", "pooled", "any"] = "never"
+    """Reject a candidate when a harm group is still *not shown safe* when the comparison ends:
+    `never`, `pooled` (only the group of all non-target tasks together) or `any` group
+    (`optimizer.gate.GatePolicy`, docs/gate.md#trade-off-budget-refusal-and-harm)."""
+    clear_after: int = Field(default=16, ge=0, le=100000)
+    """Pairs a harm group needs before its bets falling to 1/2 clear it."""
+    refuse_beyond_margin: bool = True
+    """Reject when a group's 95% interval of change lies wholly below `-max_bucket_drop`."""
+    margin_min_pairs: int = Field(default=8, ge=2, le=100000)
+    """Pairs a group needs before its interval is read for `refuse_beyond_margin`."""
+    name_weighting: bool = False
+    """Weight the harm tests toward the buckets a patch's lines name (docs/gate.md)."""
     max_changed_lines: int = Field(default=40, ge=1, le=10000)
     request_token_budget: int = Field(default=12000, ge=1000, le=1000000)
     """Size cap of request.md, in tokens (estimated as characters / 4)."""
@@ -224,7 +236,9 @@ class Settings(BaseModel):
                           max_bucket_drop=self.max_bucket_drop, batch_pairs=self.batch_pairs,
                           max_target_pairs=self.max_target_pairs, min_bucket_pairs=self.min_bucket_pairs,
                           max_bucket_pairs=self.max_bucket_pairs, max_rollouts=self.max_rollouts,
-                          extra_target_rollouts=self.extra_target_rollouts)
+                          extra_target_rollouts=self.extra_target_rollouts, refuse_unsafe=self.refuse_unsafe,
+                          clear_after=self.clear_after, refuse_beyond_margin=self.refuse_beyond_margin,
+                          margin_min_pairs=self.margin_min_pairs, name_weighting=self.name_weighting)
 
     @property
     def loop(self) -> LoopSettings:

@@ -5,8 +5,12 @@ part of their own."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+
+import pytest
 
 from optimizer.config import Settings
+from optimizer.errors import ConfigError
 from optimizer.settings_parts import (LoopSettings, ModelSettings, NightlySettings, ProposalSettings, RunnerSettings,
                                       SimSettings)
 
@@ -19,7 +23,9 @@ UNUSUAL = Settings(agent_model="mock/sim@20ms", judge_model="mock/oracle", patch
                    max_bucket_pairs=20, max_rollouts=99, extra_target_rollouts=7, suites=["a", "b"], trials=2,
                    loop_trials=9, lone_task_factor=3, state_dir="state", target_buckets=2, target_order="headroom",
                    bucket_patience=5, candidates=2, search_rollouts=30, confirm_trials=6, max_changed_lines=12,
-                   request_token_budget=5000, night_alpha=0.3, model_prices={"mock/sim": (1.0, 2.0)}, local_slots=5)
+                   request_token_budget=5000, night_alpha=0.3, model_prices={"mock/sim": (1.0, 2.0)}, local_slots=5,
+                   refuse_unsafe="any", clear_after=4, refuse_beyond_margin=False, margin_min_pairs=12,
+                   name_weighting=True, proposer_env=["MY_TOKEN"])
 """Every setting a part carries set away from its default, so a part reading a default is seen."""
 
 SIM_KNOBS = {"sim_noise", "mock_patcher_script", "mock_patcher_skill"}
@@ -60,7 +66,7 @@ def test_the_gate_policy_holds_every_gate_setting():
     policy = UNUSUAL.gate_policy
     assert policy.mode == "lenient"
     shared = [item.name for item in dataclasses.fields(policy) if item.name in Settings.model_fields]
-    assert len(shared) == 9
+    assert len(shared) == 14
     for name in shared:
         assert getattr(policy, name) == getattr(UNUSUAL, name), name
     assert policy.budget(2) == 99 + 7
@@ -98,3 +104,29 @@ def test_the_settings_read_from_their_sources_are_the_settings_models_fields():
     from optimizer.settings_sources import SETTING_NAMES
 
     assert SETTING_NAMES == set(Settings.model_fields)
+
+
+POLICY_SETTINGS = {"refuse_unsafe": ("pooled", "pooled"), "clear_after": ("5", 5), "refuse_beyond_margin": ("false", False),
+                   "margin_min_pairs": ("10", 10), "name_weighting": ("true", True)}
+"""Every gate policy choice docs/gate.md offers: (as the environment gives it, as the policy holds it)."""
+
+
+def test_every_gate_policy_choice_the_docs_offer_is_a_setting_of_pyproject_and_the_environment(tmp_path, monkeypatch):
+    from optimizer.config import load_settings
+
+    gate_doc = (Path(__file__).resolve().parents[2] / "docs" / "gate.md").read_text()
+    assert all(f"`{name}`" in gate_doc for name in POLICY_SETTINGS)
+    lines = "\n".join(f"{name} = {value!r}" if isinstance(value, str) else f"{name} = {str(value).lower()}"
+                       for name, (_, value) in POLICY_SETTINGS.items())
+    (tmp_path / "pyproject.toml").write_text(f"[tool.optimizer]\n{lines}\n")
+    policy = load_settings(tmp_path).gate_policy
+    assert {name: getattr(policy, name) for name in POLICY_SETTINGS} == {n: v for n, (_, v) in POLICY_SETTINGS.items()}
+    (tmp_path / "pyproject.toml").write_text("[tool.optimizer]\n")
+    for name, (raw, _) in POLICY_SETTINGS.items():
+        monkeypatch.setenv(f"OPTIMIZER_{name.upper()}", raw)
+    policy = load_settings(tmp_path).gate_policy
+    assert {name: getattr(policy, name) for name in POLICY_SETTINGS} == {n: v for n, (_, v) in POLICY_SETTINGS.items()}
+    monkeypatch.setenv("OPTIMIZER_REFUSE_UNSAFE", "sometimes")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(tmp_path)
+    assert "OPTIMIZER_REFUSE_UNSAFE" in str(refused.value.field)
