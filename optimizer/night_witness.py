@@ -8,6 +8,11 @@ killed with the night: `--resume` would then adopt what it wrote. So after each 
 writes the digest of what it stored (`store.digest.night_digest`) and its settings to this file,
 which a proposer under bubblewrap cannot write (the whole filesystem but its box is read-only to
 it), and a resume compares the store with it before trusting the record.
+
+The witness is written just after each save, so a kill between the two leaves the store one save
+ahead of it. What a save changes (the state, the iterations the night ended) is therefore checked
+as "the store holds at least what the witness saw"; the rest (the settings, the recorded
+decisions and ledger entries up to the witness's bounds) exactly.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ def write_witness(store, state_dir: Path, nightly_id: str, finished: list[str], 
     path = witness_path(state_dir, nightly_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps({"scope": scope.as_dict(), "digest": night_digest(store, scope),
+    digest = night_digest(store, scope, whole_record=False)
+    temporary.write_text(json.dumps({"scope": scope.as_dict(), "digest": digest,
                                      "settings": settings}, indent=1, sort_keys=True), encoding="utf-8")
     os.replace(temporary, path)
 
@@ -47,7 +53,12 @@ def check_witness(store, state_dir: Path, record: dict[str, Any], log) -> None:
             f"holds it")
         return
     witness = json.loads(path.read_text(encoding="utf-8"))
-    changed = night_changes(witness["digest"], night_digest(store, NightScope.from_dict(witness["scope"])))
+    scope = NightScope.from_dict(witness["scope"])
+    changed = night_changes(witness["digest"], night_digest(store, scope, whole_record=False))
+    state = record.get("state") or {}
+    ended = {*(state.get("interrupted") or []), *(row.get("iteration_id") for row in state.get("iterations") or [])}
+    if set(scope.finished) - ended:  # a save only adds iterations: one missing was taken out
+        changed.append("list of the iterations it ended")
     if not changed:
         return
     settings = _setting_changes(witness.get("settings") or {}, record.get("settings") or {})

@@ -102,13 +102,20 @@ NIGHT_PARTS = ("record", "iterations", "decisions", "ledger")
 """What `night_digest` covers, each hashed apart so that a change is named."""
 
 
-def night_digest(store: Owner, scope: NightScope) -> dict[str, str]:
-    """sha256 per part (`NIGHT_PARTS`) of what the night's later decisions rest on."""
+RECORD_FIXED = ("nightly_id", "branch", "base_ref", "base_commit", "started_at", "settings_json")
+"""The columns of a night's record that none of its saves changes (its state, status and tip do)."""
+
+
+def night_digest(store: Owner, scope: NightScope, *, whole_record: bool = True) -> dict[str, str]:
+    """sha256 per part (`NIGHT_PARTS`) of what the night's later decisions rest on. Without
+    `whole_record`, the record's part covers only `RECORD_FIXED` (a witness taken after one save
+    then still matches a store a kill left one save further)."""
     iterations = [*scope.finished, *([scope.current] if scope.current else [])]
+    columns = schema.nightlies.c if whole_record else [schema.nightlies.c[name] for name in RECORD_FIXED]
     store.flush()
     with store.engine.connect() as conn:
         parts = {
-            "record": conn.execute(select(schema.nightlies).where(
+            "record": conn.execute(select(*columns).where(
                 schema.nightlies.c.nightly_id == scope.nightly_id)).all(),
             "iterations": conn.execute(select(
                 schema.iterations.c.iteration_id, schema.iterations.c.status, schema.iterations.c.base_commit,
