@@ -188,6 +188,10 @@ class Settings(BaseModel):
     name_weighting: bool = False
     """Weight the harm tests toward the buckets a patch's lines name (docs/gate.md)."""
     max_changed_lines: int = Field(default=40, ge=1, le=10000)
+    ablation_trials: int = Field(default=16, ge=0, le=1000)
+    """Screening trials per variant when a patch changes several parts of the prompt: the whole
+    patch and the patch without each part, on the targeted buckets' train tasks; a part whose
+    removal does not lower the targets is dropped before the gate (`optimizer.ablation`). 0: off."""
     request_token_budget: int = Field(default=12000, ge=1000, le=1000000)
     """Size cap of request.md, in tokens (estimated as characters / 4)."""
     mock_patcher_script: str | None = None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from optimizer import gitops
+from optimizer.ablation import ablate
 from optimizer.box import Box, open_box
 from optimizer.checkout_state import CheckoutChanged, changes, checkout_state, stop_message
 from optimizer.config import check_search_budget
@@ -42,6 +43,7 @@ from optimizer.patch import LintIndex, check_change, check_prompt_text
 from optimizer.proposers import (LOG_TAIL_LINES, FixedProposer, Proposal, ProposalRequest, make_proposer,
                                  patch_format)
 from optimizer.registry import get_agent
+from optimizer.scoring import trial_value
 from optimizer.store.digest import NightScope, StoreChanged, StoreWatch
 from optimizer.request import (Manual, Selection, exhausted_buckets, failure_records, load_manual, rejected_ideas,
                                render_request, select_targets)
@@ -498,6 +500,7 @@ class _Iteration:
         if not found.passed:
             record.status, record.reason = "rejected_check", f"{found.rule}: {found.reason}"
             return
+        change = self._ablate(selection, prompt, prompt_path, change, workdir, record)
         headline = f"{selection.agent}: prompt patch for {', '.join(t.bucket for t in selection.targets)}"
         record.commit_sha = gitops.commit_change(self.repo, record.branch, base.commit, change.tree,
                                                  commit_message(selection, None, record, result, headline=headline))
@@ -512,6 +515,38 @@ class _Iteration:
                                                  commit_message(selection, decision, record, result,
                                                                  headline=headline))
         write_json(result.run_dir / f"decision-{record.ordinal}.json", decision.as_dict())
+
+    def _ablate(self, selection: Selection, prompt: str, prompt_path: str, change, workdir: Path,
+                record: ProposalRecord):
+        """The change less the parts that did nothing for the targets (`optimizer.ablation`),
+        made again from the box; the change as it was when nothing is dropped."""
+        trials = self.settings.ablation_trials
+        if not trials:
+            return change
+        adapter = self._adapter(selection)
+        targets = {(t.suite, t.bucket) for t in selection.targets}
+        keys = sorted({(item.suite.name, item.task.id) for item in self.planned if item.task.split == "train"
+                       and (item.suite.name, item.task.bucket) in targets})
+        if not keys:
+            return change
+
+        def score(text: str, label: str) -> list[float]:
+            spread = [keys[n % len(keys)] for n in range(max(trials, len(keys)))]
+            return [trial_value(trial.score, trial.status) for trial in adapter.trials(spread, text, label)]
+
+        patched = gitops.file_at(self.repo, change.tree, prompt_path)
+        ablation = ablate(prompt, patched.decode("utf-8") if isinstance(patched, bytes) else patched, score)
+        if ablation is None:
+            return change
+        self.result.screen_rollouts += ablation.trials
+        self.log(f"ablation: {ablation.summary()}")
+        if not ablation.dropped:
+            return change
+        (workdir / prompt_path).write_text(ablation.text, encoding="utf-8")
+        record.rationale = f"{record.rationale}\n\n[optimizer] {ablation.summary()}".strip()
+        change = gitops.final_change(self.repo, workdir, self.result.base.commit)
+        record.diff = change.diff
+        return change
 
     def _compare(self, record: ProposalRecord, selection: Selection, prompt_root: Path) -> Decision:
         """The candidate (its prompts under `prompt_root`) against the base, recorded in a run of its own."""

@@ -119,6 +119,7 @@ class LoopSettings:
     max_changed_lines: int = 40
     request_token_budget: int = 12000
     night_alpha: float = 0.10
+    ablation_trials: int = 16
 
     @property
     def models(self) -> ModelSettings:

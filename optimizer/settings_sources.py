@@ -19,15 +19,15 @@ from optimizer.settings_parts import DEFAULT_STATE_DIR
 ENVIRONMENT = "environment (OPTIMIZER_*)"
 ENV_PREFIX = "OPTIMIZER_"
 SETTING_NAMES = frozenset({
-    "agent_model", "alpha", "alpha_harm", "batch_pairs", "bucket_patience", "cache", "candidates", "clear_after",
-    "concurrency", "confirm_trials", "database_url", "extra_target_rollouts", "gate", "judge_model", "local_slots",
-    "local_threads", "lone_task_factor", "loop_trials", "margin_min_pairs", "max_bucket_drop", "max_bucket_pairs",
-    "max_changed_lines", "max_rollouts", "max_target_pairs", "min_bucket_pairs", "mock_patcher_script",
-    "mock_patcher_skill", "model_prices", "models_file", "name_weighting", "night_alpha", "patch_format",
-    "patcher_model", "patcher_temperature", "proposer", "proposer_command", "proposer_env", "proposer_timeout",
-    "refuse_beyond_margin", "refuse_unsafe", "request_token_budget", "retry_attempts", "retry_base_delay",
-    "search_rollouts", "seed", "sim_noise", "state_dir", "suites", "target_buckets", "target_order", "temperature",
-    "trials", "workspace_dir",
+    "ablation_trials", "agent_model", "alpha", "alpha_harm", "batch_pairs", "bucket_patience", "cache",
+    "candidates", "clear_after", "concurrency", "confirm_trials", "database_url", "extra_target_rollouts", "gate",
+    "judge_model", "local_slots", "local_threads", "lone_task_factor", "loop_trials", "margin_min_pairs",
+    "max_bucket_drop", "max_bucket_pairs", "max_changed_lines", "max_rollouts", "max_target_pairs",
+    "min_bucket_pairs", "mock_patcher_script", "mock_patcher_skill", "model_prices", "models_file",
+    "name_weighting", "night_alpha", "patch_format", "patcher_model", "patcher_temperature", "proposer",
+    "proposer_command", "proposer_env", "proposer_timeout", "refuse_beyond_margin", "refuse_unsafe",
+    "request_token_budget", "retry_attempts", "retry_base_delay", "search_rollouts", "seed", "sim_noise",
+    "state_dir", "suites", "target_buckets", "target_order", "temperature", "trials", "workspace_dir",
 })
 """The names of `Settings`' fields (a test holds the two equal): what the environment may set."""
 NOT_SETTINGS = {

@@ -1,0 +1,99 @@
+"""Every changed part of a patch earns its place: leave-one-out ablation on screening trials.
+
+A patch often changes more than what fixes its targets: a weak patcher's answer is the right
+rule plus a line about something else, and the gate judges that line only by what it does to
+other buckets, where a harm spread over a one-task bucket takes many pairs to show. So before
+the gate, a patch of several changed parts (the non-equal blocks of a line diff of the prompt)
+is screened part by part: the patched prompt and, for each part, the patched prompt with that
+part undone, each on `trials` screening trials of the targeted buckets' train tasks. A part
+whose removal does not lower the targets' mean screening score by more than `MARGIN` did
+nothing for the targets, and is dropped; at least the part whose removal lowered them most is
+kept. The gate then judges what is left on fresh pairs, as any patch: the screening trials are
+at indexes of their own (`optimizer.search.SCREEN_INDEX` and up), which the gate never reads,
+so choosing the parts on them leaves its levels as they were.
+"""
+
+from __future__ import annotations
+
+import difflib
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+MARGIN = 0.05
+"""A part is kept when undoing it lowers the targets' mean screening score by more than this."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One changed block of the prompt: base lines [base_start, base_end) became `new`."""
+
+    base_start: int
+    base_end: int
+    new: tuple[str, ...]
+    old: tuple[str, ...]
+
+    def describe(self) -> str:
+        lines = self.new or tuple(f"(removed) {line}" for line in self.old)
+        text = " / ".join(line.strip() for line in lines if line.strip())
+        return text if len(text) <= 160 else text[:157] + "..."
+
+
+@dataclass
+class Ablation:
+    text: str
+    """The prompt with only the kept parts."""
+    kept: list[Part]
+    dropped: list[Part]
+    scores: dict[str, float] = field(default_factory=dict)
+    """Mean screening score of the whole patch (`all`) and without each part (`without <n>`)."""
+    trials: int = 0
+
+    def summary(self) -> str:
+        if not self.dropped:
+            return f"every one of {len(self.kept)} changed part(s) lowered the targets when undone; all kept"
+        shown = "; ".join(part.describe() for part in self.dropped)
+        return (f"dropped {len(self.dropped)} of {len(self.kept) + len(self.dropped)} changed part(s) whose removal "
+                f"did not lower the targets' screening score by more than {MARGIN} ({self.trials} screening "
+                f"trials): {shown}")
+
+
+def parts(base: str, patched: str) -> list[Part]:
+    """The changed blocks of `patched` against `base`, by lines."""
+    old, new = base.splitlines(keepends=True), patched.splitlines(keepends=True)
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    return [Part(i1, i2, tuple(new[j1:j2]), tuple(old[i1:i2]))
+            for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+
+
+def apply(base: str, chosen: list[Part]) -> str:
+    """`base` with only the `chosen` parts applied."""
+    old = base.splitlines(keepends=True)
+    out, at = [], 0
+    for part in sorted(chosen, key=lambda p: p.base_start):
+        out += old[at:part.base_start] + list(part.new)
+        at = part.base_end
+    return "".join(out + old[at:])
+
+
+def ablate(base: str, patched: str, score: Callable[[str, str], list[float]]) -> Ablation | None:
+    """Leave-one-out over the patch's parts (see the module docstring). `score(prompt, label)`
+    runs the screening trials of one prompt and returns their scores. None when the patch has
+    fewer than two parts (nothing to leave out)."""
+    found = parts(base, patched)
+    if len(found) < 2:
+        return None
+    whole = score(patched, "ablation: the whole patch")
+    scores = {"all": statistics.mean(whole)}
+    trials = len(whole)
+    drops: list[float] = []
+    for number, part in enumerate(found, 1):
+        without = score(apply(base, [p for p in found if p is not part]), f"ablation: without part {number}")
+        trials += len(without)
+        scores[f"without {number}"] = statistics.mean(without)
+        drops.append(scores["all"] - scores[f"without {number}"])
+    kept = [part for part, drop in zip(found, drops) if drop > MARGIN]
+    if not kept:
+        kept = [found[max(range(len(found)), key=lambda i: drops[i])]]
+    dropped = [part for part in found if all(part is not chosen for chosen in kept)]
+    return Ablation(apply(base, kept), kept, dropped, scores, trials)

@@ -1,0 +1,56 @@
+"""A patch's changed parts each earn their place (`optimizer.ablation`): a part whose removal
+does not lower the targets' screening score is dropped before the gate, and the gate judges
+the rest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from optimizer.ablation import MARGIN, ablate, apply, parts
+from tests.helpers import DATA_LINE, FACT_RULE, LINK_HARM, PROMPT, git, script
+
+BASE = "# Agent\n- one\n- two\n- three\n"
+
+
+def test_parts_are_the_changed_blocks_and_apply_rebuilds_any_subset():
+    patched = "# Agent\n- one\n- rule A\n- two\n- three\n- rule B\n"
+    found = parts(BASE, patched)
+    assert [part.new for part in found] == [("- rule A\n",), ("- rule B\n",)]
+    assert apply(BASE, found) == patched and apply(BASE, []) == BASE
+    assert apply(BASE, found[1:]) == "# Agent\n- one\n- two\n- three\n- rule B\n"
+
+
+def test_a_part_whose_removal_leaves_the_targets_as_they_are_is_dropped_and_one_is_always_kept():
+    patched = "# Agent\n- one\n- rule A\n- two\n- three\n- rule B\n"
+
+    def score(text: str, label: str) -> list[float]:  # only rule A helps the targets
+        return [0.9 if "rule A" in text else 0.5] * 8
+
+    result = ablate(BASE, patched, score)
+    assert [part.new for part in result.kept] == [("- rule A\n",)] and result.text == apply(BASE, result.kept)
+    assert "dropped 1 of 2 changed part(s)" in result.summary() and "rule B" in result.summary()
+    assert result.trials == 24 and result.scores["without 1"] == 0.5 and result.scores["without 2"] == 0.9
+    neither = ablate(BASE, patched, lambda text, label: [0.5] * 4)
+    assert len(neither.kept) == 1 and len(neither.dropped) == 1, "never everything dropped"
+    both = ablate(BASE, patched, lambda text, label: [0.9 if "rule A" in text and "rule B" in text else
+                                                      0.9 - 2 * MARGIN] * 4)
+    assert not both.dropped
+    assert ablate(BASE, "# Agent\n- one\n- two\n- three\n- rule B\n", score) is None, "one part: nothing to leave out"
+
+
+def test_a_ride_along_line_is_dropped_before_the_gate_and_never_reaches_the_branch(cli, repo, tmp_path, monkeypatch):
+    """The patch adds the target's rule and, elsewhere, a line that harms another bucket: the
+    ride-along is screened out, the rule alone is gated and committed."""
+    script(tmp_path, monkeypatch, {"rationale": "rule and more", "edits": [
+        {"search": "# Card Agent\n", "replace": f"# Card Agent\n\n{LINK_HARM}\n"},
+        {"search": DATA_LINE, "replace": f"{DATA_LINE}\n{FACT_RULE}"}]})
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    assert "ablation: dropped 1 of 2 changed part(s)" in err and "Never use link" in err, err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    proposal = summary["proposals"][0]
+    assert proposal["status"] == "accepted", proposal
+    committed = git(repo, "show", f"{proposal['branch']}:{PROMPT}")
+    assert FACT_RULE in committed and LINK_HARM not in committed
+    assert summary["screen_rollouts"] >= 48
