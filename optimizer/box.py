@@ -20,11 +20,14 @@ is what notices what it changed.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,7 @@ from typing import Iterator
 
 from optimizer.errors import HarnessError, first_line
 from optimizer.gitops import AUTHOR_EMAIL, AUTHOR_NAME
+from optimizer.procfs import stat_fields
 
 INSTALL = "install bubblewrap (sudo apt-get install bubblewrap)"
 
@@ -112,8 +116,77 @@ def open_box(repo, *, branch: str, base_commit: str, parent: Path) -> Iterator[B
         shutil.rmtree(folder, ignore_errors=True)
 
 
+BOX_MARK = "PROMPT_OPTIMIZER_BOX"
+"""Set in a proposer command's environment to its box's folder: what finds the processes a
+killed optimizer left running there (`stop_left_proposers`)."""
+OWNER_FILE = "proposer.json"
+
+
+def record_owner(box: Box, pid: int) -> None:
+    """Note in the box which optimizer process (pid and start time) runs its proposer `pid`."""
+    (box.folder / OWNER_FILE).write_text(json.dumps({"proposer": pid, "owner": os.getpid(),
+                                                     "owner_start": _start_time(os.getpid())}), encoding="utf-8")
+
+
+def _start_time(pid: int) -> str | None:
+    fields = stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def _owner_alive(folder: Path) -> bool:
+    try:
+        owner = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return _start_time(int(owner.get("owner", 0) or 0)) == owner.get("owner_start") is not None
+
+
+def stop_left_proposers(parent: Path) -> list[int]:
+    """Kill the processes a proposer command left running in a box under `parent` whose
+    optimizer is gone (a `kill -9`, the OOM killer, a hard CI cancel: its own cleanup never ran):
+    every process whose environment marks it as that box's (`BOX_MARK`), whatever session or
+    parent it has now; then remove those boxes. A box whose optimizer still runs is left alone.
+    Returns the pids killed."""
+    dead = [folder.resolve() for folder in sorted(parent.iterdir()) if folder.is_dir()
+            and (folder / OWNER_FILE).exists() and not _owner_alive(folder)] if parent.is_dir() else []
+    if not dead:
+        return []
+    marks = {f"{BOX_MARK}={folder}".encode() for folder in dead}
+    killed = []
+    for _ in range(20):  # a process that forks while being killed is found again
+        found = [pid for pid in _marked(marks) if pid != os.getpid()]
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    for folder in dead:
+        shutil.rmtree(folder, ignore_errors=True)
+    return sorted(set(killed))
+
+
+def _marked(marks: set[bytes]) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = set((entry / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if environ & marks:
+            out.append(int(entry.name))
+    return out
+
+
 def remove_stray_boxes(parent: Path) -> list[str]:
-    """Remove the boxes a killed process left under `parent`; returns their names."""
+    """Remove the boxes a killed process left under `parent` (the processes it left running in
+    them first, `stop_left_proposers`); returns their names."""
+    stop_left_proposers(parent)
     removed = sorted(path.name for path in parent.iterdir()) if parent.is_dir() else []
     for name in removed:
         shutil.rmtree(parent / name, ignore_errors=True)

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from optimizer import gitops
 from optimizer.ablation import ablate
-from optimizer.box import Box, open_box
+from optimizer.box import Box, open_box, stop_left_proposers
 from optimizer.checkout_state import CheckoutChanged, changes, checkout_state, stop_message
 from optimizer.config import check_search_budget
 from optimizer.errors import ConfigError
@@ -94,6 +94,9 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
 
     state_dir = root / settings.state_dir
     gitops.ignore_state_dir(state_dir)
+    left = stop_left_proposers(state_dir / "boxes")
+    if left:
+        ctx.log(f"stopped {len(left)} process(es) a proposer command of a killed run left running")
     iteration_id = iteration_id or new_run_id()
     ledger = current_ledger()
     if ledger is not None:

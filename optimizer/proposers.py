@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from optimizer.box import Box, Confinement, confined, confinement, proposer_environment, under_private_tmp
+from optimizer.box import (BOX_MARK, Box, Confinement, confined, confinement, proposer_environment, record_owner,
+                           under_private_tmp)
 from optimizer.contrast import complete, kind_of, kind_problem, rule_to_complete
 from optimizer.errors import ConfigError, first_line
 from optimizer.ledger import charged, estimate_tokens
@@ -288,9 +289,13 @@ class CommandProposer:
                             readable=[*under_private_tmp(self.template), request.request_path.resolve()],
                             workdir=request.workdir.resolve())
         env = proposer_environment(request.box.home if request.box else None, self.env)
+        if request.box:
+            env[BOX_MARK] = str(request.box.folder.resolve())
         with Reaper() as reaper, tempfile.TemporaryFile() as output:
             process = subprocess.Popen(argv, cwd=request.workdir, stdin=subprocess.DEVNULL, env=env,
                                        stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+            if request.box:
+                record_owner(request.box, process.pid)
             try:
                 code = process.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:

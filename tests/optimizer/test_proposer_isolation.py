@@ -312,3 +312,48 @@ def test_a_command_proposer_gets_the_full_request_whatever_the_patcher_model():
     assert patch_format(ProposalSettings(proposer="llm", patcher_model=embedded)) == "contrast"
     assert patch_format(ProposalSettings(proposer="command", patcher_model=embedded)) == "edits"
     assert patch_format(ProposalSettings(proposer="command", patcher_model=embedded, patch_format="rule")) == "rule"
+
+
+UNCONFINED_OPTIMIZER = ("import sys, optimizer.box as box; box.find_bwrap = lambda: None; "
+                        "from optimizer.cli import main; sys.argv[0] = 'optimizer'; main()")
+"""`optimizer` without bubblewrap, as a process of its own (what a machine without it runs)."""
+
+
+def _alive(pid: int) -> bool:
+    fields = Path(f"/proc/{pid}/stat")
+    return fields.exists() and fields.read_text().rpartition(")")[2].split()[0] != "Z"
+
+
+def test_a_proposer_left_running_by_a_killed_run_is_stopped_by_the_next_one(repo, tmp_path):
+    """kill -9 of `optimizer run` (the OOM killer, a hard CI cancel) runs none of its cleanup: the
+    unconfined proposer is re-parented to init and keeps running. The next run finds it by the
+    box its environment names and kills it before anything else."""
+    started = tmp_path / "proposer.pid"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OPTIMIZER_")}
+    env.update(OPTIMIZER_ROOT=str(repo), OPTIMIZER_STATE_DIR=str(tmp_path / "state"), OPTIMIZER_PLAIN="1",
+               OPTIMIZER_AGENT_MODEL="mock/sim", OPTIMIZER_JUDGE_MODEL="mock/sim",
+               OPTIMIZER_PATCHER_MODEL="mock/sim", OPTIMIZER_LONE_TASK_FACTOR="1", OPTIMIZER_PROPOSER="command",
+               OPTIMIZER_PROPOSER_COMMAND=f"test -f {{request}} && {{ sleep 600 & echo $! > {started}; wait; }}")
+    run = subprocess.Popen([sys.executable, "-c", UNCONFINED_OPTIMIZER, "run"], cwd=repo, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (started.exists() and started.read_text().strip()) and time.monotonic() < deadline:
+            assert run.poll() is None, "the run ended before its proposer started"
+            time.sleep(0.2)
+        sleeper = int(started.read_text())
+    finally:
+        run.kill()  # SIGKILL
+        run.wait(timeout=30)
+    time.sleep(0.5)
+    assert _alive(sleeper), "without the next run's check the proposer outlives the killed run"
+    again = subprocess.run([sys.executable, "-c", UNCONFINED_OPTIMIZER, "run", "--dry-run"], cwd=repo, env=env,
+                           capture_output=True, text=True, timeout=300)
+    try:
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "stopped 2 process(es) a proposer command of a killed run left running" in again.stderr + again.stdout
+        assert not _alive(sleeper)
+        assert not list((tmp_path / "state" / "boxes").iterdir())
+    finally:
+        if _alive(sleeper):
+            os.kill(sleeper, signal.SIGKILL)
