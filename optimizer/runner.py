@@ -169,8 +169,7 @@ class Runner:
                         settings=dict(self.settings.record),
                         fingerprints=fingerprints(suites, self.settings, self.prompt_root, planned))
         self.judge = replace(self.judge, run_id=run.run_id)
-        if not (run_id and self.store.runs.exists(run_id)):
-            self.store.runs.start(run, kind)
+
         def record(trial: Trial) -> None:
             self.store.trials.record(run.run_id, trial)
             run.trials.append(trial)
@@ -182,8 +181,11 @@ class Runner:
 
         if not self.agent_model.in_process and self.agent_model.cache is None:
             # Imported here, before the trials start, when every call will need it; with a cache
-            # that may answer every call, the first call it does not answer imports it.
+            # that may answer every call, the first call it does not answer imports it. Before the
+            # run is recorded: a stop during these seconds leaves no run behind to close.
             litellm_module()
+        if not (run_id and self.store.runs.exists(run_id)):
+            self.store.runs.start(run, kind)
         try:
             run_pooled(planned, self.workers(planned), execute, record)
             self.store.flush()

@@ -233,3 +233,23 @@ def test_slow_graders_have_a_timeout_of_their_own_after_the_agent_ends(tmp_path,
     assert by_task["graded"].status == "passed" and by_task["graded"].score == 1.0
     assert by_task["never_graded"].status == "errored"
     assert by_task["never_graded"].error == runner.STUCK_GRADING
+
+
+def test_a_sigterm_in_the_first_seconds_of_an_eval_leaves_no_run_running(cli, isolated, monkeypatch):
+    """The first seconds of an uncached eval import litellm; a SIGTERM then used to leave a run
+    recorded `running` until a later command closed it."""
+    import os
+    import signal
+    import sqlite3
+
+    from optimizer import runner
+
+    def stopped():
+        os.kill(os.getpid(), signal.SIGTERM)  # the command's handler raises where Ctrl-C would
+        time.sleep(5)
+
+    monkeypatch.setattr(runner, "litellm_module", stopped)
+    code, out, err = cli("eval", "--suite", "card_agent", "--agent-model", "mock/sim", "--trials", "1", "--no-cache")
+    assert code == 143 and "stopped by SIGTERM" in err, out + err
+    with sqlite3.connect(isolated / "optimizer.db") as db:
+        assert db.execute("select count(*) from runs where status = 'running'").fetchone() == (0,)
