@@ -123,7 +123,13 @@ def resumable(rows: list[dict[str, Any]], repo, identity: str, root: Path) -> di
     ours = [row for row in unfinished if _of_repository(row, identity, repo)]
     if not ours:
         others = f" ({len(unfinished)} of other repositories in this store are not)" if unfinished else ""
-        raise InputError(f"there is no unfinished nightly job of this repository to resume{others}",
+        mine = [row for row in rows if _of_repository(row, identity, repo)]
+        last = ""
+        if mine:  # the newest night of this repository, and where it last ran (a resume moves it)
+            host, folder = _where(mine[-1])
+            last = (f"; its newest, {mine[-1]['nightly_id']} on {mine[-1]['branch']}, is {mine[-1]['status']}, "
+                    f"last run in {folder} on {host}")
+        raise InputError(f"there is no unfinished nightly job of this repository to resume{others}{last}",
                          field="--resume", fix="start a new night without --resume")
     here = (socket.gethostname(), str(Path(root).resolve()))
     record = ([row for row in ours if _where(row) == here] or ours)[-1]

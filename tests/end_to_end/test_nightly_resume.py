@@ -254,3 +254,15 @@ def test_a_decision_made_by_an_iteration_a_kill_interrupted_keeps_its_share_of_n
     assert "gate: decision 2 of the night, improvement test at alpha 0.0167" in output, output
     assert "decision 1 of the night" not in output
     assert summary["gate_decisions"] == 1 + output.count("of the night, improvement test at alpha"), summary
+
+
+def test_resuming_a_finished_night_says_which_it_was_and_where_it_last_ran(cli, repo, tmp_path, monkeypatch):
+    """A night finished by a resume in another checkout looks, to its owner, like no night at all;
+    the refusal names the newest night of the repository and where it last ran."""
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    code, summary, output = nightly(cli, tmp_path, "--max-iterations", "1")
+    assert code == 0, output
+    code, _, output = nightly(cli, tmp_path, "--resume")
+    assert code == 2, output
+    assert (f"its newest, {summary['nightly_id']} on {summary['branch']}, is finished, last run in "
+            f"{repo.resolve()} on ") in output, output
