@@ -3,8 +3,8 @@
 A patch often changes more than what fixes its targets: a weak patcher's answer is the right
 rule plus a line about something else, and the gate judges that line only by what it does to
 other buckets, where a harm spread over a one-task bucket takes many pairs to show. So before
-the gate, a patch of several changed parts (the non-equal blocks of a line diff of the prompt)
-is screened part by part: the patched prompt and, for each part, the patched prompt with that
+the gate, a patch of several changed parts (the non-equal blocks of a line diff of the prompt,
+each inserted line a part of its own) is screened part by part: the patched prompt and, for each part, the patched prompt with that
 part undone, each on `trials` screening trials of the targeted buckets' train tasks. A part
 whose removal does not lower the targets' mean screening score by more than `MARGIN` did
 nothing for the targets, and is dropped; at least the part whose removal lowered them most is
@@ -26,12 +26,15 @@ MARGIN = 0.05
 
 @dataclass(frozen=True)
 class Part:
-    """One changed block of the prompt: base lines [base_start, base_end) became `new`."""
+    """One changed block of the prompt: base lines [base_start, base_end) became `new`. Lines
+    inserted together are a part each (with the blank lines that follow them): a weak answer
+    appends its right rule and its stray line side by side."""
 
     base_start: int
     base_end: int
     new: tuple[str, ...]
     old: tuple[str, ...]
+    order: int = 0
 
     def describe(self) -> str:
         lines = self.new or tuple(f"(removed) {line}" for line in self.old)
@@ -62,17 +65,39 @@ def parts(base: str, patched: str) -> list[Part]:
     """The changed blocks of `patched` against `base`, by lines."""
     old, new = base.splitlines(keepends=True), patched.splitlines(keepends=True)
     matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
-    return [Part(i1, i2, tuple(new[j1:j2]), tuple(old[i1:i2]))
-            for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+    found: list[Part] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if tag != "insert":
+            found.append(Part(i1, i2, tuple(new[j1:j2]), tuple(old[i1:i2]), len(found)))
+            continue
+        for group in _line_groups(new[j1:j2]):
+            found.append(Part(i1, i2, tuple(group), (), len(found)))
+    return found
+
+
+def _line_groups(lines: list[str]) -> list[list[str]]:
+    """Inserted lines, one group per non-blank line with the blank lines after it (blank lines
+    before the first go with it)."""
+    groups: list[list[str]] = []
+    for line in lines:
+        if line.strip() and (groups and any(text.strip() for text in groups[-1])):
+            groups.append([line])
+        elif groups:
+            groups[-1].append(line)
+        else:
+            groups.append([line])
+    return groups
 
 
 def apply(base: str, chosen: list[Part]) -> str:
     """`base` with only the `chosen` parts applied."""
     old = base.splitlines(keepends=True)
     out, at = [], 0
-    for part in sorted(chosen, key=lambda p: p.base_start):
+    for part in sorted(chosen, key=lambda p: (p.base_start, p.order)):
         out += old[at:part.base_start] + list(part.new)
-        at = part.base_end
+        at = max(at, part.base_end)
     return "".join(out + old[at:])
 
 

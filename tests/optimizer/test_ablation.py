@@ -54,3 +54,14 @@ def test_a_ride_along_line_is_dropped_before_the_gate_and_never_reaches_the_bran
     committed = git(repo, "show", f"{proposal['branch']}:{PROMPT}")
     assert FACT_RULE in committed and LINK_HARM not in committed
     assert summary["screen_rollouts"] >= 48
+
+
+def test_lines_inserted_side_by_side_are_parts_of_their_own():
+    """The weak patcher appends its right rule and its stray line together: one diff block, two parts."""
+    patched = BASE + "- rule A\n\n- stray line\n"
+    found = parts(BASE, patched)
+    assert [part.new for part in found] == [("- rule A\n", "\n"), ("- stray line\n",)]
+    assert apply(BASE, found) == patched
+    assert apply(BASE, found[:1]) == BASE + "- rule A\n\n" and apply(BASE, found[1:]) == BASE + "- stray line\n"
+    replaced = parts(BASE, BASE.replace("- two\n", "- two, better\n- and more\n"))
+    assert len(replaced) == 1, "a replaced block stays one part"
