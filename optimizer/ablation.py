@@ -6,8 +6,8 @@ other buckets, where a harm spread over a one-task bucket takes many pairs to sh
 the gate, a patch of several changed parts (the non-equal blocks of a line diff of the prompt,
 each inserted line a part of its own) is screened part by part: the patched prompt and, for each part, the patched prompt with that
 part undone, each on `trials` screening trials of the targeted buckets' train tasks. A part
-whose removal does not lower the targets' mean screening score by more than `MARGIN` did
-nothing for the targets, and is dropped; at least the part whose removal lowered them most is
+whose removal lowers no targeted bucket's mean screening score or pass rate by more than
+`MARGIN` did nothing for the targets, and is dropped; at least the part whose removal lowered them most is
 kept. The gate then judges what is left on fresh pairs, as any patch: the screening trials are
 at indexes of their own (`optimizer.search.SCREEN_INDEX` and up), which the gate never reads,
 so choosing the parts on them leaves its levels as they were.
@@ -57,8 +57,14 @@ class Ablation:
             return f"every one of {len(self.kept)} changed part(s) lowered the targets when undone; all kept"
         shown = "; ".join(part.describe() for part in self.dropped)
         return (f"dropped {len(self.dropped)} of {len(self.kept) + len(self.dropped)} changed part(s) whose removal "
-                f"did not lower the targets' screening score by more than {MARGIN} ({self.trials} screening "
+                f"lowered no target's screening score or pass rate by more than {MARGIN} ({self.trials} screening "
                 f"trials): {shown}")
+
+
+def _means(screened: Screened) -> dict[str, tuple[float, float, int]]:
+    """Per bucket: mean score, pass rate, trials."""
+    return {bucket: (statistics.mean(s for s, _ in values), statistics.mean(p for _, p in values), len(values))
+            for bucket, values in screened.items() if values}
 
 
 def parts(base: str, patched: str) -> list[Part]:
@@ -101,22 +107,29 @@ def apply(base: str, chosen: list[Part]) -> str:
     return "".join(out + old[at:])
 
 
-def ablate(base: str, patched: str, score: Callable[[str, str], list[float]]) -> Ablation | None:
+Screened = dict[str, list[tuple[float, float]]]
+"""Per targeted bucket, each screening trial's (score, passed as 0 or 1)."""
+
+
+def ablate(base: str, patched: str, score: Callable[[str, str], Screened]) -> Ablation | None:
     """Leave-one-out over the patch's parts (see the module docstring). `score(prompt, label)`
-    runs the screening trials of one prompt and returns their scores. None when the patch has
-    fewer than two parts (nothing to leave out)."""
+    runs the screening trials of one prompt and returns them by targeted bucket (`Screened`): a
+    part is kept when undoing it lowers *some* target's mean score or pass rate by more than
+    `MARGIN` (with two targets, each rule helps its own; a rule's effect on the pass rate can be
+    larger than on the score, where a failed trial keeps partial credit). None when the patch
+    has fewer than two parts (nothing to leave out)."""
     found = parts(base, patched)
     if len(found) < 2:
         return None
-    whole = score(patched, "ablation: the whole patch")
-    scores = {"all": statistics.mean(whole)}
-    trials = len(whole)
+    whole = _means(score(patched, "ablation: the whole patch"))
+    scores = {"all": statistics.mean(value[0] for value in whole.values())}
+    trials = sum(count for _, _, count in whole.values())
     drops: list[float] = []
     for number, part in enumerate(found, 1):
-        without = score(apply(base, [p for p in found if p is not part]), f"ablation: without part {number}")
-        trials += len(without)
-        scores[f"without {number}"] = statistics.mean(without)
-        drops.append(scores["all"] - scores[f"without {number}"])
+        without = _means(score(apply(base, [p for p in found if p is not part]), f"ablation: without part {number}"))
+        trials += sum(count for _, _, count in without.values())
+        scores[f"without {number}"] = statistics.mean(value[0] for value in without.values())
+        drops.append(max(max(whole[b][0] - without[b][0], whole[b][1] - without[b][1]) for b in whole if b in without))
     kept = [part for part, drop in zip(found, drops) if drop > MARGIN]
     if not kept:
         kept = [found[max(range(len(found)), key=lambda i: drops[i])]]

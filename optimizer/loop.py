@@ -533,9 +533,19 @@ class _Iteration:
         if not keys:
             return change
 
-        def score(text: str, label: str) -> list[float]:
-            spread = [keys[n % len(keys)] for n in range(max(trials, len(keys)))]
-            return [trial_value(trial.score, trial.status) for trial in adapter.trials(spread, text, label)]
+        buckets: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for item in self.planned:
+            if (item.suite.name, item.task.id) in keys:
+                buckets.setdefault((item.suite.name, item.task.bucket), []).append((item.suite.name, item.task.id))
+        spread = [tasks[n % len(tasks)] for tasks in (sorted(set(found)) for found in buckets.values())
+                  for n in range(max(trials, len(tasks)))]  # `trials` per targeted bucket
+
+        def score(text: str, label: str) -> dict[str, list[tuple[float, float]]]:
+            by_bucket: dict[str, list[tuple[float, float]]] = {}
+            for trial in adapter.trials(spread, text, label):
+                by_bucket.setdefault(f"{trial.suite}/{trial.bucket}", []).append(
+                    (trial_value(trial.score, trial.status), float(trial.status == "passed")))
+            return by_bucket
 
         patched = gitops.file_at(self.repo, change.tree, prompt_path)
         ablation = ablate(prompt, patched.decode("utf-8") if isinstance(patched, bytes) else patched, score)

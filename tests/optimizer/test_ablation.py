@@ -24,18 +24,23 @@ def test_parts_are_the_changed_blocks_and_apply_rebuilds_any_subset():
 def test_a_part_whose_removal_leaves_the_targets_as_they_are_is_dropped_and_one_is_always_kept():
     patched = "# Agent\n- one\n- rule A\n- two\n- three\n- rule B\n"
 
-    def score(text: str, label: str) -> list[float]:  # only rule A helps the targets
-        return [0.9 if "rule A" in text else 0.5] * 8
+    def score(text: str, label: str) -> dict[str, list[float]]:  # only rule A helps the target
+        return {"s/a": [(0.9, 1.0) if "rule A" in text else (0.5, 0.0)] * 8}
 
     result = ablate(BASE, patched, score)
     assert [part.new for part in result.kept] == [("- rule A\n",)] and result.text == apply(BASE, result.kept)
     assert "dropped 1 of 2 changed part(s)" in result.summary() and "rule B" in result.summary()
     assert result.trials == 24 and result.scores["without 1"] == 0.5 and result.scores["without 2"] == 0.9
-    neither = ablate(BASE, patched, lambda text, label: [0.5] * 4)
+    neither = ablate(BASE, patched, lambda text, label: {"s/a": [(0.5, 0.0)] * 4})
     assert len(neither.kept) == 1 and len(neither.dropped) == 1, "never everything dropped"
-    both = ablate(BASE, patched, lambda text, label: [0.9 if "rule A" in text and "rule B" in text else
-                                                      0.9 - 2 * MARGIN] * 4)
+    both = ablate(BASE, patched, lambda text, label: {"s/a": [(0.9, 1.0) if "rule A" in text and "rule B" in text
+                                                                      else (0.9 - 2 * MARGIN, 1.0)] * 4})
     assert not both.dropped
+    two_targets = ablate(BASE, patched, lambda text, label: {"s/a": [(0.9, 1.0) if "rule A" in text else (0.5, 0.0)] * 4,
+                                                             "s/b": [(0.9, 1.0) if "rule B" in text else (0.5, 0.0)] * 4})
+    assert not two_targets.dropped, "each rule helps its own target: both kept"
+    pass_rate_only = ablate(BASE, patched, lambda text, label: {"s/a": [(0.8, 1.0 if "rule A" in text else 0.0)] * 4})
+    assert [part.new for part in pass_rate_only.kept] == [("- rule A\n",)], "a pass-rate effect is an effect"
     assert ablate(BASE, "# Agent\n- one\n- two\n- three\n- rule B\n", score) is None, "one part: nothing to leave out"
 
 

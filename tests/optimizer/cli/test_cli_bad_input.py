@@ -285,7 +285,7 @@ def test_a_misspelt_optimizer_variable_is_named_with_the_setting_it_is_close_to(
 def test_an_unknown_optimizer_variable_is_refused_by_a_command_that_reads_no_settings(cli, isolated, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_MODEL_DIRR", "/tmp/models")
     assert_rejected(cli, isolated, ["suites", "validate", "--suite", "card_agent"], "OPTIMIZER_MODEL_DIRR",
-                    "did you mean OPTIMIZER_MODEL_DIR", "known: OPTIMIZER_AGENT_MODEL")
+                    "did you mean OPTIMIZER_MODEL_DIR", "known: OPTIMIZER_ABLATION_TRIALS, OPTIMIZER_AGENT_MODEL")
 
 
 def test_the_optimizer_variables_that_are_not_settings_are_accepted(cli, isolated, monkeypatch, tmp_path):
