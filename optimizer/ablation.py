@@ -10,14 +10,18 @@ whose removal lowers no targeted bucket's mean screening score or pass rate by m
 `MARGIN` did nothing for the targets, and is dropped; at least the part whose removal lowered them most is
 kept. The gate then judges what is left on fresh pairs, as any patch: the screening trials are
 at indexes of their own (`optimizer.search.SCREEN_INDEX` and up), which the gate never reads,
-so choosing the parts on them leaves its levels as they were.
+so choosing the parts on them leaves its levels as they were. The decision is kept in a file
+named by the base, the patch, the targets and the trials, so a resumed iteration that gets the
+same patch again reuses it instead of screening again.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 MARGIN = 0.05
@@ -111,7 +115,8 @@ Screened = dict[str, list[tuple[float, float]]]
 """Per targeted bucket, each screening trial's (score, passed as 0 or 1)."""
 
 
-def ablate(base: str, patched: str, score: Callable[[str, str], Screened]) -> Ablation | None:
+def ablate(base: str, patched: str, score: Callable[[str, str], Screened],
+           kept_file: Path | None = None) -> Ablation | None:
     """Leave-one-out over the patch's parts (see the module docstring). `score(prompt, label)`
     runs the screening trials of one prompt and returns them by targeted bucket (`Screened`): a
     part is kept when undoing it lowers *some* target's mean score or pass rate by more than
@@ -121,6 +126,11 @@ def ablate(base: str, patched: str, score: Callable[[str, str], Screened]) -> Ab
     found = parts(base, patched)
     if len(found) < 2:
         return None
+    if kept_file is not None and kept_file.is_file():  # decided before (a resumed iteration): no new trials
+        record = json.loads(kept_file.read_text(encoding="utf-8"))
+        kept = [part for part in found if part.order in record["kept"]]
+        return Ablation(apply(base, kept), kept, [p for p in found if p.order not in record["kept"]],
+                        record["scores"], record["trials"])
     whole = _means(score(patched, "ablation: the whole patch"))
     scores = {"all": statistics.mean(value[0] for value in whole.values())}
     trials = sum(count for _, _, count in whole.values())
@@ -134,4 +144,8 @@ def ablate(base: str, patched: str, score: Callable[[str, str], Screened]) -> Ab
     if not kept:
         kept = [found[max(range(len(found)), key=lambda i: drops[i])]]
     dropped = [part for part in found if all(part is not chosen for chosen in kept)]
+    if kept_file is not None:
+        kept_file.parent.mkdir(parents=True, exist_ok=True)
+        kept_file.write_text(json.dumps({"kept": [part.order for part in kept], "scores": scores, "trials": trials}),
+                             encoding="utf-8")
     return Ablation(apply(base, kept), kept, dropped, scores, trials)

@@ -51,7 +51,7 @@ from optimizer.targets import prefers_named
 from optimizer.runner import PlannedTrial, new_run_id, plan, record_ending
 from optimizer.settings_parts import LoopSettings, ProposalSettings
 from optimizer.search import (PROMOTE, SCREEN_INDEX, ScreeningAdapter, SearchProposer, load_records, pool_folder,
-                              run_search, screening_sets)
+                              run_search, screening_sets, text_sha)
 from optimizer.spending import decision_alpha
 from optimizer.suites import load_suites, with_regression_suites
 from optimizer.types import Suite, Trial
@@ -548,10 +548,11 @@ class _Iteration:
             return by_bucket
 
         patched = gitops.file_at(self.repo, change.tree, prompt_path)
-        ablation = ablate(prompt, patched.decode("utf-8") if isinstance(patched, bytes) else patched, score)
+        patched = patched.decode("utf-8") if isinstance(patched, bytes) else patched
+        ablation = ablate(prompt, patched, score, kept_file=self.search_dir / "ablation" / (
+            text_sha("\0".join([prompt, patched, repr(sorted(buckets)), str(trials)])) + ".json"))
         if ablation is None:
             return change
-        self.result.screen_rollouts += ablation.trials
         self.log(f"ablation: {ablation.summary()}")
         if not ablation.dropped:
             return change

@@ -70,3 +70,18 @@ def test_lines_inserted_side_by_side_are_parts_of_their_own():
     assert apply(BASE, found[:1]) == BASE + "- rule A\n\n" and apply(BASE, found[1:]) == BASE + "- stray line\n"
     replaced = parts(BASE, BASE.replace("- two\n", "- two, better\n- and more\n"))
     assert len(replaced) == 1, "a replaced block stays one part"
+
+
+def test_a_decision_kept_in_its_file_is_reused_without_new_trials(tmp_path):
+    """A resumed iteration that gets the same patch again screens nothing."""
+    patched = BASE + "- rule A\n- stray line\n"
+    calls = []
+
+    def score(text: str, label: str) -> dict[str, list[tuple[float, float]]]:
+        calls.append(label)
+        return {"s/a": [(0.9, 1.0) if "rule A" in text else (0.5, 0.0)] * 4}
+
+    first = ablate(BASE, patched, score, kept_file=tmp_path / "a.json")
+    again = ablate(BASE, patched, score, kept_file=tmp_path / "a.json")
+    assert len(calls) == 3 and again.text == first.text == BASE + "- rule A\n"
+    assert again.summary() == first.summary()
