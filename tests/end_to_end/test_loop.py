@@ -94,6 +94,7 @@ def test_run_and_noise_decide_through_the_same_comparison(cli, repo, tmp_path, m
 
 
 def test_a_patch_that_harms_another_bucket_is_rejected_naming_it(cli, repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_ABLATION_TRIALS", "0")  # the gate's harm test, not the ablation before it
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE, LINK_HARM))
     before = snapshot(repo)
     code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
@@ -121,6 +122,7 @@ def test_a_second_iteration_on_the_same_base_reuses_its_fresh_base_prompt_trials
     from optimizer.config import load_settings
     from optimizer.store import open_store
 
+    monkeypatch.setenv("OPTIMIZER_ABLATION_TRIALS", "0")  # two gated proposals, each rejected by the gate
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE, LINK_HARM), after_data_line(FACT_RULE, LINK_HARM))
     first = cli("run", "--json", str(tmp_path / "first.json"))
     second = cli("run", "--json", str(tmp_path / "second.json"))
@@ -147,6 +149,7 @@ def test_a_regression_suite_is_tested_for_harm_with_the_buckets(cli, repo, tmp_p
     (regression / "tasks" / "regression_link_recipe.json").write_text(json.dumps(task))
     git(repo, "add", "regression_suite")
     git(repo, "commit", "-qm", "regression suite")
+    monkeypatch.setenv("OPTIMIZER_ABLATION_TRIALS", "0")  # the gate's harm test, not the ablation before it
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE, LINK_HARM))
     code, out, err = cli("run", "--suite", "card_agent", "--suite", str(regression),
                          "--json", str(tmp_path / "run.json"))
