@@ -4,11 +4,11 @@ A patch often changes more than what fixes its targets: a weak patcher's answer 
 rule plus a line about something else, and the gate judges that line only by what it does to
 other buckets, where a harm spread over a one-task bucket takes many pairs to show. So before
 the gate, a patch of several changed parts (the non-equal blocks of a line diff of the prompt,
-each inserted line a part of its own) is screened part by part: the patched prompt and, for each part, the patched prompt with that
-part undone, each on `trials` screening trials of the targeted buckets' train tasks. A part
-whose removal lowers no targeted bucket's mean screening score or pass rate by more than
-`MARGIN` did nothing for the targets, and is dropped; at least the part whose removal lowered them most is
-kept. The gate then judges what is left on fresh pairs, as any patch: the screening trials are
+each inserted line a part of its own) is screened part by part: the patched prompt and, for
+each part, the patched prompt with that part undone, each on `trials` screening trials per
+targeted bucket of its train tasks. A part whose removal lowers no targeted bucket's mean
+screening score or pass rate by more than `MARGIN` did nothing for the targets, and is
+dropped; at least the part whose removal lowered them most is kept. The gate then judges what is left on fresh pairs, as any patch: the screening trials are
 at indexes of their own (`optimizer.search.SCREEN_INDEX` and up), which the gate never reads,
 so choosing the parts on them leaves its levels as they were. The decision is kept in a file
 named by the base, the patch, the targets and the trials, so a resumed iteration that gets the
@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 MARGIN = 0.05
-"""A part is kept when undoing it lowers the targets' mean screening score by more than this."""
+"""A part is kept when undoing it lowers some target's mean screening score or pass rate by more
+than this."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,10 @@ class Ablation:
         return (f"dropped {len(self.dropped)} of {len(self.kept) + len(self.dropped)} changed part(s) whose removal "
                 f"lowered no target's screening score or pass rate by more than {MARGIN} ({self.trials} screening "
                 f"trials): {shown}")
+
+
+Screened = dict[str, list[tuple[float, float]]]
+"""Per targeted bucket, each screening trial's (score, passed as 0 or 1)."""
 
 
 def _means(screened: Screened) -> dict[str, tuple[float, float, int]]:
@@ -109,10 +114,6 @@ def apply(base: str, chosen: list[Part]) -> str:
         out += old[at:part.base_start] + list(part.new)
         at = max(at, part.base_end)
     return "".join(out + old[at:])
-
-
-Screened = dict[str, list[tuple[float, float]]]
-"""Per targeted bucket, each screening trial's (score, passed as 0 or 1)."""
 
 
 def ablate(base: str, patched: str, score: Callable[[str, str], Screened],

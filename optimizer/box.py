@@ -35,7 +35,7 @@ from typing import Iterator
 
 from optimizer.errors import HarnessError, first_line
 from optimizer.gitops import AUTHOR_EMAIL, AUTHOR_NAME
-from optimizer.procfs import stat_fields
+from optimizer.store.ownership import start_stamp
 
 INSTALL = "install bubblewrap (sudo apt-get install bubblewrap)"
 
@@ -125,12 +125,7 @@ OWNER_FILE = "proposer.json"
 def record_owner(box: Box, pid: int) -> None:
     """Note in the box which optimizer process (pid and start time) runs its proposer `pid`."""
     (box.folder / OWNER_FILE).write_text(json.dumps({"proposer": pid, "owner": os.getpid(),
-                                                     "owner_start": _start_time(os.getpid())}), encoding="utf-8")
-
-
-def _start_time(pid: int) -> str | None:
-    fields = stat_fields(pid)
-    return fields[19] if fields and len(fields) > 19 else None
+                                                     "owner_start": start_stamp(os.getpid())}), encoding="utf-8")
 
 
 def _owner_alive(folder: Path) -> bool:
@@ -138,7 +133,7 @@ def _owner_alive(folder: Path) -> bool:
         owner = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return _start_time(int(owner.get("owner", 0) or 0)) == owner.get("owner_start") is not None
+    return start_stamp(int(owner.get("owner", 0) or 0)) == owner.get("owner_start") is not None
 
 
 def stop_left_proposers(parent: Path) -> list[int]:

@@ -378,6 +378,8 @@ def _use_models_file(settings: Settings, root: Path) -> None:
 
 def _check_proposer_env(settings: Settings) -> None:
     """`proposer_env` names variables, none of them one the proposer is never given."""
+    if not settings.proposer_env:
+        return
     from optimizer.box import ENV_NAME, NEVER_PASSED, never_passed
 
     for name in settings.proposer_env:

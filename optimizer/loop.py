@@ -526,18 +526,15 @@ class _Iteration:
         trials = self.settings.ablation_trials
         if not trials:
             return change
-        adapter = self._adapter(selection)
         targets = {(t.suite, t.bucket) for t in selection.targets}
-        keys = sorted({(item.suite.name, item.task.id) for item in self.planned if item.task.split == "train"
-                       and (item.suite.name, item.task.bucket) in targets})
-        if not keys:
-            return change
-
-        buckets: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        buckets: dict[tuple[str, str], set[tuple[str, str]]] = {}
         for item in self.planned:
-            if (item.suite.name, item.task.id) in keys:
-                buckets.setdefault((item.suite.name, item.task.bucket), []).append((item.suite.name, item.task.id))
-        spread = [tasks[n % len(tasks)] for tasks in (sorted(set(found)) for found in buckets.values())
+            if item.task.split == "train" and (item.suite.name, item.task.bucket) in targets:
+                buckets.setdefault((item.suite.name, item.task.bucket), set()).add((item.suite.name, item.task.id))
+        if not buckets:
+            return change
+        adapter = self._adapter(selection)
+        spread = [tasks[n % len(tasks)] for tasks in map(sorted, buckets.values())
                   for n in range(max(trials, len(tasks)))]  # `trials` per targeted bucket
 
         def score(text: str, label: str) -> dict[str, list[tuple[float, float]]]:
@@ -547,8 +544,7 @@ class _Iteration:
                     (trial_value(trial.score, trial.status), float(trial.status == "passed")))
             return by_bucket
 
-        patched = gitops.file_at(self.repo, change.tree, prompt_path)
-        patched = patched.decode("utf-8") if isinstance(patched, bytes) else patched
+        patched = gitops.file_at(self.repo, change.tree, prompt_path).decode("utf-8")  # the checks found a text file
         ablation = ablate(prompt, patched, score, kept_file=self.search_dir / "ablation" / (
             text_sha("\0".join([prompt, patched, repr(sorted(buckets)), str(trials)])) + ".json"))
         if ablation is None:

@@ -47,15 +47,15 @@ def wealth_path(observations: Sequence[float], grid: Sequence[float] = IMPROVE_G
     return np.exp(logs).mean(axis=1)
 
 
-def evalue(observations: Sequence[float]) -> float:
+def evalue(observations: Sequence[float], grid: Sequence[float] = IMPROVE_GRID) -> float:
     """The largest wealth reached so far (1 when there is nothing to bet on yet)."""
-    path = wealth_path(observations)
+    path = wealth_path(observations, grid)
     return float(max(1.0, path.max())) if path.size else 1.0
 
 
-def anytime_p(observations: Sequence[float]) -> float:
+def anytime_p(observations: Sequence[float], grid: Sequence[float] = IMPROVE_GRID) -> float:
     """p-value valid at any stopping time: 1 / max wealth, capped at 1."""
-    return min(1.0, 1.0 / evalue(observations))
+    return min(1.0, 1.0 / evalue(observations, grid))
 
 
 def signs(changes: Sequence[float], *, down: bool = False) -> list[float]:

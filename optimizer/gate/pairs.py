@@ -33,10 +33,6 @@ class Pair:
     after_passed: bool = False
 
     @property
-    def spoiled(self) -> bool:
-        return self.before_spoiled or self.after_spoiled
-
-    @property
     def usable(self) -> bool:
         return self.before is not None and self.after is not None
 

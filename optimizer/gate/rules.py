@@ -2,9 +2,9 @@
 
 Strict mode: every target improved (`optimizer.gate.improvement`), no harm group harmed
 (`optimizer.gate.harm`), and the candidate's trials end without a score no more often than the
-base prompt's (an exact sign test at `alpha_harm` over the pairs where only one side errored,
-the infrastructure's endings included: a prompt that makes the model slow or its calls fail
-ends its trials that way). Lenient mode: some bucket mean up, no bucket mean down.
+base prompt's (a sequential sign test at `alpha_harm` over the pairs where only one side
+errored, the infrastructure's endings included: a prompt that makes the model slow or its calls
+fail ends its trials that way). Lenient mode: some bucket mean up, no bucket mean down.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from optimizer.gate.pairs import PairTable, Unscored
 from optimizer.gate.policy import GatePolicy
 from optimizer.gate.report import BucketChange, Decision, RuleResult, bucket_row
 from optimizer.gate.sequential import EPSILON, group_stats
-from optimizer.stats import HARM_GRID, wealth_path
+from optimizer.stats import HARM_GRID, anytime_p
 
 
 def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: GatePolicy = GatePolicy(),
@@ -130,8 +130,7 @@ def unscored_p(unscored: Unscored) -> float:
     null hypothesis (the patch changes nothing) the two trials of a pair are exchangeable, so each
     such pair is as likely to fall on either side. Anytime-valid, so the comparison may stop as
     soon as it is below `alpha_harm` (`errored_rejects`)."""
-    path = wealth_path(unscored.signs, HARM_GRID)
-    return min(1.0, 1.0 / max(1.0, float(path.max()))) if path.size else 1.0
+    return anytime_p(unscored.signs, HARM_GRID)
 
 
 def errored_rejects(table: PairTable, policy: GatePolicy) -> bool:

@@ -8,6 +8,7 @@ loopback address unless asked.
 from __future__ import annotations
 
 import errno
+from html import escape
 import ipaddress
 import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,7 +42,7 @@ class Handler(BaseHTTPRequestHandler):
         host = self.headers.get("Host") or ""
         if not self.server.serves(host):
             self._send(421, f"<!doctype html><title>421</title><p>this viewer does not serve the host "
-                            f"{_escape(host)!s}; open it by the address it printed</p>", body)
+                            f"{escape(host)}; open it by the address it printed</p>", body)
             return
         parts = urlsplit(self.path)
         query = dict(parse_qsl(parts.query))
@@ -62,10 +63,6 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002
         if self.server.verbose:
             super().log_message(format, *args)
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
 def host_name(header: str) -> str:
