@@ -187,11 +187,21 @@ class Settings(BaseModel):
     """Pairs a group needs before its interval is read for `refuse_beyond_margin`."""
     name_weighting: bool = False
     """Weight the harm tests toward the buckets a patch's lines name (docs/gate.md)."""
+    propose_open: Literal["leaning", "any"] = "leaning"
+    """Which harm groups still open at an accept make it a proposal for a reviewer instead of a
+    merge (`nightly --merge` merges only merges): `leaning`, an open group whose mean score or
+    pass rate fell by more than `max_bucket_drop` with its own harm test below `alpha_harm`, or
+    `any` open group."""
     max_changed_lines: int = Field(default=40, ge=1, le=10000)
     ablation_trials: int = Field(default=16, ge=0, le=1000)
     """Screening trials per variant when a patch changes several parts of the prompt: the whole
     patch and the patch without each part, on the targeted buckets' train tasks; a part whose
     removal does not lower the targets is dropped before the gate (`optimizer.ablation`). 0: off."""
+    watch_rounds: int = Field(default=1, ge=0, le=100)
+    """Pairs per task of every harm group of each merged patch under watch, run by every merging
+    night before its iterations (`optimizer.watch`): the prompt with and without the patch. 0: no watch."""
+    watch_nights: int = Field(default=10, ge=1, le=1000)
+    """Nights a merged patch is watched at most, when its harm is neither shown nor cleared."""
     request_token_budget: int = Field(default=12000, ge=1000, le=1000000)
     """Size cap of request.md, in tokens (estimated as characters / 4)."""
     mock_patcher_script: str | None = None
@@ -242,7 +252,8 @@ class Settings(BaseModel):
                           max_bucket_pairs=self.max_bucket_pairs, max_rollouts=self.max_rollouts,
                           extra_target_rollouts=self.extra_target_rollouts, refuse_unsafe=self.refuse_unsafe,
                           clear_after=self.clear_after, refuse_beyond_margin=self.refuse_beyond_margin,
-                          margin_min_pairs=self.margin_min_pairs, name_weighting=self.name_weighting)
+                          margin_min_pairs=self.margin_min_pairs, name_weighting=self.name_weighting,
+                          propose_open=self.propose_open)
 
     @property
     def loop(self) -> LoopSettings:

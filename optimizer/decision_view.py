@@ -77,6 +77,9 @@ class DecisionView:
     """`NON_VOTING` and the graders left out, or empty when every grader voted."""
     trials: str
     """The trials the comparison ran (and whether the budget ended it), or empty when not known."""
+    unattended: str = ""
+    """For an accept, what an unattended job may do with it (`merge` or `propose`, with the harm
+    groups still open), or empty."""
 
     @property
     def verdict(self) -> str:
@@ -89,7 +92,8 @@ class DecisionView:
     @property
     def notes(self) -> list[str]:
         """The rules' outcomes, then the non-voting graders and the trials run, when there are."""
-        return [rule.text for rule in self.rules] + [note for note in (self.non_voting, self.trials) if note]
+        return [rule.text for rule in self.rules] + [note for note in (self.unattended, self.non_voting, self.trials)
+                                                     if note]
 
 
 def decision_view(decision: Decision | dict[str, Any]) -> DecisionView:
@@ -105,7 +109,19 @@ def decision_view(decision: Decision | dict[str, Any]) -> DecisionView:
         accepted=bool(data.get("accepted")), mode=data.get("mode", ""), stage=data.get("stage", ""), rows=rows,
         rules=[RuleLine(rule["rule"], rule["passed"], rule["reason"]) for rule in data.get("rules") or []],
         non_voting=f"{NON_VOTING}: {', '.join(non_voting)}" if non_voting else "",
-        trials=f"{rollouts} trials{' (budget reached)' if data.get('capped') else ''}" if rollouts else "")
+        trials=f"{rollouts} trials{' (budget reached)' if data.get('capped') else ''}" if rollouts else "",
+        unattended=_unattended(data))
+
+
+def _unattended(data: dict[str, Any]) -> str:
+    """The accept's verdict for unattended jobs (`gate.rules.verdict_of`), with the open groups."""
+    verdict, open_groups = data.get("verdict"), data.get("open_groups") or []
+    if not data.get("accepted") or not verdict:
+        return ""
+    still = f"; still open: {'; '.join(open_groups)}" if open_groups else "; no harm group left open"
+    what = ("merge: an unattended night may merge it" if verdict == "merge"
+            else "propose: for a reviewer; an unattended night does not merge it")
+    return f"{what}{still}"
 
 
 def _row(bucket: dict[str, Any]) -> Row:

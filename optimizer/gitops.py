@@ -179,6 +179,20 @@ def file_at(repo, tree: str, path: str) -> bytes | None:
     return item.data_stream.read()
 
 
+def tree_with(repo, commit: str, path: str, text: str) -> str:
+    """The tree of `commit` with the file at `path` holding `text` (its mode kept), written into
+    `repo` through a throw-away index: no work tree or checkout is touched."""
+    mode = repo.git.ls_tree(commit, "--", path).split(" ", 1)[0] or "100644"
+    with tempfile.TemporaryDirectory(prefix="optimizer-index-") as folder:
+        content = Path(folder) / "content"
+        content.write_bytes(text.encode("utf-8"))
+        blob = repo.git.hash_object("-w", "--no-filters", str(content))
+        env = {"GIT_INDEX_FILE": str(Path(folder) / "index")}
+        repo.git.read_tree(commit, env=env)
+        repo.git.update_index("--cacheinfo", f"{mode},{blob},{path}", env=env)
+        return repo.git.write_tree(env=env)
+
+
 def commit_change(repo, branch: str, base_commit: str, tree: str, message: str) -> str:
     """Point `branch` at one new commit of `tree` on top of `base_commit`, whatever the branch held
     before (a proposer's own commits, or this commit with an earlier message)."""

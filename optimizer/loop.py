@@ -55,6 +55,7 @@ from optimizer.search import (PROMOTE, SCREEN_INDEX, ScreeningAdapter, SearchPro
 from optimizer.spending import decision_alpha
 from optimizer.suites import load_suites, with_regression_suites
 from optimizer.types import Suite, Trial
+from optimizer.watch import WatchNight, run_watch
 
 __all__ = ["IterationResult", "Log", "LoopContext", "ProposalRecord", "run_iteration"]
 
@@ -66,12 +67,15 @@ def _rel(repo, project_root: Path, prompt_file: str) -> str:
 def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, base_ref: str | None = None,
                   dry_run: bool = False, agent: str | None = None,
                   iteration_id: str | None = None, search_dir: Path | None = None,
-                  night_decisions: int | None = None, night: NightScope | None = None) -> IterationResult:
+                  night_decisions: int | None = None, night: NightScope | None = None,
+                  watch: WatchNight | None = None) -> IterationResult:
     """One iteration. `search_dir` holds the search pools (default `<state_dir>/search`): a pool
     is found again there by its agent, base prompt and targets, and continued. Inside a night,
     `night_decisions` is how many candidates the night gated before this iteration: the gate
     then tests each candidate at its share of `night_alpha` (`optimizer.spending`), and `night`
-    is what of the night's record the store watch covers besides the trials (`StoreWatch`)."""
+    is what of the night's record the store watch covers besides the trials (`StoreWatch`).
+    With `watch`, the iteration runs the night's watch of merged patches instead
+    (`optimizer.watch.run_watch`) and ends `watched`."""
     check_search_budget(ctx.settings)
     settings = ctx.settings.loop
     root = ctx.project_root
@@ -104,8 +108,8 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     run_dir = state_dir / "runs" / iteration_id
     run_dir.mkdir(parents=True, exist_ok=True)
     result = IterationResult(iteration_id=iteration_id, status="running", base=base, run_dir=run_dir)
-    ctx.store.iterations.start(iteration_id, kind="run", base_ref=base.ref, base_commit=base.commit,
-                               settings=dict(settings.runner.record))
+    ctx.store.iterations.start(iteration_id, kind="watch" if watch else "run", base_ref=base.ref,
+                               base_commit=base.commit, settings=dict(settings.runner.record))
     try:
         with tempfile.TemporaryDirectory(prefix="optimizer-base-") as folder:
             base_root = export_prompts(repo, base.commit, prompt_files, Path(folder))
@@ -113,7 +117,13 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
             iteration.search_dir = search_dir or state_dir / "search"
             iteration.night_decisions = night_decisions
             iteration.night = night
-            iteration.run(dry_run=dry_run, agent=agent)
+            if watch is None:
+                iteration.run(dry_run=dry_run, agent=agent)
+            else:
+                run_watch(watch, repo=repo, tip=base.commit, planned=planned, prompt_paths=prompt_paths,
+                          screen=iteration.stage.screen, policy=settings.gate_policy, log=ctx.log)
+                result.status = "watched"
+                ctx.store.iterations.finish(iteration_id, "watched", iteration_summary(result))
     except (CheckoutChanged, StoreChanged):  # already recorded as stopped
         raise
     except BaseException as exc:

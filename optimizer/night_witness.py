@@ -56,7 +56,8 @@ def check_witness(store, state_dir: Path, record: dict[str, Any], log) -> None:
     scope = NightScope.from_dict(witness["scope"])
     changed = night_changes(witness["digest"], night_digest(store, scope, whole_record=False))
     state = record.get("state") or {}
-    ended = {*(state.get("interrupted") or []), *(row.get("iteration_id") for row in state.get("iterations") or [])}
+    ended = {*(state.get("interrupted") or []), *(row.get("iteration_id") for row in state.get("iterations") or []),
+             *([state["watch_iteration"]] if state.get("watch") is not None and state.get("watch_iteration") else [])}
     if set(scope.finished) - ended:  # a save only adds iterations: one missing was taken out
         changed.append("list of the iterations it ended")
     if not changed:

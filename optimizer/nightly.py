@@ -52,6 +52,7 @@ from optimizer.night_witness import check_witness, write_witness
 from optimizer.store.digest import night_scope
 from optimizer.store.iterations import VERDICTS
 from optimizer.suites import load_suite, project_suites
+from optimizer.watch import Watched, WatchNight, patches_in, revert_message, without_patch
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,11 @@ class NightlyResult:
     interrupted: list[str] = field(default_factory=list)
     """Iterations a kill ended before they finished: run again, but the candidates they had put
     to the gate spent their share of `night_alpha` all the same (`decisions`)."""
+    watch: list[dict[str, Any]] | None = None
+    """The watch of merged patches after this night's (`optimizer.watch.Watched`); None until it ran."""
+    watch_iteration: str | None = None
+    reverts: list[str] = field(default_factory=list)
+    """Commits the watch added to the branch, each reverting a patch shown harmful."""
 
     @property
     def accepted(self) -> list[dict[str, Any]]:
@@ -98,14 +104,16 @@ class NightlyResult:
                 "stop_reason": self.stop_reason, "merged": self.merged, "iterations": self.iterations,
                 "accepted": len(self.accepted), "spent_usd": self.spent_usd, "spent_tokens": self.spent_tokens,
                 "started_epoch": self.started_epoch, "current": self.current, "suites": self.suites,
-                "merge": self.merge, "resumed": self.resumed, "interrupted": self.interrupted}
+                "merge": self.merge, "resumed": self.resumed, "interrupted": self.interrupted, "watch": self.watch,
+                "watch_iteration": self.watch_iteration, "reverts": self.reverts}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> "NightlyResult":
         state = record.get("state") or {}
         fields = {name: state[name] for name in ("status", "stop_reason", "iterations", "merged", "spent_usd",
                                                   "spent_tokens", "started_epoch", "current", "suites", "merge",
-                                                  "resumed", "interrupted") if name in state}
+                                                  "resumed", "interrupted", "watch", "watch_iteration", "reverts")
+                  if name in state}
         return cls(nightly_id=record["nightly_id"], branch=record["branch"], base_ref=record["base_ref"],
                    base_commit=record["base_commit"], tip_commit=record["tip_commit"], **fields)
 
@@ -207,6 +215,7 @@ def _work(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimits, 
             _reconcile(ctx, repo, result)
         _save(ctx, result, ledger)
         with charging(ledger):
+            _watch(ctx, repo, result, names, agents, ledger)
             _iterate(ctx, repo, result, limits, names, agents, ledger)
     except BaseException as exc:
         if isinstance(exc, Exception):  # a kill or Ctrl-C leaves the night resumable as it is
@@ -283,11 +292,41 @@ def _reconcile(ctx: LoopContext, repo, result: NightlyResult) -> None:
         result.current = None
         return
     row, accepted = _row(ctx.store, current["number"], iteration_id, status, current.get("agent"))
-    if accepted:
-        _advance(repo, result, accepted["commit_sha"], accepted["branch"])
+    _settle(ctx, repo, result, row, accepted)
     result.iterations.append(row)
     result.current = None
     ctx.log(f"iteration {current['number']} had finished ({status}) before the interruption")
+
+
+def _settle(ctx: LoopContext, repo, result: NightlyResult, row: dict[str, Any], accepted: dict | None) -> bool:
+    """Act on a finished iteration's accepted proposal: stack it on the nightly branch (True), or,
+    in a merging night, when the gate's verdict is `propose` (some harm group still open and
+    leaning toward a drop, `gate.rules.verdict_of`), keep it on its own branch for a reviewer with
+    its pull-request body, and leave the nightly branch where it was (the row's status becomes
+    `proposed`). Safe to repeat (a resumed night settles the iteration it was killed after)."""
+    if not accepted:
+        return False
+    if result.merge and row.get("verdict") == "propose":
+        row["status"], row["review_branch"] = "proposed", accepted["branch"]
+        row["review_body"] = _review_body(ctx, accepted)
+        ctx.log(f"proposed for review, not merged: {accepted['branch']} ({row['reason']}); pull-request body in "
+                f"{row['review_body']}")
+        return False
+    _advance(repo, result, accepted["commit_sha"], accepted["branch"])
+    return True
+
+
+def _review_body(ctx: LoopContext, proposal: dict) -> str:
+    """Write the proposal's markdown review (`optimizer review --format markdown`) under the
+    state folder; its path, relative to the project when the state folder is inside it."""
+    from optimizer.review import review
+    from optimizer.review_markdown import render_markdown
+
+    path = _state_dir(ctx) / "review" / f"{proposal['iteration_id']}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_markdown(review(ctx.settings, ctx.project_root, proposal["branch"], store=ctx.store)),
+                    encoding="utf-8")
+    return str(path.relative_to(ctx.project_root) if path.is_relative_to(ctx.project_root) else path)
 
 
 def _advance(repo, result: NightlyResult, commit: str, proposal_branch: str) -> None:
@@ -303,7 +342,7 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
              agents: list[str], ledger: Ledger) -> None:
     rejections = 0
     for row in reversed(result.iterations):
-        if row["status"] not in ("rejected",):
+        if row["status"] not in ("rejected", "proposed"):
             break
         rejections += 1
     resting: set[str] = set()
@@ -347,11 +386,14 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
             ctx.log(f"stopping: {exc}")
             return
         row, accepted = _row(ctx.store, number, iteration.iteration_id, iteration.status, agent)
-        if accepted:
-            _advance(repo, result, accepted["commit_sha"], accepted["branch"])
+        if _settle(ctx, repo, result, row, accepted):
             rejections = 0
             resting.clear()
             ctx.log(f"nightly iteration {number}: accepted, {result.branch} now at {accepted['commit_sha'][:12]}")
+        elif row["status"] == "proposed":
+            rejections += 1
+            ctx.log(f"nightly iteration {number}: proposed for review, not merged ({rejections} in a row without "
+                    f"a merge)")
         elif iteration.status == "nothing_to_fix":
             resting.update([agent] if agent else agents)
         else:
@@ -363,8 +405,64 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
 
 
 def _finished(result: NightlyResult) -> list[str]:
-    """The night's iterations that ended, interrupted ones included."""
-    return [*result.interrupted, *(row["iteration_id"] for row in result.iterations if row.get("iteration_id"))]
+    """The night's iterations that ended, interrupted ones and the watch's included."""
+    watch = [result.watch_iteration] if result.watch is not None and result.watch_iteration else []
+    return [*watch, *result.interrupted, *(row["iteration_id"] for row in result.iterations if row.get("iteration_id"))]
+
+
+def _watch(ctx: LoopContext, repo, result: NightlyResult, names: list[str], agents: list[str],
+           ledger: Ledger) -> None:
+    """A merging night's watch of the patches merged before it (`optimizer.watch`), before its
+    iterations: the state goes on from the newest earlier night of this base branch that ran one,
+    and a patch shown harmful is reverted by a commit on the night's branch. Once per night (a
+    resumed night whose watch ended does not run it again)."""
+    settings = ctx.settings
+    if not result.merge or not settings.watch_rounds or result.watch is not None:
+        return
+    earlier = [row for row in ctx.store.nightlies.rows() if row["nightly_id"] != result.nightly_id
+               and row.get("base_ref") == result.base_ref and (row.get("state") or {}).get("watch") is not None]
+    known = {item["commit"]: Watched.from_dict(item) for item in (earlier[-1]["state"]["watch"] if earlier else [])}
+    paths = {agent: _rel_prompt(repo, ctx, agent) for agent in agents}
+    entries = [known.get(patch.commit, patch) for patch in patches_in(repo, result.tip_commit, paths)]
+    watching = [entry for entry in entries if entry.status == "watching"]
+    if result.watch_iteration:  # a killed process's watch: its pairs run again, at the same indexes
+        ctx.store.iterations.finish(result.watch_iteration, "interrupted")
+        result.interrupted.append(result.watch_iteration)
+    if watching:
+        result.watch_iteration = new_run_id()
+        _save(ctx, result, ledger)
+        ctx.log(f"watch: {len(watching)} merged patch(es) compared with the prompt without them")
+        run_iteration(ctx, suite_names=names, base_ref=result.branch, iteration_id=result.watch_iteration,
+                      night=night_scope(ctx.store, result.nightly_id, _finished(result), result.watch_iteration),
+                      watch=WatchNight(watching, settings.watch_rounds, settings.watch_nights))
+    for entry in watching:
+        if entry.status == "revert":
+            _revert(ctx, repo, result, entry, paths[entry.agent])
+    result.watch = [entry.as_dict() for entry in entries if entry.status in ("watching", "cleared", "ended",
+                                                                            "reverted", "revert")]
+    _save(ctx, result, ledger)
+
+
+def _revert(ctx: LoopContext, repo, result: NightlyResult, entry: Watched, path: str) -> None:
+    """Take a patch shown harmful out of the prompt at the branch's tip, by a commit that carries
+    the evidence; left in place (and said) when it no longer comes out cleanly."""
+    text = without_patch(repo, result.tip_commit, entry.commit, path)
+    if text is None:
+        entry.status, entry.reason = "ended", f"shown harmful, but no longer comes out cleanly: {entry.reason}"
+        ctx.log(f"watch: cannot revert {entry.commit[:12]}: {entry.reason}")
+        return
+    tree = gitops.tree_with(repo, result.tip_commit, path, text)
+    commit = gitops.commit_change(repo, result.branch, result.tip_commit, tree,
+                                  revert_message(entry, result.nightly_id))
+    result.tip_commit = commit
+    result.reverts.append(commit)
+    entry.status = "reverted"
+    ctx.log(f"watch: reverted {entry.headline} ({entry.commit[:12]}) by {commit[:12]}: {entry.reason}")
+
+
+def _rel_prompt(repo, ctx: LoopContext, agent: str) -> str:
+    """The agent's prompt file, relative to the repository."""
+    return gitops.relative(repo, ctx.project_root / get_agent(agent).prompt_file)
 
 
 def decisions(store, result: NightlyResult) -> int:
@@ -385,20 +483,22 @@ def _row(store, number: int, iteration_id: str, status: str, agent: str | None) 
            "agent": record.get("agent") or agent, "targets": record.get("targets") or [],
            "commit": accepted["commit_sha"] if accepted else None,
            "gate": (accepted.get("decision") or {}).get("mode") if accepted else None,
+           "verdict": (accepted.get("decision") or {}).get("verdict") or "merge" if accepted else None,
            "reason": accepted["reason"] if accepted else "; ".join(p["reason"] for p in proposals),
            "rollouts": (record.get("summary") or {}).get("rollouts")}
     return row, accepted
 
 
 def _merge(repo, result: NightlyResult, ctx: LoopContext) -> None:
-    if not result.accepted:
-        ctx.log("nothing to merge: no patch was accepted")
+    if not result.accepted and not result.reverts:
+        ctx.log("nothing to merge: no patch was accepted or reverted")
         return
-    if any(row["gate"] != "strict" for row in result.accepted):
+    if any(row["gate"] != "strict" or row.get("verdict") == "propose" for row in result.accepted):
         ctx.log("not merging: a commit on the branch did not pass the strict gate")
         return
     gitops.merge_branch(repo, result.branch,
-                        f"Merge {result.branch} (optimizer nightly, {len(result.accepted)} accepted patch(es))",
+                        f"Merge {result.branch} (optimizer nightly, {len(result.accepted)} accepted patch(es)"
+                        f"{f', {len(result.reverts)} revert(s)' if result.reverts else ''})",
                         fix="commit or stash your changes to the prompt files, then merge the branch by hand")
     result.merged = True
     ctx.log(f"merged {result.branch} into {result.base_ref}")

@@ -63,12 +63,12 @@ def find_proposal(store, branch: str | None) -> dict:
     return proposals[-1]
 
 
-def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = False) -> Review:
+def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = False, store=None) -> Review:
     """The proposal's record (default: the latest accepted one); with `merge`, merged into its base
-    branch (which must be checked out)."""
+    branch (which must be checked out). `store`: the one open already (else the settings')."""
     from optimizer.store import open_store
 
-    store = open_store(settings, root)
+    store = store or open_store(settings, root)
     proposal = find_proposal(store, branch)
     iteration = next(i for i in store.iterations.rows() if i["iteration_id"] == proposal["iteration_id"])
     repo = gitops.open_repo(root)

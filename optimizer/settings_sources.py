@@ -25,9 +25,10 @@ SETTING_NAMES = frozenset({
     "max_bucket_drop", "max_bucket_pairs", "max_changed_lines", "max_rollouts", "max_target_pairs",
     "min_bucket_pairs", "mock_patcher_script", "mock_patcher_skill", "model_prices", "models_file",
     "name_weighting", "night_alpha", "patch_format", "patcher_model", "patcher_temperature", "proposer",
-    "proposer_command", "proposer_env", "proposer_timeout", "refuse_beyond_margin", "refuse_unsafe",
+    "proposer_command", "proposer_env", "proposer_timeout", "propose_open", "refuse_beyond_margin", "refuse_unsafe",
     "request_token_budget", "retry_attempts", "retry_base_delay", "search_rollouts", "seed", "sim_noise",
-    "state_dir", "suites", "target_buckets", "target_order", "temperature", "trials", "workspace_dir",
+    "state_dir", "suites", "target_buckets", "target_order", "temperature", "trials", "watch_nights",
+    "watch_rounds", "workspace_dir",
 })
 """The names of `Settings`' fields (a test holds the two equal): what the environment may set."""
 NOT_SETTINGS = {

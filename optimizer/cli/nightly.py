@@ -109,8 +109,13 @@ def _report(ctx, result, json_path: Optional[Path]) -> None:
                   f"{ctx.settings.night_alpha})", highlight=False, soft_wrap=True)
     for row in result.iterations:
         console.print(f"  {row['number']:>2}. {row['status']:<16} {', '.join(row.get('targets') or []) or '-'}"
-                      f"{'  ' + row['commit'][:12] if row.get('commit') else ''}", highlight=False, markup=False)
-    if result.accepted:
+                      f"{'  ' + row['commit'][:12] if row.get('commit') else ''}"
+                      f"{'  on ' + row['review_branch'] + ', body ' + row['review_body'] if row.get('review_branch') else ''}",
+                      highlight=False, markup=False)
+    for item in result.watch or []:
+        console.print(f"  watch: {item['status']:<9} {item['headline']} ({item['commit'][:12]}), {item['nights']} "
+                      f"night(s){': ' + item['reason'] if item['reason'] else ''}", highlight=False, markup=False)
+    if result.accepted or result.reverts:
         console.print(f"review it: git log -p {result.base_commit[:12]}..{result.branch}", highlight=False)
 
 

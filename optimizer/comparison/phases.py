@@ -227,9 +227,12 @@ class HarmPhase:
                                              - sum(state.table.count(k) for k in keys))]
 
     def _leaning(self, states: list) -> tuple[str, list[tuple[str, str]]] | None:
-        """The open group whose mean fell most (a fallen named bucket first), or None when none is open."""
+        """The open group whose mean score or pass rate fell most (a fallen named bucket first),
+        or None when none is open. The pass rate counts as much as the score: a wrong-template
+        card keeps most of its credit, so a bucket whose pass rate collapses can lose little mean
+        score, and ordered by the score alone its pairs would go to a group that merely wobbles."""
         table, policy = self.state.table, self.state.policy
-        leaning = [((named and stats.change < 0, -stats.change), name, keys)
+        leaning = [((named and stats.fell > 0, stats.fell, -stats.change), name, keys)
                    for name, keys, _, named, stats in states
                    if suspicious(stats, policy.clear_after)
                    and sum(table.count(k) for k in keys) < policy.max_bucket_pairs]

@@ -36,8 +36,9 @@ def harm_rows(table: PairTable, groups: Groups, policy: GatePolicy) -> list[tupl
             row.verdict = "harmed"
         elif policy.refuse_beyond_margin and beyond_margin(row, policy):
             row.verdict = "beyond margin"
-        elif suspicious(stats, policy.clear_after) and not row.mde <= policy.max_bucket_drop:
-            row.verdict = "not shown safe"
+        elif suspicious(stats, policy.clear_after) and (not row.mde <= policy.max_bucket_drop
+                                                         or stats.fell > policy.max_bucket_drop):
+            row.verdict = "not shown safe"  # open, and a drop beyond the margin could hide (or was seen)
         else:
             row.verdict = "no harm found"
         out.append((keys, row))

@@ -42,6 +42,13 @@ class GatePolicy:
     worded to name another bucket moved half of `alpha_harm` and the pairs to an innocent one
     (docs/gate.md); kept for `benchmarks/gate_power.py --arms weighted`."""
 
+    propose_open: str = "leaning"
+    """Which harm groups still open at an accept make it a *proposal* (kept for a reviewer,
+    never merged by an unattended job) instead of a *merge*: `leaning`, an open group whose mean
+    score or pass rate fell by more than `max_bucket_drop` with its own harm test below
+    `alpha_harm` before the Bonferroni (or that has no pair scored on both sides), or `any` open
+    group (`rules.verdict_of`)."""
+
     def budget(self, targets: int) -> int:
         """Trials a proposal with this many targeted buckets may run: `max_rollouts`, plus
         `extra_target_rollouts` for each target after the first (each needs improvement pairs of

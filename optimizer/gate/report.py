@@ -32,6 +32,13 @@ class BucketChange:
     """The drop the harm test detects with 80% probability at these pairs (NaN under 2 rounds)."""
     kind: str = "bucket"
     """bucket | holdout | overall | regression (overall is descriptive: not tested)"""
+    pass_change: float = 0.0
+    """The change of the pass rate (`GroupStats.pass_change`)."""
+
+    @property
+    def fell(self) -> float:
+        """The larger of the drops seen in mean score and pass rate (0 when neither fell)."""
+        return max(0.0, -self.change, -self.pass_change)
 
     def as_dict(self) -> dict[str, Any]:
         return {key: (None if isinstance(value, float) and math.isnan(value) else value)
@@ -62,6 +69,12 @@ class Decision:
     """The pair budget (`max_rollouts`) ended the comparison before every test was settled."""
     non_voting: list[str] = field(default_factory=list)
     """Graders left out of the values: LLM judges not calibrated on the judge model in use."""
+    verdict: str = ""
+    """For an accepted candidate, what an unattended job may do with it: `merge`, or `propose`
+    (keep it for a reviewer: some harm group is still open and leaning toward a drop, see
+    `rules.verdict_of`); empty when rejected."""
+    open_groups: list[str] = field(default_factory=list)
+    """The harm groups still open (*not shown safe*) at the decision, with their changes."""
 
     @property
     def reasons(self) -> list[str]:
@@ -79,7 +92,8 @@ class Decision:
                 "rules": [rule.__dict__ for rule in self.rules],
                 "buckets": [bucket.as_dict() for bucket in self.buckets],
                 "overall": self.overall, "holdout": self.holdout, "excluded_pairs": self.excluded_pairs,
-                "rollouts": self.rollouts, "capped": self.capped, "non_voting": self.non_voting}
+                "rollouts": self.rollouts, "capped": self.capped, "non_voting": self.non_voting,
+                "verdict": self.verdict, "open_groups": self.open_groups}
 
 
 def bucket_row(suite: str, bucket: str, stats: GroupStats, *, kind: str = "bucket",
@@ -88,5 +102,5 @@ def bucket_row(suite: str, bucket: str, stats: GroupStats, *, kind: str = "bucke
         math.nan, math.nan, math.nan)
     return BucketChange(suite, bucket, stats.tasks, stats.pairs, stats.before, stats.after, stats.change,
                         stats.p_improve, min(1.0, 1.0 / stats.harm_evalue), targeted, ci_low=low, ci_high=high,
-                        kind=kind, verdict="unjudged" if stats.unjudged else "")
+                        kind=kind, verdict="unjudged" if stats.unjudged else "", pass_change=stats.pass_change)
 

@@ -50,9 +50,29 @@ def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: Gate
             rules.append(_no_harm([row for _, row in harmed], harm_thresholds(groups, policy), policy, named_groups))
     if stage != "targeted":
         rules.append(_errored_rule(unscored, policy))
-    return Decision(accepted=all(rule.passed for rule in rules), mode=policy.mode, stage=stage, rules=rules,
+    accepted = all(rule.passed for rule in rules)
+    open_rows = [row for _, row in harmed if row.verdict == "not shown safe"]
+    return Decision(accepted=accepted, mode=policy.mode, stage=stage, rules=rules,
                     buckets=rows, overall=_summary(extra.get("overall")), holdout=_summary(extra.get("holdout")),
-                    excluded_pairs=unscored.excluded, rollouts=rollouts, capped=capped, non_voting=sorted(table.non_voting))
+                    excluded_pairs=unscored.excluded, rollouts=rollouts, capped=capped, non_voting=sorted(table.non_voting),
+                    verdict=verdict_of(open_rows, policy) if accepted else "",
+                    open_groups=[f"{_label(row)} ({_unsure(row)})" for row in open_rows])
+
+
+def verdict_of(open_rows: list[BucketChange], policy: GatePolicy) -> str:
+    """What an unattended job may do with an accepted candidate. `propose` (a reviewer decides)
+    when some open group *leans* toward harm: its mean score or pass rate fell by more than
+    `max_bucket_drop` and its own harm test, before the Bonferroni over the groups, is below
+    `alpha_harm` (p_harm, the inverse of its e-value); or it has no pair scored on both sides; or
+    (`propose_open = any`) any group is open; and every lenient accept. `merge` otherwise: the
+    open groups' drops are within what noise gives them, and the nightly's watch goes on testing
+    every group of a merged patch on later nights (`optimizer.watch`)."""
+    if policy.mode != "strict":
+        return "propose"
+    leaning = [row for row in open_rows
+               if policy.propose_open == "any" or row.pairs == 0
+               or (row.fell > policy.max_bucket_drop and row.p_harm <= policy.alpha_harm)]
+    return "propose" if leaning else "merge"
 
 
 def _summary(row: BucketChange | None) -> dict[str, Any]:
@@ -121,7 +141,8 @@ def _no_harm(rows: list[BucketChange], thresholds: list[float], policy: GatePoli
 def _unsure(row: BucketChange) -> str:
     if row.pairs == 0:
         return "no pair with both sides scored"
-    return f"{row.change:+.2f}, detectable drop {row.mde:.2f}, {row.pairs} pairs"
+    return (f"{row.change:+.2f}, pass rate {row.pass_change:+.2f}, detectable drop {row.mde:.2f}, "
+            f"{row.pairs} pairs")
 
 
 def unscored_p(unscored: Unscored) -> float:

@@ -37,6 +37,14 @@ class GroupStats:
     flips: list[float] | None = None
     """Per usable pair, in the same order: +1 when only the candidate's trial passed, -1 when
     only the base prompt's did, else 0 (None: not known, the harm test bets on `diffs` alone)."""
+    pass_change: float = 0.0
+    """The change of the pass rate, task-weighted like `change`: partial credit can keep a
+    bucket's mean score nearly level while its pass rate collapses."""
+
+    @property
+    def fell(self) -> float:
+        """The larger of the two drops seen, mean score or pass rate (0 when neither fell)."""
+        return max(0.0, -self.change, -self.pass_change)
 
     @property
     def p_improve(self) -> float:
@@ -98,5 +106,7 @@ def group_stats(table: PairTable, keys: list[tuple[str, str]]) -> GroupStats:
     rounds = [sum(usable[k][r].diff for k in scored) / len(scored) for r in range(depth)]
     ordered = sorted((p for k in scored for p in usable[k]), key=lambda p: p.order)
     flips = [float(p.after_passed) - float(p.before_passed) for p in ordered]
+    pass_change = sum(sum(float(p.after_passed) - float(p.before_passed) for p in usable[k]) / len(usable[k])
+                      for k in scored) / len(scored)
     return GroupStats(len(scored), sum(len(usable[k]) for k in scored), before, after, after - before, rounds,
-                      [pair.diff for pair in ordered], unjudged=False, flips=flips)
+                      [pair.diff for pair in ordered], unjudged=False, flips=flips, pass_change=pass_change)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.optimizer.test_lock import HOLD
-from tests.helpers import (DATA_LINE, FACT_RULE, LINK_HARM, after_data_line, git, optimizer_branches, script,
+from tests.helpers import (DATA_LINE, FACT_RULE, LINK_HARM, PROMPT, after_data_line, git, optimizer_branches, script,
                            snapshot)
 
 PERSON_RULE = "- Use person when the note is mainly about remembering someone the user met and details about them."
@@ -57,7 +57,9 @@ def test_good_proposals_stack_on_the_nightly_branch_in_order(cli, repo, isolated
     first = git(repo, "show", oldest[0], "--", "agents/prompts/card_agent.md")
     second = git(repo, "show", newest[0], "--", "agents/prompts/card_agent.md")
     assert "+" + FACT_RULE in first and LINK_HARM not in first
-    assert "+" + PERSON_RULE in second and LINK_HARM not in second and "+" + FACT_RULE not in second
+    # the third answer's person rule does nothing for its target, template_metric: dropped before the gate
+    assert "+" + METRIC_RULE in second and "+" + PERSON_RULE not in second and LINK_HARM not in second
+    assert "+" + FACT_RULE not in second
     assert "fact_preservation" in oldest[1]
     assert git(repo, "diff", "--name-only", f"{base}..{summary['branch']}").split() == ["agents/prompts/card_agent.md"]
     # one branch is left: the night's; the proposal branches are gone, the checkout untouched
@@ -351,3 +353,28 @@ def test_a_usd_budget_needs_a_price_for_every_model_it_limits():
     _check_budget_can_bind(unknown, NightlyLimits(budget=Budget(tokens=1000)))  # a token budget binds anyway
     in_process = priced.model_copy(update={"agent_model": "mock/oracle@50ms", "judge_model": "local/qwen2.5-coder-1.5b"})
     _check_budget_can_bind(in_process, limits)  # answered here or embedded: free, whatever litellm's map says
+
+
+def test_a_proposal_is_kept_for_review_with_its_body_and_never_merged(cli, repo, isolated, tmp_path, monkeypatch):
+    """The patch lifts its target and breaks template_link, on too few pairs to show it harmed:
+    accepted with harm groups still open, so with `propose_open = any` its verdict is `propose`,
+    and a merging night keeps it on its own branch with a pull-request body and merges nothing
+    (when an open group leans toward harm: tests/optimizer/gate/test_gate.py)."""
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE, LINK_HARM))
+    for name, value in {"ABLATION_TRIALS": "0", "MIN_BUCKET_PAIRS": "2", "MAX_BUCKET_PAIRS": "2",
+                        "PROPOSE_OPEN": "any", "WATCH_ROUNDS": "0", "REFUSE_BEYOND_MARGIN": "false"}.items():
+        monkeypatch.setenv(f"OPTIMIZER_{name}", value)
+    git(repo, "stash", "-u")  # a clean checkout, as a merge needs
+    main = git(repo, "rev-parse", "main")
+    code, summary, output = nightly(cli, tmp_path, "--max-iterations", "1", "--merge")
+    assert code == 0, output
+    (row,) = summary["iterations"]
+    assert (row["status"], row["verdict"]) == ("proposed", "propose"), output
+    assert summary["merged"] is False and summary["accepted"] == 0
+    assert git(repo, "rev-parse", "main") == main and git(repo, "rev-parse", summary["branch"]) == main
+    assert LINK_HARM not in (repo / PROMPT).read_text()
+    assert LINK_HARM in git(repo, "show", f"{row['review_branch']}:{PROMPT}")
+    body = (repo / row["review_body"]).read_text()
+    assert body.startswith(f"## Prompt patch `{row['review_branch']}`")
+    assert "propose: for a reviewer" in body and "still open:" in body, body
+    assert "proposed for review, not merged" in output and row["review_branch"] in output

@@ -93,7 +93,7 @@ def test_a_night_killed_in_its_baseline_resumes_with_every_setting_it_started_wi
     says otherwise), the night ends as the uninterrupted one: the same branch and commits, and
     not one trial more."""
     killed, state, reference_state, reference = _uninterrupted_night(repo, tmp_path)
-    assert reference["branch"] == "optimizer/nightly-2026-11-24" and reference["merged"], reference
+    assert reference["branch"] == "optimizer/nightly-2026-11-24" and reference["merged"], json.dumps(reference)
     assert reference["statuses"][0] == "accepted" and len(reference["statuses"]) == 2, reference
 
     baseline = _first_baseline(reference_state)

@@ -449,6 +449,21 @@ class FixedSides(ScriptedSides):
                 for item in planned]
 
 
+class ScoredSides(ScriptedSides):
+    """Each trial's score per side by (task, index); the candidate's defaults to the base's, the
+    base's to 1.0 (a trial passes at 1.0 only)."""
+
+    def __init__(self, base: dict[tuple[str, int], float], candidate: dict[tuple[str, int], float]):
+        super().__init__({}, {})
+        self.scores = {"base": base, "candidate": candidate}
+
+    def _draw(self, side: str, planned: list[PlannedTrial]) -> list[Trial]:
+        self.count += len(planned)
+        key = lambda item: (item.task.id, item.index)  # noqa: E731
+        return [trial(item.task.id, item.index, self.scores[side].get(key(item), self.scores["base"].get(key(item), 1.0)))
+                for item in planned]
+
+
 def test_the_harm_group_that_fell_most_gets_the_next_pairs():
     # after the floor (8 pairs each): c fell 0.50 (five drops, one rise), b 0.375 (three drops);
     # b's bets on a drop hold more wealth (4.4 against 4.0), but c fell more, so c is checked first
@@ -586,3 +601,51 @@ def test_a_harm_worded_to_name_another_bucket_is_caught_as_one_naming_nothing():
         outcomes[bool(named)] = accepted
     assert outcomes[True] == outcomes[False]  # the wording moves neither level nor pairs
     assert sum(outcomes[True]) <= 7
+
+
+# ---------------------------------------------------------------- merge or propose
+def test_an_open_group_whose_pass_rate_fell_makes_an_accept_a_proposal_though_its_mean_held():
+    # b: six of twelve passes lost with 0.9 credit kept, six failures gained 0.05: the mean score
+    # barely moves and b's own harm test is at p = 0.099, short of the four groups' threshold
+    # (p = 0.025), but the pass rate fell by half
+    others = {"c1": [(1, 1)] * 8, "d1": [(0.5, 0.5)] * 8}
+    decision = decide(table_of({"a1": [(0, 1)] * 10, "b1": [(1.0, 0.9), (0.2, 0.25)] * 6, **others}),
+                      targets={("s", "a")})
+    b = next(row for row in decision.buckets if row.bucket == "b")
+    assert decision.accepted and b.verdict == "not shown safe", decision.reasons
+    assert -0.05 < b.change < 0 and b.pass_change == pytest.approx(-0.5) and 0.025 < b.p_harm < 0.10
+    assert decision.verdict == "propose"
+    assert any(group.startswith("s/b (") and "pass rate -0.50" in group for group in decision.open_groups)
+    assert decision.as_dict()["verdict"] == "propose"
+    # the same fall on fewer pairs (p = 0.26): within what noise gives, merged (and watched)
+    fewer = decide(table_of({"a1": [(0, 1)] * 10, "b1": [(1.0, 0.9), (0.2, 0.25)] * 3, **others}),
+                   targets={("s", "a")})
+    assert fewer.accepted and fewer.verdict == "merge" and fewer.open_groups
+
+
+def test_an_open_group_that_held_level_is_merged_unless_every_open_group_is_to_be_proposed():
+    # b moved both ways and held its mean and pass rate: open (too few pairs), not leaning
+    table = table_of({"a1": [(0, 1)] * 10, "b1": [(1, 0), (0, 1), (1, 0), (0, 1)], "c1": [(1, 1)] * 8})
+    decision = decide(table, targets={("s", "a")})
+    b = next(row for row in decision.buckets if row.bucket == "b")
+    assert decision.accepted and b.verdict == "not shown safe" and b.fell == 0, decision.reasons
+    assert decision.verdict == "merge"
+    assert decide(table, targets={("s", "a")}, policy=GatePolicy(propose_open="any")).verdict == "propose"
+    assert decide(table, targets={("s", "a")}, policy=GatePolicy(mode="lenient")).verdict == "propose"
+    rejected = decide(table_of({"a1": [(0, 0)] * 10, "b1": [(1, 1)] * 8}), targets={("s", "a")})
+    assert not rejected.accepted and rejected.verdict == ""
+
+
+def test_a_group_whose_pass_rate_fell_most_gets_the_next_harm_pairs_though_its_mean_fell_less():
+    planned = planned_items({"a": 1, "b": 1, "c": 1, "d": 2})
+    # b: four of eight passes lost (score 1 -> 0.8: mean -0.10, pass rate -0.50); c: its mean fell
+    # 0.15 (0.5 -> 0.0 and 0.5 -> 0.7 in turn) with no pass lost
+    sides = ScoredSides(base={("a0", i): 0.0 for i in range(64)} | {("b0", i): 1.0 for i in range(64)}
+                        | {("c0", i): 0.5 for i in range(64)},
+                        candidate={("a0", i): 1.0 for i in range(64)} | {("b0", i): 0.8 for i in (0, 2, 4, 6)}
+                        | {("c0", i): 0.0 if i % 2 == 0 else 0.7 for i in range(64)})
+    baseline = sides._draw("base", planned)
+    lines: list[str] = []
+    compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent", log=lines.append)
+    checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "floor" not in line]
+    assert checks[:1] == ["b"], lines
