@@ -6,7 +6,8 @@ too small to show in them stays in the prompt for good, and nobody reads an unat
 diff. So every prompt patch the optimizer committed into the base branch's history (its commit
 message names its `Iteration:` and `Targeted buckets:`) is *watched*: on each later merging
 night, the prompt at the tip is compared with the same prompt with that patch taken out (a
-three-way merge, as `git revert` does), in fresh pairs at trial indexes of their own
+three-way merge, as `git revert` does, or block by block where that conflicts:
+`without_patch`), in fresh pairs at trial indexes of their own
 (`WATCH_INDEX` and up, never read by the gate), `watch_rounds` pairs per task of every harm
 group of the patch's agent: its other train buckets, the holdout split and all of those pooled,
 as the gate groups them (`optimizer.gate.groups_of`).
@@ -111,20 +112,37 @@ def patches_in(repo, commit: str, agents: dict[str, str]) -> list[Watched]:
 
 
 def without_patch(repo, tip: str, commit: str, path: str) -> str | None:
-    """The prompt at `tip` with `commit`'s change to it taken out (a three-way merge of the tip's
-    text with the commit's parent, against the commit's: what `git revert` does to the file);
-    None when the two no longer merge cleanly (a later patch rewrote the same lines)."""
-    texts = [repo.git.show(f"{ref}:{path}") + "\n" for ref in (tip, commit, f"{commit}^")]
+    """The prompt at `tip` with `commit`'s change to it taken out: a three-way merge of the tip's
+    text with the commit's parent, against the commit's (what `git revert` does to the file); when
+    that conflicts, as it does when a later patch added its lines right beside this one's, each
+    changed block of the commit (`ablation.parts`) is undone where its new lines still stand,
+    once, in the tip's text. None when neither works (a later patch rewrote the same lines)."""
+    tip_text, patched, parent = (repo.git.show(f"{ref}:{path}") + "\n" for ref in (tip, commit, f"{commit}^"))
     with tempfile.TemporaryDirectory(prefix="optimizer-watch-") as folder:
         files = []
-        for name, text in zip(("tip", "patched", "parent"), texts):
+        for name, text in zip(("tip", "patched", "parent"), (tip_text, patched, parent)):
             file = Path(folder) / name
             file.write_text(text, encoding="utf-8")
             files.append(str(file))
         merged = subprocess.run(["git", "merge-file", "-p", *files], capture_output=True, text=True)
-    if merged.returncode != 0:
+    text = merged.stdout if merged.returncode == 0 else _undo_blocks(tip_text, patched, parent)
+    if text is None:
         return None
-    return merged.stdout[:-1] if merged.stdout.endswith("\n") else merged.stdout
+    return text[:-1] if text.endswith("\n") else text
+
+
+def _undo_blocks(tip: str, patched: str, parent: str) -> str | None:
+    """`tip` with each changed block of parent -> patched undone where its new lines occur exactly
+    once (a block that only removed lines cannot be found again: None)."""
+    from optimizer.ablation import parts
+
+    text = tip
+    for part in parts(parent, patched):
+        new, old = "".join(part.new), "".join(part.old)
+        if not new.strip() or text.count(new) != 1:
+            return None
+        text = text.replace(new, old, 1)
+    return text
 
 
 def judge(entry: Watched, thresholds: dict[str, float], *, clear_after: int, watch_nights: int) -> None:

@@ -39,6 +39,13 @@ def test_the_optimizers_patches_are_found_and_a_patch_comes_out_of_a_later_promp
     assert patches_in(gitops.open_repo(repo), "HEAD", {"pkm_agent": "x"}) == []
     text = without_patch(gitops.open_repo(repo), "HEAD", first, PROMPT)
     assert FACT_RULE not in text and "- A later line by a person." in text and DATA_LINE in text
+    # a later patch adds its line right below this one's: the three-way merge conflicts, and the
+    # block comes out where it stands
+    prompt.write_text(prompt.read_text().replace(FACT_RULE, f"{FACT_RULE}\n- A rule of a later night."))
+    git(repo, "commit", "-q", "-am", "a later patch beside it")
+    text = without_patch(gitops.open_repo(repo), "HEAD", first, PROMPT)
+    assert FACT_RULE not in text and f"{DATA_LINE}\n- A rule of a later night." in text
+    git(repo, "reset", "-q", "--hard", "HEAD~1")
     # a revert commit naming it takes it off the watch
     tree = gitops.tree_with(gitops.open_repo(repo), git(repo, "rev-parse", "HEAD").strip(), PROMPT, text)
     assert FACT_RULE not in git(repo, "show", f"{tree}:{PROMPT}")
