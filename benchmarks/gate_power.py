@@ -39,7 +39,8 @@ used before (fixed 12 fresh pairs, a Bonferroni second look, a permutation test 
 acceptance of the `gepa` package's reflective mutation (the child's score summed over a minibatch
 of 3 train examples must beat the parent's on the same minibatch, both evaluated afresh);
 `weighted` is `new` with its harm tests weighted toward the buckets the patch names
-(`name_weighting`, off by default).
+(`name_weighting`, off by default); `merge` is `new` counting an accept only when its verdict is
+*merge* (what `nightly --merge` merges; the others are *proposed*, docs/gate.md#merge-or-propose).
 """
 
 from __future__ import annotations
@@ -166,12 +167,14 @@ class FastSides:
 
 
 # ---------------------------------------------------------------- the three arms
-def new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy, pooled=False):
+def new_gate(sim, planned, baseline, base, candidate, targets, agent, rng, policy, pooled=False, merge=False):
+    """`merge`: count an accept only when its verdict lets an unattended night merge it."""
     sides = FastSides(sim, base, candidate, rng, pooled)
     named = buckets_named(unified_diff(base, candidate, "prompt.md"), planned, agent)
     result = compare(sides, planned=planned, baseline=baseline, targets=targets, agent=agent, policy=policy,
                      named=named)
-    return result.decision.accepted, result.rollouts, result.decision.capped
+    accepted = result.decision.accepted and (not merge or result.decision.verdict == "merge")
+    return accepted, result.rollouts, result.decision.capped
 
 
 def previous_gate(sim, planned, baseline, base, candidate, targets, agent, rng):
@@ -290,7 +293,7 @@ def main() -> None:
     parser.add_argument("--lone-task-factor", type=int, default=Settings.model_fields["lone_task_factor"].default,
                         help="times the trials of a task alone in its train bucket (the loop's setting)")
     parser.add_argument("--arms", nargs="*", default=["new", "pooled", "previous", "gepa"],
-                        help="arms to run: new pooled previous gepa weighted (default: the first four)")
+                        help="arms to run: new pooled previous gepa weighted merge (default: the first four)")
     parser.add_argument("--victims", choices=["lone", "all"], default="lone",
                         help="harmful cases: contradict the smallest buckets (lone, default) or every bucket whose "
                              "true mean falls at least 0.05 (all)")
@@ -347,11 +350,11 @@ def main() -> None:
                 targets = targets_for(baseline)
                 if targets is None:
                     continue
-                for arm in ("new", "pooled", "weighted"):
+                for arm in ("new", "pooled", "weighted", "merge"):
                     if arm in tallies:
                         arm_policy = replace(policy, name_weighting=True) if arm == "weighted" else policy
                         tallies[arm].add(*new_gate(sim, planned, baseline, base, candidate, targets, agent, rng,
-                                                   arm_policy, pooled=arm == "pooled"))
+                                                   arm_policy, pooled=arm == "pooled", merge=arm == "merge"))
                 if "previous" in tallies:
                     tallies["previous"].add(*previous_gate(sim, planned, baseline, base, candidate, targets, agent,
                                                            rng))
