@@ -101,9 +101,12 @@ def bucket_p(whole: Screened, without: Screened) -> dict[str, float]:
 
 
 def removal_p(whole: Screened, without: Screened) -> float:
-    """The p-value that undoing a part lowers some targeted bucket: the smallest of `bucket_p`
-    times the number of buckets (Bonferroni), at most 1."""
-    per_bucket = bucket_p(whole, without)
+    """The p-value that undoing a part lowers some targeted bucket (`any_bucket` of `bucket_p`)."""
+    return any_bucket(bucket_p(whole, without))
+
+
+def any_bucket(per_bucket: dict[str, float]) -> float:
+    """The smallest of per-bucket p-values times the number of buckets (Bonferroni), at most 1."""
     return min(1.0, min(per_bucket.values(), default=1.0) * len(per_bucket))
 
 
@@ -173,23 +176,24 @@ def ablate(base: str, patched: str, score: Callable[[str, str], Screened],
     whole = _means(screened_whole)
     scores = {"all": statistics.mean(value[0] for value in whole.values())}
     trials = sum(count for _, _, count in whole.values())
-    per_part: list[dict[str, tuple[float, float]]] = []
-    """Per part, per targeted bucket: the p-value of its removal lowering the bucket, and the
-    larger drop of the bucket's mean score or pass rate without it."""
+    per_part: list[dict[str, float]] = []
+    """Per part, per targeted bucket: the p-value of its removal lowering the bucket (`bucket_p`)."""
+    drops: list[dict[str, float]] = []
+    """Per part, per targeted bucket: the larger drop of its mean score or pass rate without the part."""
     for number, part in enumerate(found, 1):
         screened = score(apply(base, [p for p in found if p is not part]), f"ablation: without part {number}")
         without = _means(screened)
         trials += sum(count for _, _, count in without.values())
         scores[f"without {number}"] = statistics.mean(value[0] for value in without.values())
-        per_part.append({bucket: (p, max(whole[bucket][0] - without[bucket][0], whole[bucket][1] - without[bucket][1]))
-                         for bucket, p in bucket_p(screened_whole, screened).items()})
-    p_values = {f"part {number}": min(1.0, min((p for p, _ in found_p.values()), default=1.0) * len(found_p))
-                for number, found_p in enumerate(per_part, 1)}
+        per_part.append(bucket_p(screened_whole, screened))
+        drops.append({bucket: max(whole[bucket][0] - without[bucket][0], whole[bucket][1] - without[bucket][1])
+                      for bucket in per_part[-1]})
+    p_values = {f"part {number}": any_bucket(found_p) for number, found_p in enumerate(per_part, 1)}
     chosen = {i for i in range(len(found)) if p_values[f"part {i + 1}"] <= KEEP_BELOW}
     for bucket in whole:  # each target keeps the part that helps it most: it must improve at the gate
-        if not any(per_part[i].get(bucket, (1.0, 0.0))[0] <= KEEP_BELOW for i in chosen):
-            chosen.add(min(range(len(found)), key=lambda i: (per_part[i].get(bucket, (1.0, 0.0))[0],
-                                                            -per_part[i].get(bucket, (1.0, 0.0))[1])))
+        if not any(per_part[i].get(bucket, 1.0) <= KEEP_BELOW for i in chosen):
+            chosen.add(min(range(len(found)), key=lambda i: (per_part[i].get(bucket, 1.0),
+                                                            -drops[i].get(bucket, 0.0))))
     kept = [part for i, part in enumerate(found) if i in chosen]
     dropped = [part for i, part in enumerate(found) if i not in chosen]
     if kept_file is not None:

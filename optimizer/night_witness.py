@@ -55,10 +55,8 @@ def check_witness(store, state_dir: Path, record: dict[str, Any], log) -> None:
     witness = json.loads(path.read_text(encoding="utf-8"))
     scope = NightScope.from_dict(witness["scope"])
     changed = night_changes(witness["digest"], night_digest(store, scope, whole_record=False))
-    state = record.get("state") or {}
-    ended = {*(state.get("interrupted") or []), *(row.get("iteration_id") for row in state.get("iterations") or []),
-             *([state["watch_iteration"]] if state.get("watch") is not None and state.get("watch_iteration") else [])}
-    if set(scope.finished) - ended:  # a save only adds iterations: one missing was taken out
+    # a save only adds ended iterations: one missing was taken out
+    if set(scope.finished) - set(ended_iterations(record.get("state") or {})):
         changed.append("list of the iterations it ended")
     if not changed:
         return
@@ -69,6 +67,14 @@ def check_witness(store, state_dir: Path, record: dict[str, Any], log) -> None:
                        fix=f"no process of the night writes there between its saves: check the proposer (confine it "
                            f"with bubblewrap, keep database credentials out of its environment, docs/trust.md) and "
                            f"start a new night; to resume on the store as it is, delete {path}")
+
+
+def ended_iterations(state: dict[str, Any]) -> list[str]:
+    """The iterations a night's saved state says it ended: its watch's (once the watch's state is
+    kept), the interrupted ones and the finished ones."""
+    watch = [state["watch_iteration"]] if state.get("watch") is not None and state.get("watch_iteration") else []
+    return [*watch, *(state.get("interrupted") or []),
+            *(row["iteration_id"] for row in state.get("iterations") or [] if row.get("iteration_id"))]
 
 
 def _setting_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

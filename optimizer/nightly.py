@@ -48,7 +48,7 @@ from optimizer.night_settings import (night_values, override_names, owned, resto
 from optimizer.registry import get_agent
 from optimizer.runner import new_run_id
 from optimizer.settings_parts import NightlySettings
-from optimizer.night_witness import check_witness, write_witness
+from optimizer.night_witness import check_witness, ended_iterations, write_witness
 from optimizer.store.digest import night_scope
 from optimizer.store.iterations import VERDICTS
 from optimizer.suites import load_suite, project_suites
@@ -406,8 +406,7 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
 
 def _finished(result: NightlyResult) -> list[str]:
     """The night's iterations that ended, interrupted ones and the watch's included."""
-    watch = [result.watch_iteration] if result.watch is not None and result.watch_iteration else []
-    return [*watch, *result.interrupted, *(row["iteration_id"] for row in result.iterations if row.get("iteration_id"))]
+    return ended_iterations(result.as_dict())
 
 
 def _watch(ctx: LoopContext, repo, result: NightlyResult, names: list[str], agents: list[str],
@@ -422,7 +421,7 @@ def _watch(ctx: LoopContext, repo, result: NightlyResult, names: list[str], agen
     earlier = [row for row in ctx.store.nightlies.rows() if row["nightly_id"] != result.nightly_id
                and row.get("base_ref") == result.base_ref and (row.get("state") or {}).get("watch") is not None]
     known = {item["commit"]: Watched.from_dict(item) for item in (earlier[-1]["state"]["watch"] if earlier else [])}
-    paths = {agent: _rel_prompt(repo, ctx, agent) for agent in agents}
+    paths = {agent: gitops.relative(repo, ctx.project_root / get_agent(agent).prompt_file) for agent in agents}
     entries = [known.get(patch.commit, patch) for patch in patches_in(repo, result.tip_commit, paths)]
     watching = [entry for entry in entries if entry.status == "watching"]
     if result.watch_iteration:  # a killed process's watch: its pairs run again, at the same indexes
@@ -438,8 +437,7 @@ def _watch(ctx: LoopContext, repo, result: NightlyResult, names: list[str], agen
     for entry in watching:
         if entry.status == "revert":
             _revert(ctx, repo, result, entry, paths[entry.agent])
-    result.watch = [entry.as_dict() for entry in entries if entry.status in ("watching", "cleared", "ended",
-                                                                            "reverted", "revert")]
+    result.watch = [entry.as_dict() for entry in entries]
     _save(ctx, result, ledger)
 
 
@@ -459,10 +457,6 @@ def _revert(ctx: LoopContext, repo, result: NightlyResult, entry: Watched, path:
     entry.status = "reverted"
     ctx.log(f"watch: reverted {entry.headline} ({entry.commit[:12]}) by {commit[:12]}: {entry.reason}")
 
-
-def _rel_prompt(repo, ctx: LoopContext, agent: str) -> str:
-    """The agent's prompt file, relative to the repository."""
-    return gitops.relative(repo, ctx.project_root / get_agent(agent).prompt_file)
 
 
 def decisions(store, result: NightlyResult) -> int:
@@ -493,7 +487,7 @@ def _merge(repo, result: NightlyResult, ctx: LoopContext) -> None:
     if not result.accepted and not result.reverts:
         ctx.log("nothing to merge: no patch was accepted or reverted")
         return
-    if any(row["gate"] != "strict" or row.get("verdict") == "propose" for row in result.accepted):
+    if any(row["gate"] != "strict" for row in result.accepted):
         ctx.log("not merging: a commit on the branch did not pass the strict gate")
         return
     gitops.merge_branch(repo, result.branch,

@@ -229,8 +229,8 @@ def run_watch(night: WatchNight, *, repo, tip: str, planned, prompt_paths: dict[
             entry.done["/".join(key)] = entry.done.get("/".join(key), 0) + night.rounds
         for suite, name, _, members in groups:
             stats = group_stats(table, members)
-            evidence = entry.groups.setdefault(name if suite == "*" else f"{suite}/{name}",
-                                               GroupEvidence(name if suite == "*" else f"{suite}/{name}"))
+            group = name if suite == "*" else f"{suite}/{name}"
+            evidence = entry.groups.setdefault(group, GroupEvidence(group))
             evidence.diffs += stats.diffs
             evidence.flips += stats.flips or []
         entry.nights += 1

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizer.gate.policy import GateMode
-from optimizer.gate.sequential import GroupStats
+from optimizer.gate.sequential import GroupStats, fell
 from optimizer.scoring import mean_interval
 
 
@@ -37,8 +37,7 @@ class BucketChange:
 
     @property
     def fell(self) -> float:
-        """The larger of the drops seen in mean score and pass rate (0 when neither fell)."""
-        return max(0.0, -self.change, -self.pass_change)
+        return fell(self.change, self.pass_change)
 
     def as_dict(self) -> dict[str, Any]:
         return {key: (None if isinstance(value, float) and math.isnan(value) else value)

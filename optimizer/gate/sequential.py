@@ -43,8 +43,7 @@ class GroupStats:
 
     @property
     def fell(self) -> float:
-        """The larger of the two drops seen, mean score or pass rate (0 when neither fell)."""
-        return max(0.0, -self.change, -self.pass_change)
+        return fell(self.change, self.pass_change)
 
     @property
     def p_improve(self) -> float:
@@ -90,6 +89,11 @@ class GroupStats:
             return math.nan
         share = detectable_share(len(moved), threshold)
         return min(1.0, share * sum(moved) / len(self.diffs))
+
+
+def fell(change: float, pass_change: float) -> float:
+    """The larger of the two drops seen, mean score or pass rate (0 when neither fell)."""
+    return max(0.0, -change, -pass_change)
 
 
 def group_stats(table: PairTable, keys: list[tuple[str, str]]) -> GroupStats:
