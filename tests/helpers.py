@@ -110,13 +110,21 @@ def tool_call_reply(model: str, call_id: str, name: str, arguments: str) -> Any:
 
 def run_forked(context: Any, target: Any, arguments: list[tuple], timeout: float = 120) -> list[int | None]:
     """Start one `context.Process(target, args)` per entry of `arguments` together, wait for them
-    all (each up to `timeout` seconds) and return their exit codes, in order."""
+    all (each up to `timeout` seconds) and return their exit codes, in order. One still running
+    then is killed (its code is then -9, never 0): a forked child can deadlock on a lock another
+    thread of the parent held at the fork, and left alive it would hang the whole suite at exit,
+    where multiprocessing joins every child it started."""
     processes = [context.Process(target=target, args=args) for args in arguments]
     for process in processes:
         process.start()
     for process in processes:
         process.join(timeout)
-    return [process.exitcode for process in processes]
+    codes = [process.exitcode for process in processes]
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join()
+    return codes
 
 
 def stopped_by(stop: int, args: list[str], cwd: Path, started: Callable[[subprocess.Popen], None]) -> tuple[int, str]:
