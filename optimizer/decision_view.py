@@ -44,6 +44,12 @@ class Row:
     mde: str
 
     @property
+    def suite_bucket(self) -> tuple[str, str] | None:
+        """(suite, bucket) of a row that is one bucket, for a link to its pairs; else None."""
+        suite, slash, bucket = self.label.partition("/")
+        return (suite, bucket) if slash and self.kind not in dict(SUMMARIES).values() else None
+
+    @property
     def name(self) -> str:
         """The label, marked `* ` when the iteration targeted it."""
         return f"* {self.label}" if self.targeted else self.label

@@ -51,6 +51,10 @@ class IterationResult:
     run_dir: Path
     baseline_run_id: str | None = None
     baseline_reused: bool = False
+    base_runs: list[str] = field(default_factory=list)
+    """The runs holding the base prompt's fresh trials the gate paired with candidates: this
+    iteration's confirm run and the earlier ones on the same base it took in (the viewer pairs
+    by them)."""
     selection: Selection | None = None
     request_path: Path | None = None
     report_path: Path | None = None
@@ -108,7 +112,7 @@ def search_summary(outcome: SearchOutcome) -> dict[str, Any]:
 def iteration_summary(result: IterationResult) -> dict[str, Any]:
     """The iteration as the store's summary and `optimizer run --json` hold it."""
     return {"status": result.status, "baseline_run_id": result.baseline_run_id,
-            "baseline_reused": result.baseline_reused, "rollouts": result.rollouts,
+            "baseline_reused": result.baseline_reused, "base_runs": result.base_runs, "rollouts": result.rollouts,
             "screen_rollouts": result.screen_rollouts, "skipped_targets": result.skipped,
             "search": search_summary(result.search) if result.search else None,
             "request": str(result.request_path) if result.request_path else None,

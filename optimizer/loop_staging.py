@@ -214,6 +214,8 @@ class Stage:
         taken = 0
         for run_id in self.store.runs.of_spec(self.spec, "confirm", started_before=decided):
             self.sources.add(run_id)
+            if run_id not in self.result.base_runs:
+                self.result.base_runs.append(run_id)
             for trial in self.store.trials.load(run_id):
                 key = (trial.suite, trial.task_id, trial.index)
                 if (trial.status != "errored" and trial.index >= counts.get(key[:2], math.inf)
@@ -231,6 +233,8 @@ class Stage:
             run = self.run(missing, self.base_root, kind="confirm", label=f"{label} (base prompt)",
                            run_id=self.confirm_run_id)
             self.confirm_run_id = run.run_id  # a resumed job adopts the unfinished run it left
+            if run.run_id not in self.result.base_runs:
+                self.result.base_runs.insert(0, run.run_id)
             self.result.rollouts += len(missing)
             self.result.model_rollouts += called_model(run.trials)
             for trial in run.trials:

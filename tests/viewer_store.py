@@ -72,3 +72,49 @@ def build(store: Store, *, tasks: int = 4, trials_per_task: int = 2, nights: int
         ids["iteration"] = iteration_id
     store.flush()
     return ids
+
+
+def add_reusing_night(store: Store, night: int = 0) -> dict[str, str]:
+    """A second iteration on night `night`'s base, as a nightly runs one: its gate paired its
+    candidate with the base prompt's fresh trials that the night's first iteration ran (a confirm
+    run started before this iteration did, so outside its time window), as its summary records.
+    card_task_2 falls (passed -> failed), card_task_3 (bucket template_event) rises; then the
+    night's record holding both iterations."""
+    minute = night * 24 * 60
+    fresh = [trial(f"card_task_{t}", i, "passed" if t in (0, 2) else "failed",
+                   bucket="template_event" if t == 3 else "fact_preservation", note="Standup")
+             for t in range(4) for i in (2, 3)]
+    confirm = add_run(store, f"confirm-{night}", "confirm", fresh, minute + 3)
+    candidate = [item.model_copy(update={"status": "failed", "score": 0.0}) if item.task_id == "card_task_2" else
+                 item.model_copy(update={"status": "passed", "score": 1.0}) if item.task_id == "card_task_3" else item
+                 for item in fresh]
+    iteration_id = f"it-{night}-b"
+    store.iterations.start(iteration_id, kind="run", base_ref="main", base_commit="c0ffee" * 7, settings={})
+    run_id = add_run(store, f"cand-{night}-b", "candidate", candidate, minute + 12)
+    store.iterations.set_targets(iteration_id, agent="card_agent", targets=["card_agent/template_event"],
+                                 baseline_run_id=f"base-{night}")
+    store.proposals.add(ProposalRow(
+        iteration_id=iteration_id, ordinal=1, agent="card_agent", branch=f"optimizer/{iteration_id}/card_agent-1",
+        proposer="llm", status="rejected_gate", reason="fact_preservation fell", diff=DIFF, rationale="Events.",
+        candidate_run_id=run_id,
+        decision={"accepted": False, "mode": "strict", "stage": "harm",
+                  "rules": [{"rule": "no_regression", "passed": False, "reason": "fact_preservation fell"}],
+                  "buckets": [{"suite": "card_agent", "bucket": "template_event", "targeted": True, "kind": "bucket",
+                               "pairs": 2, "before": 0.0, "after": 1.0, "change": 1.0, "verdict": "improved"},
+                              {"suite": "card_agent", "bucket": "fact_preservation", "targeted": False,
+                               "kind": "bucket", "pairs": 6, "before": 0.67, "after": 0.33, "change": -0.33,
+                               "verdict": "harmed"}]}))
+    store.iterations.finish(iteration_id, "rejected", {"rollouts": len(candidate), "base_runs": [confirm]})
+    nightly_id = f"night-{night}"
+    state = {"status": "finished", "stop_reason": "max_iterations (2)", "spent_usd": 0.0, "spent_tokens": 0,
+             "iterations": [{"number": 1, "iteration_id": f"it-{night}", "status": "accepted", "agent": "card_agent",
+                             "targets": ["card_agent/fact_preservation"], "verdict": "merge", "reason": "accepted",
+                             "rollouts": 8},
+                            {"number": 2, "iteration_id": iteration_id, "status": "rejected", "agent": "card_agent",
+                             "targets": ["card_agent/template_event"], "verdict": None,
+                             "reason": "fact_preservation fell", "rollouts": 8}]}
+    store.nightlies.start(nightly_id, branch=f"optimizer/nightly-{night}", base_ref="main",
+                          base_commit="c0ffee" * 7, settings={}, state=state)
+    store.nightlies.save(nightly_id, "finished", "c0ffee" * 7, state)
+    store.flush()
+    return {"iteration": iteration_id, "candidate": run_id, "confirm": confirm, "night": nightly_id}

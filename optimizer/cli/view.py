@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 
@@ -11,8 +13,14 @@ def view_command(
     port: int = typer.Option(8765, "--port", min=0, max=65535, envvar="OPTIMIZER_VIEW_PORT",
                              help="Port to listen on (0: any free port)."),
     verbose: bool = typer.Option(False, "--verbose", help="Log every request."),
+    export_to: Path = typer.Option(None, "--export", metavar="DIR",
+                                   help="Write the pages as static HTML files into DIR instead of serving them "
+                                        "(for a CI run's artifacts; open DIR/index.html)."),
+    pages: int = typer.Option(2000, "--pages", help="With --export: at most this many pages, nights and "
+                                                   "iterations first."),
 ) -> None:
-    """Browse the store in a web browser: runs, trials with filters, transcripts, changed pairs, trends. Read-only."""
+    """Browse the store in a web browser: nights, runs, trials with filters, transcripts, changed pairs, search,
+    trends. Read-only."""
     from optimizer.cli._common import console, err_console
     from optimizer.config import find_project_root, load_settings
     from optimizer.store.address import store_url
@@ -21,6 +29,14 @@ def view_command(
 
     root = find_project_root()
     settings = load_settings(root)
+    if export_to is not None:
+        from optimizer.viewer.export import export
+
+        written, left_out = export(store_url(settings, root)[0], export_to, pages)
+        console.print(f"wrote {written} page(s) to {export_to}/index.html"
+                      + (f"; {left_out} more left out (--pages {pages})" if left_out else ""),
+                      highlight=False, soft_wrap=True)
+        return
     server = ViewerServer(store_url(settings, root)[0], host, port, verbose)
     console.print(f"viewing the store at http://{host}:{server.server_address[1]}/ (Ctrl-C stops)",
                   highlight=False, soft_wrap=True)

@@ -70,14 +70,27 @@ def _split(rows: list[dict[str, Any]], size: int = PAGE) -> tuple[list[dict[str,
     return rows[:size], len(rows) > size
 
 
+def _pages(total: int, size: int = PAGE) -> int:
+    """How many pages `total` rows fill (at least one)."""
+    return max(1, -(-total // size))
+
+
 def home(reader: Reader, _: list[str], query: dict[str, str]) -> dict[str, Any]:
     page = _page_number(query)
     runs, more_runs = _split(reader.runs(page))
     iterations, more_iterations = _split(reader.iterations(page))
+    nights, more_nights = _split(reader.nights(page))
     for row in iterations:
         row["targets"] = json.loads(row.pop("targets_json") or "[]")
+    for row in nights:
+        state = json.loads(row.pop("state_json") or "{}")
+        row["iterations"] = len(state.get("iterations") or [])
+        row["accepted"] = sum(1 for item in state.get("iterations") or [] if item.get("status") == "accepted")
+        row["stop_reason"] = state.get("stop_reason", "")
+    totals = {table: reader.count(table) for table in ("runs", "iterations", "nightlies")}
     return {"template": "home", "title": "Runs and iterations", "runs": runs, "iterations": iterations,
-            "page": page, "more": more_runs or more_iterations}
+            "nights": nights, "totals": totals, "page": page, "pages": _pages(max(totals.values())),
+            "more": more_runs or more_iterations or more_nights}
 
 
 def run(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, Any]:
@@ -86,7 +99,8 @@ def run(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, An
         raise NotFound(f"no run {parts[0]!r}")
     filters = {name: query.get(name, "") for name in FILTERS}
     page = _page_number(query)
-    trials, more = _split(reader.trials(parts[0], filters, page))
+    rows, total = reader.trials(parts[0], filters, page)
+    trials, more = _split(rows)
     table: dict[tuple, dict[str, Any]] = {}
     for row in reader.buckets(parts[0]):
         cell = table.setdefault((row["suite"], row["bucket"], row["split"]),
@@ -94,7 +108,8 @@ def run(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, An
                                  "passed": 0, "failed": 0, "errored": 0})
         cell[row["status"]] = cell.get(row["status"], 0) + row["n"]
     return {"template": "run", "title": f"Run {record['run_id']}", "run": record, "buckets": list(table.values()),
-            "trials": trials, "filters": filters, "endings": reader.endings(parts[0]), "page": page, "more": more}
+            "trials": trials, "filters": filters, "endings": reader.endings(parts[0]), "page": page, "more": more,
+            "total": total, "pages": _pages(total), "usage": reader.usage(parts[0])}
 
 
 def trial(reader: Reader, parts: list[str], _: dict[str, str]) -> dict[str, Any]:
@@ -119,11 +134,17 @@ def iteration(reader: Reader, parts: list[str], _: dict[str, str]) -> dict[str, 
         decision = json.loads(p.pop("decision_json") or "null")
         p["decision"] = decision_view(decision) if decision else None
     record["targets"] = json.loads(record.get("targets_json") or "[]")
+    record["night"] = reader.night_of(record["iteration_id"])
     return {"template": "iteration", "title": f"Iteration {record['iteration_id']}", "it": record,
             "proposals": proposals, "base_runs": reader.base_runs(record)}
 
 
+DIRECTIONS = {"down": "passed -> not passed", "up": "not passed -> passed", "other": "failed <-> errored"}
+
+
 def pairs(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, Any]:
+    """A proposal's pairs whose outcome changed, regressions first; `bucket` (and `suite`) and
+    `direction` (down, up, other) narrow them."""
     record = reader.iteration(parts[0])
     if record is None:
         raise NotFound(f"no iteration {parts[0]!r}")
@@ -133,14 +154,46 @@ def pairs(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, 
     proposal = next((p for p in proposals if str(p["ordinal"]) == ordinal), None)
     if proposal is None:
         raise NotFound(f"iteration {parts[0]!r} has no proposal {ordinal!r}")
+    direction = query.get("direction", "")
+    if direction and direction not in DIRECTIONS:
+        raise BadRequest(f"direction is one of {', '.join(DIRECTIONS)}, not {direction!r}")
     page = _page_number(query)
-    found = reader.changed_pairs(reader.base_runs(record), proposal["candidate_run_id"]) \
+    every = reader.changed_pairs(reader.base_runs(record), proposal["candidate_run_id"]) \
         if proposal["candidate_run_id"] else []
+    found = [pair for pair in every if (not query.get("bucket") or pair["bucket"] == query["bucket"])
+             and (not query.get("suite") or pair["suite"] == query["suite"])
+             and (not direction or pair["direction"] == direction)]
+    counts = {name: sum(1 for pair in every if pair["direction"] == name) for name in DIRECTIONS}
+    buckets = sorted({(pair["suite"], pair["bucket"]) for pair in every})
     shown = found[page * PAIRS_PAGE:(page + 1) * PAIRS_PAGE]
+    filters = {"proposal": proposal["ordinal"], "suite": query.get("suite", ""), "bucket": query.get("bucket", ""),
+               "direction": direction}
     return {"template": "pairs", "title": f"Changed pairs of {proposal['branch']}", "it": record,
-            "proposal": proposal, "total": len(found), "page": page,
+            "proposal": proposal, "total": len(found), "all": len(every), "counts": counts, "buckets": buckets,
+            "filters": filters, "directions": DIRECTIONS, "page": page, "pages": _pages(len(found), PAIRS_PAGE),
             "more": len(found) > (page + 1) * PAIRS_PAGE,
-            "pairs": [(reader.trial(base), reader.trial(candidate)) for base, candidate in shown]}
+            "pairs": [(pair, reader.trial(pair["base"]), reader.trial(pair["candidate"])) for pair in shown]}
+
+
+def night(reader: Reader, parts: list[str], _: dict[str, str]) -> dict[str, Any]:
+    """A nightly job: its iterations in order with what became of each, the watch's reverts, spend."""
+    record = reader.night(parts[0])
+    if record is None:
+        raise NotFound(f"no night {parts[0]!r}")
+    state = json.loads(record.get("state_json") or "{}")
+    return {"template": "night", "title": f"Night {record['nightly_id']}", "night": record, "state": state,
+            "iterations": state.get("iterations") or []}
+
+
+def search(reader: Reader, _: list[str], query: dict[str, str]) -> dict[str, Any]:
+    """Trials whose transcript or outcome holds the text `q`."""
+    text = query.get("q", "").strip()
+    if len(text) > 200:
+        raise BadRequest("search for at most 200 characters")
+    page = _page_number(query)
+    found, more = _split(reader.search(text, page)) if text else ([], False)
+    return {"template": "search", "title": f"Search: {text}" if text else "Search transcripts", "q": text,
+            "found": found, "page": page, "more": more}
 
 
 def changed(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, Any]:
@@ -157,7 +210,7 @@ def trend(reader: Reader, _: list[str], __: dict[str, str]) -> dict[str, Any]:
 
 ROUTES: dict[str, tuple[int, Callable[[Reader, list[str], dict[str, str]], dict[str, Any]]]] = {
     "": (0, home), "run": (1, run), "trial": (1, trial), "iteration": (1, iteration), "pairs": (1, pairs),
-    "iterations": (2, changed), "trends": (0, trend)}
+    "iterations": (2, changed), "trends": (0, trend), "night": (1, night), "search": (0, search)}
 """First path segment -> (number of segments after it, page)."""
 
 

@@ -72,12 +72,66 @@ class Reader:
     def runs(self, page: int) -> list[dict[str, Any]]:
         r, t = schema.runs, schema.trials
         counts = (select(t.c.run_id, func.count().label("trials"),
-                         func.sum(case((t.c.status == "passed", 1), else_=0)).label("passed"))
+                         func.sum(case((t.c.status == "passed", 1), else_=0)).label("passed"),
+                         func.sum(t.c.prompt_tokens + t.c.completion_tokens).label("tokens"),
+                         func.sum(t.c.cost_usd).label("cost_usd"), func.avg(t.c.duration_s).label("mean_s"))
                   .group_by(t.c.run_id).subquery())
-        statement = (select(r.c.run_id, r.c.kind, r.c.status, r.c.started_at, counts.c.trials, counts.c.passed)
+        statement = (select(r.c.run_id, r.c.kind, r.c.status, r.c.started_at, counts.c.trials, counts.c.passed,
+                            counts.c.tokens, counts.c.cost_usd, counts.c.mean_s)
                      .outerjoin(counts, counts.c.run_id == r.c.run_id)
                      .order_by(r.c.started_at.desc()).limit(PAGE + 1).offset(page * PAGE))
         return self._rows(statement)
+
+    def count(self, table: str) -> int:
+        """Rows of `runs`, `iterations` or `nightlies`: the totals the pages show beside paging."""
+        return self._scalar(select(func.count()).select_from(getattr(schema, table)))
+
+    def _scalar(self, statement) -> Any:
+        with self.engine.connect() as conn:
+            return conn.execute(statement).scalar()
+
+    def usage(self, run_id: str) -> dict[str, Any]:
+        """A run's trials, tokens, cost and latency (mean and slowest trial)."""
+        t = schema.trials
+        return self._rows(select(func.count().label("trials"), func.sum(t.c.prompt_tokens).label("prompt_tokens"),
+                                 func.sum(t.c.completion_tokens).label("completion_tokens"),
+                                 func.sum(t.c.cost_usd).label("cost_usd"), func.sum(t.c.model_calls).label("calls"),
+                                 func.sum(t.c.cache_hits).label("cache_hits"), func.avg(t.c.duration_s).label("mean_s"),
+                                 func.max(t.c.duration_s).label("max_s")).where(t.c.run_id == run_id))[0]
+
+    def nights(self, page: int) -> list[dict[str, Any]]:
+        n = schema.nightlies
+        return self._rows(select(n.c.nightly_id, n.c.branch, n.c.status, n.c.started_at, n.c.state_json)
+                          .order_by(n.c.started_at.desc()).limit(PAGE + 1).offset(page * PAGE))
+
+    def night(self, nightly_id: str) -> dict[str, Any] | None:
+        rows = self._rows(select(schema.nightlies).where(schema.nightlies.c.nightly_id == nightly_id))
+        return rows[0] if rows else None
+
+    def night_of(self, iteration_id: str) -> str | None:
+        """The night whose iterations include `iteration_id` (the newest such), if any."""
+        n = schema.nightlies
+        for row in self._rows(select(n.c.nightly_id, n.c.state_json)
+                              .where(n.c.state_json.contains(json.dumps(iteration_id)))
+                              .order_by(n.c.started_at.desc()).limit(5)):
+            state = json.loads(row["state_json"] or "{}")
+            if any(item.get("iteration_id") == iteration_id for item in state.get("iterations") or []) \
+                    or state.get("watch_iteration") == iteration_id:
+                return row["nightly_id"]
+        return None
+
+    def search(self, text: str, page: int) -> list[dict[str, Any]]:
+        """One page of trials whose transcript or outcome holds `text` (any case), newest first,
+        each with the first place it occurs."""
+        t = schema.trials
+        found = self._rows(select(t.c.id, t.c.run_id, t.c.suite, t.c.task_id, t.c.bucket, t.c.trial_index, t.c.status,
+                                  t.c.score, t.c.transcript_json, t.c.outcome_json)
+                           .where(or_(t.c.transcript_json.icontains(text, autoescape=True),
+                                      t.c.outcome_json.icontains(text, autoescape=True)))
+                           .order_by(t.c.id.desc()).limit(PAGE + 1).offset(page * PAGE))
+        for row in found:
+            row["context"] = _context(row.pop("transcript_json") + "\n" + row.pop("outcome_json"), text)
+        return found
 
     def iterations(self, page: int) -> list[dict[str, Any]]:
         i = schema.iterations
@@ -101,9 +155,9 @@ class Reader:
         rows = self._rows(select(t.c.error).where(t.c.run_id == run_id).distinct().limit(500))
         return sorted({ending(row["error"]) for row in rows})
 
-    def trials(self, run_id: str, filters: dict[str, str], page: int) -> list[dict[str, Any]]:
+    def trials(self, run_id: str, filters: dict[str, str], page: int) -> tuple[list[dict[str, Any]], int]:
         """One page of a run's trials (no transcripts), filtered by suite, bucket, outcome
-        (status), ending and task (a substring of its id)."""
+        (status), ending and task (a substring of its id), and how many match in all."""
         t = schema.trials
         conditions = [t.c.run_id == run_id]
         for name, column in (("suite", t.c.suite), ("bucket", t.c.bucket), ("outcome", t.c.status),
@@ -117,9 +171,11 @@ class Reader:
         elif filters.get("ending"):
             conditions.append(t.c.error.startswith(filters["ending"], autoescape=True))
         statement = (select(t.c.id, t.c.suite, t.c.task_id, t.c.bucket, t.c.split, t.c.trial_index, t.c.status,
-                            t.c.score, t.c.error, t.c.duration_s)
+                            t.c.score, t.c.error, t.c.duration_s, (t.c.prompt_tokens + t.c.completion_tokens)
+                            .label("tokens"), t.c.cost_usd)
                      .where(and_(*conditions)).order_by(t.c.id).limit(PAGE + 1).offset(page * PAGE))
-        return self._rows(statement)
+        total = self._scalar(select(func.count()).select_from(t).where(and_(*conditions)))
+        return self._rows(statement), total
 
     def trial(self, trial_id: int) -> dict[str, Any] | None:
         rows = self._rows(select(schema.trials).where(schema.trials.c.id == trial_id))
@@ -144,20 +200,29 @@ class Reader:
 
     def base_runs(self, iteration: dict[str, Any]) -> list[str]:
         """The runs holding the base prompt's trials an iteration's gate paired with its
-        candidates: the iteration's `confirm` runs (fresh indexes), then its baseline."""
+        candidates: the confirm runs its summary names (its own, then the earlier ones on the same
+        base it took in), then its baseline. A record from before the summary named them: the
+        confirm runs inside the iteration's time window."""
+        baseline = [iteration["baseline_run_id"]] if iteration.get("baseline_run_id") else []
+        named = (json.loads(iteration.get("summary_json") or "null") or {}).get("base_runs")
+        if named is not None:
+            return [*named, *baseline]
         r = schema.runs
         window = [r.c.kind == "confirm", r.c.started_at >= iteration["started_at"]]
         if iteration.get("finished_at") is not None:
             window.append(r.c.started_at <= iteration["finished_at"])
         confirms = [row["run_id"] for row in self._rows(select(r.c.run_id).where(and_(*window))
                                                         .order_by(r.c.started_at))]
-        return confirms + ([iteration["baseline_run_id"]] if iteration.get("baseline_run_id") else [])
+        return confirms + baseline
 
-    def changed_pairs(self, base_runs: list[str], candidate_run: str) -> list[tuple[int, int]]:
-        """(base trial id, candidate trial id) of every pair (suite, task, trial index) whose
-        outcome differs, in the candidate's order; the first base run holding a pair wins."""
+    def changed_pairs(self, base_runs: list[str], candidate_run: str) -> list[dict[str, Any]]:
+        """Every pair (suite, task, trial index) whose outcome differs, base trial against the
+        candidate's (the first base run holding a pair wins): `base` and `candidate` trial ids,
+        `suite`, `bucket` and `direction` (`down`: the base passed and the candidate did not;
+        `up`: the reverse; `other`: failed against errored). Regressions first, then the rest,
+        each in the candidate's order."""
         t = schema.trials
-        columns = (t.c.id, t.c.run_id, t.c.suite, t.c.task_id, t.c.trial_index, t.c.status)
+        columns = (t.c.id, t.c.run_id, t.c.suite, t.c.task_id, t.c.bucket, t.c.trial_index, t.c.status)
         base: dict[tuple, tuple[int, str]] = {}
         rank = {run_id: n for n, run_id in enumerate(base_runs)}
         best: dict[tuple, int] = {}
@@ -169,6 +234,23 @@ class Reader:
         pairs = []
         for row in self._rows(select(*columns).where(t.c.run_id == candidate_run).order_by(t.c.id)):
             found = base.get((row["suite"], row["task_id"], row["trial_index"]))
-            if found is not None and found[1] != row["status"]:
-                pairs.append((found[0], row["id"]))
-        return pairs
+            if found is None or found[1] == row["status"]:
+                continue
+            direction = "down" if found[1] == "passed" else "up" if row["status"] == "passed" else "other"
+            pairs.append({"base": found[0], "candidate": row["id"], "suite": row["suite"], "bucket": row["bucket"],
+                          "direction": direction})
+        order = {"down": 0, "other": 1, "up": 2}
+        return sorted(pairs, key=lambda pair: order[pair["direction"]])
+
+
+CONTEXT_CHARS = 80
+"""Characters shown either side of a search hit."""
+
+
+def _context(text: str, needle: str) -> str:
+    """The stretch of `text` around the first occurrence of `needle` (any case)."""
+    at = text.lower().find(needle.lower())
+    if at < 0:
+        return ""
+    start, end = max(0, at - CONTEXT_CHARS), at + len(needle) + CONTEXT_CHARS
+    return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")

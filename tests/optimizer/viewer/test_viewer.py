@@ -19,13 +19,14 @@ import pytest
 from optimizer.store import Store, default_url
 from optimizer.viewer import ViewerServer
 from tests.helpers import PROJECT_ROOT
-from tests.viewer_store import INJECTION, build
+from tests.viewer_store import INJECTION, add_reusing_night, build
 
 
 @pytest.fixture
 def store_path(isolated) -> Path:
     store = Store(default_url(isolated))
     build(store)
+    add_reusing_night(store)
     store.close()
     return isolated / "optimizer.db"
 
@@ -51,8 +52,64 @@ def get(store_path):
 def test_the_first_page_lists_runs_and_iterations_with_links(get):
     status, page = get("/")
     assert status == 200
-    assert re.findall(r'href="/run/([^"]+)"', page).count("base-0") == 2  # in its row and as the iteration's baseline
+    # in its row and as the baseline of both iterations
+    assert re.findall(r'href="/run/([^"]+)"', page).count("base-0") == 3
     assert 'href="/iteration/it-0"' in page and "accepted" in page
+    assert 'href="/night/night-0"' in page
+    assert "1 night(s) · 2 iteration(s) · 4 run(s) · page 1 of 1" in page
+
+
+def test_an_iteration_that_paired_with_an_earlier_iterations_base_trials_shows_its_pairs(get):
+    """The gate of a night's second iteration paired its candidate with base-prompt trials the
+    first one ran; the viewer pairs by the runs the iteration's record names, not by time."""
+    status, page = get("/pairs/it-0-b?proposal=1")
+    assert status == 200
+    assert "4 pair(s) whose outcome changed" in page and "2 fell" in page and "2 rose" in page
+    directions = re.findall(r'data-direction="(\w+)"', page)
+    assert directions == ["down", "down", "up", "up"]  # regressions first
+
+
+def test_the_iteration_page_links_each_bucket_of_the_gate_table_to_its_pairs(get):
+    status, page = get("/iteration/it-0-b")
+    assert status == 200 and 'class="gate"' in page and 'href="/night/night-0"' in page
+    fell = re.search(r'<td>card_agent/fact_preservation</td>.*?<a class="fell" href="([^"]+)"', page, re.S).group(1)
+    assert "bucket=fact_preservation" in fell and "direction=down" in fell
+    status, page = get(fell.replace("&amp;", "&"))
+    assert status == 200
+    assert re.findall(r'data-bucket="(\w+)"', page) == ["fact_preservation", "fact_preservation"]
+    assert set(re.findall(r'data-direction="(\w+)"', page)) == {"down"}
+    assert "card_task_2 #2 · fact_preservation: passed &rarr; failed" in page
+    status, page = get("/pairs/it-0-b?proposal=1&bucket=template_event&direction=down")
+    assert status == 200 and 'id="no-pairs"' in page
+    assert get("/pairs/it-0-b?direction=sideways")[0] == 400
+
+
+def test_a_night_page_lists_its_iterations_in_order_with_what_became_of_each(get):
+    status, page = get("/night/night-0")
+    assert status == 200 and "stopped: max_iterations (2)" in page
+    rows = re.findall(r'<a class="iteration" href="/iteration/([^"]+)"', page)
+    assert rows == ["it-0", "it-0-b"]
+    assert "fact_preservation fell" in page and get("/night/nope")[0] == 404
+
+
+def test_transcripts_are_searched_and_a_hit_shows_where_it_occurs(get):
+    status, page = get("/search?q=STANDUP")
+    assert status == 200
+    hits = re.findall(r'<a class="trial" href="/trial/(\d+)"', page)
+    assert len(hits) == 28 and 'id="next"' not in page  # every trial but the four whose note is the injection
+    assert hits == sorted(hits, key=int, reverse=True) and "Standup" in page
+    status, page = get("/search?q=no+such+words+anywhere")
+    assert status == 200 and "No trial holds it." in page
+    assert get("/search?q=" + "x" * 201)[0] == 400
+
+
+def test_a_trial_page_shows_why_it_failed_before_the_transcript_and_its_cost(get):
+    status, page = get("/trial/3")
+    assert status == 200
+    assert page.index('class="graders"') < page.index('class="msg system"')
+    assert "prompt + " in page and "completion tokens" in page
+    status, page = get("/run/base-0")
+    assert status == 200 and 'id="usage"' in page and "8 trial(s) match · page 1 of 1" in page
 
 
 def test_a_transcript_is_shown_as_text_never_as_markup(get):
@@ -87,10 +144,10 @@ def test_an_iterations_changed_pairs_show_the_prompt_diff_and_both_transcripts(g
     status, page = get("/pairs/it-0?proposal=1")
     assert status == 200
     assert "2 pair(s) whose outcome changed" in page
-    assert page.count('class="pair"') == 2 and page.count('class="transcript"') == 4
+    assert page.count('data-direction="up"') == 2 and page.count('class="transcript"') == 4
     assert "card_task_1 #0" in page and "failed &rarr; passed" in page
     assert '<span class="add">+Keep every fact of the note.</span>' in page
-    assert page.index("Prompt diff") < page.index('class="pair"')
+    assert page.index("Prompt diff") < page.index('data-direction=')
     # side by side, the long system prompt is folded away (the diff says what changed); a trial's own page shows it
     folded = page.split("<details>")[1:]
     assert len(folded) == 4 and all("Turn a note into a card." in part.split("</details>")[0] for part in folded)
@@ -146,6 +203,7 @@ def test_the_viewer_reads_either_database_and_refuses_to_write_it(store_url):
     engine = open_engine(store_url)
     reader = Reader(engine)
     assert len(reader.changed_pairs(reader.base_runs(reader.iteration(ids["iteration"])), ids["candidate"])) == 2
+    assert len(reader.search("standup", 0)) == 12 and reader.search("STANDUP AT", 0) == []
     with pytest.raises(DBAPIError, match="(?i)read.?only"), engine.connect() as conn:
         conn.execute(text("DELETE FROM grader_results"))
     assert reader.trial(1)["graders"]
@@ -321,3 +379,32 @@ def test_viewing_beyond_this_machine_warns(cli, store_path, monkeypatch):
     assert "warning: listening on 0.0.0.0, not this machine only" in err
     code, out, err = cli("view", "--port", "0")
     assert code == 0 and "warning" not in err, out + err
+
+
+def test_an_export_writes_static_pages_whose_links_lead_to_each_other(store_path, tmp_path):
+    from optimizer.viewer.export import LEFT_OUT, export, file_for
+
+    folder = tmp_path / "bundle"
+    written, left_out = export(f"sqlite:///{store_path}", folder)
+    assert left_out == 0 and written == len(list(folder.rglob("*.html"))) - 1  # and the left-out page
+    index = (folder / "index.html").read_text()
+    assert 'href="night/night-0.html"' in index and "<form" not in index
+    for page in folder.rglob("*.html"):
+        for href in re.findall(r'href="([^"]+)"', page.read_text()):
+            assert (page.parent / href).resolve().is_file(), (page, href)
+    pairs = (folder / file_for("/iteration/it-0-b")).read_text()
+    fell = re.search(r'<td>card_agent/fact_preservation</td>.*?<a class="fell" href="([^"]+)"', pairs, re.S).group(1)
+    assert "card_task_2 #2" in (folder / "iteration" / fell).read_text()
+    written, left_out = export(f"sqlite:///{store_path}", tmp_path / "small", pages=3)
+    assert written == 3 and left_out > 0
+    assert f'href="{LEFT_OUT}"' in (tmp_path / "small" / "index.html").read_text()
+
+
+def test_an_export_into_a_folder_holding_other_files_is_exit_2(cli, store_path, isolated):
+    (isolated / "notes").mkdir()
+    (isolated / "notes" / "a.txt").write_text("mine")
+    code, out, err = cli("view", "--export", str(isolated / "notes"))
+    assert code == 2 and "not empty" in err
+    assert (isolated / "notes" / "a.txt").read_text() == "mine"
+    code, out, err = cli("view", "--export", str(isolated / "bundle"))
+    assert code == 0 and "page(s) to" in out and (isolated / "bundle" / "index.html").is_file()
