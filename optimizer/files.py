@@ -113,3 +113,20 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+STATE_MARK = "<state folder>"
+"""How a path in the state folder is shown when that folder lies outside the repository."""
+
+
+def shown_path(path: Path | str | None, top: Path, state_dir: Path | None = None) -> str | None:
+    """`path` as a commit message or a pull request shows it: relative to the repository's top
+    folder `top`, else to the state folder (`<state folder>/runs/...`), never this machine's
+    absolute path; None stays None."""
+    if path is None:
+        return None
+    resolved = Path(path).resolve()
+    for base, prefix in ((top, ""), (state_dir, f"{STATE_MARK}/")):
+        if base is not None and resolved.is_relative_to(Path(base).resolve()):
+            return prefix + resolved.relative_to(Path(base).resolve()).as_posix()
+    return f"{STATE_MARK}/…/{resolved.name}"

@@ -30,7 +30,7 @@ from optimizer.config import check_search_budget
 from optimizer.errors import ConfigError
 from optimizer.compare import buckets_named, compare
 from optimizer.evaluate import finish, judges_used, non_voting_graders
-from optimizer.files import write_json, write_text
+from optimizer.files import shown_path, write_json, write_text
 from optimizer.gate import Decision
 from optimizer.ledger import current as current_ledger
 from optimizer.loop_records import (IterationResult, Log, LoopContext, ProposalRecord, iteration_summary,
@@ -515,8 +515,11 @@ class _Iteration:
             return
         change = self._ablate(selection, prompt, prompt_path, change, workdir, record)
         headline = f"{selection.agent}: prompt patch for {', '.join(t.bucket for t in selection.targets)}"
+        request = shown_path(result.request_path, Path(self.repo.working_tree_dir),
+                             self.ctx.project_root / self.settings.state_dir)
         record.commit_sha = gitops.commit_change(self.repo, record.branch, base.commit, change.tree,
-                                                 commit_message(selection, None, record, result, headline=headline))
+                                                 commit_message(selection, None, record, result, headline=headline,
+                                                                request=request))
         with tempfile.TemporaryDirectory(prefix="optimizer-candidate-") as folder:
             decision = self._compare(record, selection,
                                      export_prompts(self.repo, record.commit_sha, self.prompt_files, Path(folder)))
@@ -526,7 +529,7 @@ class _Iteration:
         record.reason = decision.summary
         record.commit_sha = gitops.commit_change(self.repo, record.branch, base.commit, change.tree,
                                                  commit_message(selection, decision, record, result,
-                                                                 headline=headline))
+                                                                headline=headline, request=request))
         write_json(result.run_dir / f"decision-{record.ordinal}.json", decision.as_dict())
 
     def _ablate(self, selection: Selection, prompt: str, prompt_path: str, change, workdir: Path,

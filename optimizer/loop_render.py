@@ -15,7 +15,8 @@ from optimizer.search import SearchOutcome
 
 
 def commit_message(selection: Selection, decision: Decision | None, record: ProposalRecord,
-                   result: IterationResult, *, headline: str) -> str:
+                   result: IterationResult, *, headline: str, request: str | None) -> str:
+    """`request`: the request's path as the commit shows it (`files.shown_path`)."""
     lines = [headline, ""]
     if decision is None:
         lines.append("Gate: not run yet")
@@ -29,7 +30,7 @@ def commit_message(selection: Selection, decision: Decision | None, record: Prop
         lines.extend(f"  {row.name}: {row.before} -> {row.after} ({row.change}, {row.pairs} pairs, "
                      f"{row.verdict or 'not tested'})" for row in view.rows)
     lines += ["", f"Targeted buckets: {', '.join(f'{t.suite}/{t.bucket}' for t in selection.targets)}",
-              f"Iteration: {result.iteration_id}", f"Request: {result.request_path}"]
+              f"Iteration: {result.iteration_id}", f"Request: {request}"]
     if record.rationale:
         lines += ["", "Rationale:", record.rationale]
     return "\n".join(lines) + "\n"

@@ -13,10 +13,7 @@ from typing import Any
 from optimizer import gitops
 from optimizer.config import Settings
 from optimizer.errors import InputError
-
-VIEWER_URL = "http://127.0.0.1:8765"
-"""Where `optimizer view` serves by default; the markdown links a proposal's changed pairs to
-`<viewer>/iterations/<iteration id>/changed` (docs/cli.md#review-as-markdown)."""
+from optimizer.files import shown_path
 
 MARKDOWN_LIMIT = 60_000
 """Characters of a markdown review at most: GitHub refuses a pull request body or comment past
@@ -38,6 +35,10 @@ class Review:
     judges: list[dict[str, Any]]
     merged: bool | None = None
     """With `--merge`: True when merged now, False when the base held it already."""
+    request: str | None = None
+    """The request's path as a pull request shows it: in the repository or the state folder (`files.shown_path`)."""
+    report: str | None = None
+    """The iteration's `report.md`, shown likewise."""
 
     @property
     def git_diff(self) -> str:
@@ -70,8 +71,17 @@ def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = 
 
     store = store or open_store(settings, root)
     proposal = find_proposal(store, branch)
-    iteration = next(i for i in store.iterations.rows() if i["iteration_id"] == proposal["iteration_id"])
     repo = gitops.open_repo(root)
+    found = review_of(store, repo, proposal, root / settings.state_dir)
+    if merge:
+        return Review(**{**found.__dict__, "merged": _merge(repo, proposal, found.iteration)})
+    return found
+
+
+def review_of(store, repo, proposal: dict, state_dir: Path) -> Review:
+    """The review of one recorded proposal: its diff from its branch while it exists (else the
+    recorded one), its iteration, the candidate run's cost and judges, paths as a PR shows them."""
+    iteration = store.iterations.get(proposal["iteration_id"])
     if gitops.branch_exists(repo, proposal["branch"]):
         diff = repo.git.diff(f"{iteration['base_commit']}..{proposal['branch']}")
         source = f"$ git diff {iteration['base_commit'][:12]}..{proposal['branch']}"
@@ -82,11 +92,58 @@ def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = 
         source = f"(branch deleted: {why}; recorded diff)"
     candidate = store.runs.get(proposal["candidate_run_id"]) if proposal.get("candidate_run_id") else None
     summary = (candidate or {}).get("summary") or {}
-    found = Review(proposal=proposal, iteration=iteration, diff=diff, diff_source=source,
-                   rerun_cost=summary.get("totals", {}).get("cost_usd", 0.0), judges=summary.get("judges") or [])
-    if merge:
-        return Review(**{**found.__dict__, "merged": _merge(repo, proposal, iteration)})
-    return found
+    top = Path(repo.working_tree_dir)
+    return Review(proposal=proposal, iteration=iteration, diff=diff, diff_source=source,
+                  rerun_cost=summary.get("totals", {}).get("cost_usd", 0.0), judges=summary.get("judges") or [],
+                  request=shown_path(iteration.get("request_path"), top, state_dir),
+                  report=shown_path((iteration.get("summary") or {}).get("report"), top, state_dir))
+
+
+@dataclass(frozen=True)
+class NightReview:
+    """A nightly job for one pull request: its record, each patch it accepted (stacked, or kept
+    for a reviewer) with its review, and the watch's reverts."""
+
+    night: dict[str, Any]
+    """The night's row, its state decoded (`state`: iterations, reverts, spend, stop reason)."""
+    patches: list[tuple[dict[str, Any], Review]]
+    """(the night's row of the iteration, its accepted proposal's review), in the night's order."""
+    reverts: list[tuple[str, str]]
+    """(commit, its subject) of each revert the watch added."""
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self.night.get("state") or {}
+
+
+def review_night(settings: Settings, root: Path, nightly_id: str, *, store=None) -> NightReview:
+    """The night `nightly_id` (`latest`: the last one started) as one review."""
+    from optimizer.store import open_store
+
+    store = store or open_store(settings, root)
+    nights = store.nightlies.rows()
+    if not nights:
+        raise InputError("no nightly job recorded", field="--night", fix="run `optimizer nightly` first")
+    night = nights[-1] if nightly_id == "latest" else next((n for n in nights if n["nightly_id"] == nightly_id), None)
+    if night is None:
+        raise InputError(f"no nightly job {nightly_id!r}", field="--night",
+                         fix=f"pass `latest` or one of: {', '.join(n['nightly_id'] for n in nights[-5:])}")
+    repo = gitops.open_repo(root)
+    patches = []
+    for row in (night.get("state") or {}).get("iterations") or []:
+        if row.get("status") not in ("accepted", "proposed"):
+            continue
+        accepted = next((p for p in store.proposals.rows(iteration_id=row["iteration_id"])
+                         if p["status"] == "accepted"), None)
+        if accepted is not None:
+            patches.append((row, review_of(store, repo, accepted, root / settings.state_dir)))
+    reverts = []
+    for sha in (night.get("state") or {}).get("reverts") or []:
+        try:
+            reverts.append((sha, repo.commit(sha).summary))
+        except ValueError:
+            reverts.append((sha, "(commit not in this clone)"))
+    return NightReview(night=night, patches=patches, reverts=reverts)
 
 
 def _merge(repo, proposal: dict, iteration: dict) -> bool:

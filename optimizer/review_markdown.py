@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from optimizer.decision_view import COLUMNS, decision_view
-from optimizer.review import DIFF_OPEN_LINES, MARKDOWN_LIMIT, VIEWER_URL, Review, changed_pairs_url
+from optimizer.review import DIFF_OPEN_LINES, MARKDOWN_LIMIT, NightReview, Review, changed_pairs_url
 
 LINE_LIMIT = 400
 """A diff line is shown up to this many characters, with a note of the rest: one very long line
@@ -21,7 +21,7 @@ SECTIONS = ("Diff", "Gate", "Cost", "Changed pairs")
 """The `###` headings of a markdown review, in order (docs/review-example.md is checked against them)."""
 
 
-def render_markdown(review: Review, *, viewer: str = VIEWER_URL, limit: int = MARKDOWN_LIMIT) -> str:
+def render_markdown(review: Review, *, viewer: str | None = None, limit: int = MARKDOWN_LIMIT) -> str:
     """The review as markdown of at most `limit` characters; past it the diff is cut, with a note."""
     head, tail = _head(review), _tail(review, viewer)
     lines = [_cut(line) for line in review.diff.rstrip("\n").splitlines()]
@@ -65,17 +65,107 @@ def _diff_block(review: Review, lines: list[str], kept: int | None = None) -> st
     return f"### Diff\n\n{body}{note}"
 
 
-def _tail(review: Review, viewer: str) -> str:
-    parts = [_gate(review.proposal.get("decision")),
-             "### Cost\n\n" + "\n".join([f"- {_dollars(review.cost_line)}"] + [
-                 f"- judge `{j['judge']}`: {'**flagged**' if j['flagged'] else 'calibrated'}: {_escape(j['reason'])}"
-                 for j in review.judges])]
-    summary = review.iteration.get("summary") or {}
-    url = changed_pairs_url(viewer, review.proposal["iteration_id"])
-    parts.append(f"### Changed pairs\n\n[The pairs whose outcome changed]({url}), base and candidate transcripts "
-                 f"side by side (served by `optimizer view`). Request: `{review.iteration.get('request_path')}`; "
-                 f"report: `{summary.get('report')}`.")
+def _tail(review: Review, viewer: str | None) -> str:
+    parts = [_gate(review.proposal.get("decision")), "### Cost\n\n" + "\n".join(_cost_lines(review))]
+    parts.append("### Changed pairs\n\n" + _pairs_line(review, viewer)
+                 + f" Request: `{review.request}`; report: `{review.report}`.")
     return "\n\n".join(parts)
+
+
+def _cost_lines(review: Review) -> list[str]:
+    return [f"- {_dollars(review.cost_line)}"] + [
+        f"- judge `{j['judge']}`: {'**flagged**' if j['flagged'] else 'calibrated'}: {_escape(j['reason'])}"
+        for j in review.judges]
+
+
+def _pairs_line(review: Review, viewer: str | None) -> str:
+    """Where the pairs whose outcome the patch changed are seen: a link when the review was given
+    a viewer address its readers reach, else the page's name in `optimizer view` and in an export."""
+    iteration_id = review.proposal["iteration_id"]
+    if viewer:
+        return (f"[The pairs whose outcome changed]({changed_pairs_url(viewer, iteration_id)}), base and candidate "
+                f"transcripts side by side.")
+    return (f"The pairs whose outcome changed, base and candidate transcripts side by side: `optimizer view`, page "
+            f"`/iterations/{iteration_id}/changed` (in an `optimizer view --export` folder: "
+            f"`iterations/{iteration_id}/changed.html`).")
+
+
+def render_night_markdown(night: NightReview, *, viewer: str | None = None, limit: int = MARKDOWN_LIMIT) -> str:
+    """A whole night as one pull request body: a summary line, the night's iterations, then each
+    patch it accepted (merged, stacked or proposed) with its diff, gate table, verdict and open
+    groups, the watch's reverts and the cost; past `limit` characters every diff is cut alike."""
+    head = _night_head(night, viewer)
+    lines = [[_cut(line) for line in review.diff.rstrip("\n").splitlines()] for _, review in night.patches]
+    kept = max((len(patch) for patch in lines), default=0)
+    while True:
+        blocks = [_night_patch(night, row, review, patch, kept, viewer)
+                  for (row, review), patch in zip(night.patches, lines)]
+        text = _join(head, *blocks, _night_tail(night))
+        if len(text) <= limit or kept == 0:
+            return text
+        kept = max(0, kept - max(1, (len(text) - limit) // (40 * max(1, len(blocks)))))
+
+
+def _night_head(night: NightReview, viewer: str | None) -> str:
+    record, state = night.night, night.state
+    rows = state.get("iterations") or []
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    stacked = "merged" if state.get("merged") else "stacked on the branch"
+    others = sum(n for status, n in counts.items() if status not in ("accepted", "proposed"))
+    summary = ", ".join(part for part in (
+        f"{counts.get('accepted', 0)} patch(es) {stacked}",
+        f"{counts['proposed']} proposed for review" if counts.get("proposed") else "",
+        f"{len(night.reverts)} revert(s) by the watch" if night.reverts else "",
+        f"{others} iteration(s) without a patch" if others else "") if part)
+    trials = sum(row.get("rollouts") or 0 for row in rows)
+    spent = f"${state.get('spent_usd', 0.0):.4f}"
+    table = ["| # | iteration | agent | targets | outcome | reason |", "|---:|---|---|---|---|---|"]
+    table += [f"| {row['number']} | {_code(row['iteration_id'])} | {_escape(row.get('agent') or '')} | "
+              f"{', '.join(_code(t) for t in row.get('targets') or []) or '–'} | {_escape(_outcome(row, state))} | "
+              f"{_escape(_short(row.get('reason') or ''))} |" for row in rows]
+    night_page = (f"[the night in the viewer]({viewer.rstrip('/')}/night/{record['nightly_id']})" if viewer else
+                  f"`optimizer view`, page `/night/{record['nightly_id']}`")
+    return (f"## Prompt night {_code(record['nightly_id'])}: {summary}\n\n"
+            f"Branch {_code(record['branch'])} from {_code(record['base_ref'])} at {_code(record['base_commit'][:12])}; "
+            f"stopped: {_escape(state.get('stop_reason') or record.get('status', ''))}; {trials:,} trials; "
+            f"spent {_dollars(spent)} and {state.get('spent_tokens', 0):,} "
+            f"tokens. Every page of the night: {night_page}.\n\n" + "\n".join(table))
+
+
+def _outcome(row: dict, state: dict) -> str:
+    if row["status"] == "accepted":
+        return "merged" if state.get("merged") else "stacked"
+    if row["status"] == "proposed":
+        return f"proposed (branch {row.get('review_branch')})"
+    return row["status"]
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _night_patch(night: NightReview, row: dict, review: Review, lines: list[str], kept: int,
+                 viewer: str | None) -> str:
+    decision = review.proposal.get("decision")
+    verdict = decision_view(decision).title if decision else "not evaluated"
+    shown = min(kept, len(lines))
+    diff = _diff_block(review, lines, shown).replace("### Diff", "#### Diff", 1)
+    gate = _gate(decision).replace("### Gate", "#### Gate", 1)
+    return "\n\n".join([
+        f"### {row['number']}. {_code(review.proposal['branch'])}: {_escape(_outcome(row, night.state))}",
+        f"**{_escape(verdict)}**. Targets {', '.join(_code(t) for t in review.iteration['targets']) or 'none'}. "
+        + _pairs_line(review, viewer), diff, gate, "#### Cost\n\n" + "\n".join(_cost_lines(review))])
+
+
+def _night_tail(night: NightReview) -> str:
+    if not night.reverts:
+        return ""
+    return "### Reverted by the watch\n\n" + "\n".join(
+        f"- {_code(sha[:12])} {_escape(subject)}" for sha, subject in night.reverts) + \
+        "\n\nEach revert's commit message carries the evidence (pairs, changes and e-values per group)."
 
 
 def _gate(decision) -> str:

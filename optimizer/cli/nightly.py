@@ -104,7 +104,7 @@ def _report(ctx, result, json_path: Optional[Path]) -> None:
                   f"accepted on {result.branch}; stopped: {result.stop_reason}; spent ${result.spent_usd:.4f}, "
                   f"{result.spent_tokens:,} tokens{'; merged' if result.merged else ''}", highlight=False,
                   soft_wrap=True)
-    console.print(f"the gate decided {gated} candidate(s) at levels from optimizer.spending: the chance this night "
+    console.print(f"the gate decided {gated} candidate(s), each at its share of night_alpha: the chance this night "
                   f"merged a patch that changes nothing is at most {bound:.3f} (night_alpha "
                   f"{ctx.settings.night_alpha})", highlight=False, soft_wrap=True)
     for row in result.iterations:
@@ -115,8 +115,10 @@ def _report(ctx, result, json_path: Optional[Path]) -> None:
     for item in result.watch or []:
         console.print(f"  watch: {item['status']:<9} {item['headline']} ({item['commit'][:12]}), {item['nights']} "
                       f"night(s){': ' + item['reason'] if item['reason'] else ''}", highlight=False, markup=False)
-    if result.accepted or result.reverts:
-        console.print(f"review it: git log -p {result.base_commit[:12]}..{result.branch}", highlight=False)
+    if result.accepted or result.reverts or any(row["status"] == "proposed" for row in result.iterations):
+        console.print(f"review it: git log -p {result.base_commit[:12]}..{result.branch}; the night as one pull "
+                      f"request body: optimizer review --format markdown --night {result.nightly_id}",
+                      highlight=False, soft_wrap=True)
 
 
 def _given(command: typer.Context) -> set[str]:

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from optimizer.cli.loop import _settings
+from optimizer.errors import InputError
 
 
 class Format(str, Enum):
@@ -21,18 +22,32 @@ def review_command(
     format: Format = typer.Option(Format.console, "--format", envvar="OPTIMIZER_REVIEW_FORMAT",
                                   help="console (tables) or markdown (GitHub-flavoured, for a pull request body)."),
     viewer_url: Optional[str] = typer.Option(None, "--viewer-url", envvar="OPTIMIZER_VIEWER_URL",
-                                   help="Where `optimizer view` serves (default http://127.0.0.1:8765): the "
-                                                  "markdown links the changed pairs there."),
+                                             help="An address of `optimizer view` (or of an export) that the "
+                                                  "review's readers can reach: the markdown links the changed "
+                                                  "pairs there. Without it the markdown names the pages."),
+    night: Optional[str] = typer.Option(None, "--night", metavar="ID",
+                                        help="Review a whole nightly job (`latest`: the last one) as one markdown "
+                                             "body: every patch it accepted or proposed, the watch's reverts, "
+                                             "the cost."),
 ) -> None:
     """Show a proposal: its git diff, the bucket table before/after, the gate's reasons, cost."""
-    from optimizer.review import VIEWER_URL, review
+    from optimizer.review import review
 
     root, settings = _settings()
+    if night is not None:
+        if branch or merge:
+            raise InputError("--night reviews a whole night: it takes no BRANCH and no --merge", field="--night",
+                             fix="drop BRANCH and --merge, or drop --night to review one proposal")
+        from optimizer.review import review_night
+        from optimizer.review_markdown import render_night_markdown
+
+        typer.echo(render_night_markdown(review_night(settings, root, night), viewer=viewer_url), nl=False)
+        return
     record = review(settings, root, branch, merge=merge)
     if format is Format.markdown:
         from optimizer.review_markdown import render_markdown
 
-        typer.echo(render_markdown(record, viewer=viewer_url or VIEWER_URL), nl=False)
+        typer.echo(render_markdown(record, viewer=viewer_url), nl=False)
     else:
         print_review(record)
     if record.merged is not None:
@@ -59,7 +74,7 @@ def print_review(record) -> None:
     summary = iteration.get("summary") or {}
     if summary.get("search"):
         _print_search(console, summary["search"])
-    console.print(f"request: {iteration.get('request_path')}\nreport: {summary.get('report')}", highlight=False)
+    console.print(f"request: {record.request}\nreport: {record.report}", highlight=False)
 
 
 def _print_search(console, search: dict) -> None:

@@ -4,6 +4,7 @@ example in docs/review-example.md, which must keep the layout the command prints
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from tests.helpers import project_repo
 
 PROMPT = "agents/prompts/card_agent.md"
 EXAMPLE = PROJECT_ROOT / "docs" / "review-example.md"
-OUTPUT_MARK = "<!-- the output of `optimizer review --format markdown` starts here -->"
+OUTPUT_MARK = "<!-- the output of `optimizer review --night latest` starts here -->"
 
 
 @pytest.fixture
@@ -81,17 +82,62 @@ def test_a_long_diff_is_collapsed_and_cut_to_the_size_cap_with_a_note():
     assert len(cut) <= 4000 and "+line 499" not in cut
     assert re.search(r"_Diff cut at \d+ of 503 lines to fit a pull request; the whole diff: "
                      r"`git diff aaaaaaaaaaaa\.\.optimizer/x/card_agent-1`\._", cut)
-    assert cut.rstrip().endswith("/iterations/x/changed), base and candidate transcripts side by side (served by "
-                                 "`optimizer view`). Request: `None`; report: `None`.")
+    assert cut.rstrip().endswith("folder: `iterations/x/changed.html`). Request: `None`; report: `None`."), \
+        "without a viewer address its readers reach, the review names the pages instead of linking to localhost"
 
 
-def test_the_review_example_in_the_docs_has_the_layout_the_command_prints(cli, accepted):
-    code, out, err = cli("review", "--format", "markdown")
-    assert code == 0, out + err
+@pytest.fixture(scope="module")
+def night(tmp_path_factory) -> tuple[Path, str]:
+    """A mock night of four accepts (mock/sim, the stand-in coding agent appending the rule for
+    each targeted bucket), its store outside the repository as on a CI machine; the repository and
+    the night's pull-request body."""
+    import subprocess
+
+    tmp_path = tmp_path_factory.mktemp("night")
+    root = project_repo(tmp_path / "repo")
+    env = {**os.environ, "OPTIMIZER_ROOT": str(root), "OPTIMIZER_STATE_DIR": str(tmp_path / "state"),
+           "OPTIMIZER_PROPOSER": "command", "OPTIMIZER_AGENT_MODEL": "mock/sim", "OPTIMIZER_JUDGE_MODEL": "mock/sim",
+           "OPTIMIZER_PROPOSER_COMMAND": f"{sys.executable} {PROJECT_ROOT / 'benchmarks/sim_patcher.py'} "
+                                         f"{{request}} {{workdir}} {PROMPT}", "OPTIMIZER_RETRY_BASE_DELAY": "0.01"}
+    optimizer = str(Path(sys.executable).parent / "optimizer")
+    done = subprocess.run([optimizer, "nightly", "--plain", "--date", "2026-11-23", "--max-iterations", "4"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    body = subprocess.run([optimizer, "review", "--night", "latest"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert body.returncode == 0, body.stderr
+    return root, body.stdout
+
+
+def test_a_nights_pull_request_body_reviews_every_patch_and_names_no_path_of_this_machine(night):
+    root, body = night
+    assert re.match(r"## Prompt night `[\w-]+`: 4 patch\(es\) stacked on the branch\n", body), body[:600]
+    patches = re.findall(r"^### (\d)\. `(optimizer/[^`]+)`: stacked$", body, re.M)
+    assert [number for number, _ in patches] == ["1", "2", "3", "4"]
+    assert body.count("#### Gate") == 4 and body.count("```diff") == 4
+    assert body.count("**gate (strict, full): ACCEPTED**") == 4
+    assert "`optimizer view`, page `/night/" in body and "127.0.0.1" not in body
+    log = subprocess_git(root, "log", "--format=%B", "main..optimizer/nightly-2026-11-23")
+    assert log.count("Request: <state folder>/runs/") == 4
+    for text in (body, log):
+        for machine in (str(root.parent), str(Path.home()), str(PROJECT_ROOT)):
+            assert machine not in text
+
+
+def subprocess_git(root: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_review_example_in_the_docs_has_the_layout_the_command_prints(night):
+    _, out = night
     example = EXAMPLE.read_text().split(OUTPUT_MARK, 1)
     assert len(example) == 2, f"{EXAMPLE} lost its mark {OUTPUT_MARK!r}"
     assert skeleton(example[1]) == skeleton(out), \
         "docs/review-example.md no longer matches the command: regenerate it as the page says"
+    for machine in ("/tmp/", "/work/", "/home/", "/root", str(PROJECT_ROOT)):
+        assert machine not in example[1], f"docs/review-example.md shows a path of the machine it was made on: {machine}"
 
 
 def _review(diff: str, targets: list[str]):
