@@ -31,6 +31,7 @@ from optimizer.errors import ConfigError
 from optimizer.compare import buckets_named, compare
 from optimizer.evaluate import finish, judges_used, non_voting_graders
 from optimizer.files import shown_path, write_json, write_text
+from optimizer.hand_edit import HAND_EDIT_LINES, PROPOSER, HandEdit, HandEditProposer, hand_selection
 from optimizer.gate import Decision
 from optimizer.ledger import current as current_ledger
 from optimizer.loop_records import (IterationResult, Log, LoopContext, ProposalRecord, iteration_summary,
@@ -68,14 +69,15 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
                   dry_run: bool = False, agent: str | None = None,
                   iteration_id: str | None = None, search_dir: Path | None = None,
                   night_decisions: int | None = None, night: NightScope | None = None,
-                  watch: WatchNight | None = None) -> IterationResult:
+                  watch: WatchNight | None = None, hand_edit: HandEdit | None = None) -> IterationResult:
     """One iteration. `search_dir` holds the search pools (default `<state_dir>/search`): a pool
     is found again there by its agent, base prompt and targets, and continued. Inside a night,
     `night_decisions` is how many candidates the night gated before this iteration: the gate
     then tests each candidate at its share of `night_alpha` (`optimizer.spending`), and `night`
     is what of the night's record the store watch covers besides the trials (`StoreWatch`).
     With `watch`, the iteration runs the night's watch of merged patches instead
-    (`optimizer.watch.run_watch`) and ends `watched`."""
+    (`optimizer.watch.run_watch`) and ends `watched`. With `hand_edit`, the iteration gates that
+    edit of its agent's prompt instead of asking a proposer (`optimizer.hand_edit`)."""
     check_search_budget(ctx.settings)
     settings = ctx.settings.loop
     root = ctx.project_root
@@ -92,7 +94,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     validate_model(settings.models.agent_model, field="agent_model")
     if judges_used(suites):
         validate_model(settings.models.judge_model, field="judge_model")
-    if not dry_run:
+    if not dry_run and hand_edit is None:
         _check_proposer(settings.proposal)
     planned = plan(suites, trials=settings.trials, lone_task_factor=settings.lone_task_factor)
 
@@ -108,7 +110,8 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     run_dir = state_dir / "runs" / iteration_id
     run_dir.mkdir(parents=True, exist_ok=True)
     result = IterationResult(iteration_id=iteration_id, status="running", base=base, run_dir=run_dir)
-    ctx.store.iterations.start(iteration_id, kind="watch" if watch else "run", base_ref=base.ref,
+    kind = "watch" if watch else "gate" if hand_edit else "run"
+    ctx.store.iterations.start(iteration_id, kind=kind, base_ref=base.ref,
                                base_commit=base.commit, settings=dict(settings.runner.record))
     try:
         with tempfile.TemporaryDirectory(prefix="optimizer-base-") as folder:
@@ -117,6 +120,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
             iteration.search_dir = search_dir or state_dir / "search"
             iteration.night_decisions = night_decisions
             iteration.night = night
+            iteration.hand_edit = hand_edit
             if watch is None:
                 iteration.run(dry_run=dry_run, agent=agent)
             else:
@@ -175,13 +179,16 @@ class _Iteration:
         self.night_decisions: int | None = None
         self.night: NightScope | None = None
         """Inside a night, the candidates gated before this one (this iteration's own included)."""
+        self.hand_edit: HandEdit | None = None
 
     def run(self, *, dry_run: bool, agent: str | None) -> None:
         result, store = self.result, self.store
         self._load_evidence()
-        rejected = store.proposals.rejected()
-        exhausted = self._exhausted(rejected)
-        selection = self._select(agent, exhausted)
+        rejected = store.proposals.rejected() if self.hand_edit is None else []
+        if self.hand_edit is None:
+            selection = self._select(agent, self._exhausted(rejected))
+        else:
+            selection = self._hand_selection(self.hand_edit)
         if selection is None:
             result.status = "nothing_to_fix"
             self.log("no train trial failed: nothing to fix" if not exhausted and not result.skipped else
@@ -199,7 +206,12 @@ class _Iteration:
             result.status = "dry_run"
             store.iterations.finish(result.iteration_id, "dry_run", iteration_summary(result))
             return
-        self._propose(selection, prompt, prompt_path, manual.sha256)
+        if self.hand_edit is None:
+            self._propose(selection, prompt, prompt_path, manual.sha256)
+        else:
+            self._gate_one(HandEditProposer(self.hand_edit), selection, prompt, prompt_path,
+                           LintIndex.from_suites(self.suites), manual.sha256, name=f"{selection.agent}-{PROPOSER}",
+                           note="a hand edit")
         self._keep_best()
         result.status = "accepted" if result.accepted else "rejected"
         result.report_path = write_report(result)
@@ -341,6 +353,21 @@ class _Iteration:
                      f"{', '.join(names)}")
             skip |= solved
 
+    @property
+    def _size_limit(self) -> int:
+        """Changed lines a patch may have (`max_changed_lines`); a hand edit has no limit."""
+        return self.settings.max_changed_lines if self.hand_edit is None else HAND_EDIT_LINES
+
+    def _hand_selection(self, edit: HandEdit) -> Selection | None:
+        path = self.prompt_paths[edit.agent]
+        diff = text_diff(self._base_prompt(edit.agent), edit.text, path)
+        selection, how = hand_selection(edit, diff, self.evidence, self.suites,
+                                        max_targets=self.settings.target_buckets)
+        if selection is not None:
+            self.log(f"the hand edit's targets ({how}): "
+                     + ", ".join(f"{t.suite}/{t.bucket}" for t in selection.targets))
+        return selection
+
     def _base_prompt(self, agent: str) -> str:
         return gitops.read_at(self.repo, self.result.base.commit, self.prompt_paths[agent])
 
@@ -451,7 +478,7 @@ class _Iteration:
 
         def check(patched: str) -> str | None:
             found = check_prompt_text(prompt_file=prompt_path, base_prompt=prompt, patched=patched,
-                                      max_changed_lines=self.settings.max_changed_lines, index=lint_index)
+                                      max_changed_lines=self._size_limit, index=lint_index)
             return None if found.passed else f"{found.rule}: {found.reason}"
 
         return check
@@ -509,7 +536,7 @@ class _Iteration:
             return
         found = check_change(changed_files=change.files, allowed_file=prompt_path, base_prompt=prompt,
                              patched=gitops.file_at(self.repo, change.tree, prompt_path), diff=change.diff,
-                             max_changed_lines=self.settings.max_changed_lines, index=lint_index)
+                             max_changed_lines=self._size_limit, index=lint_index)
         if not found.passed:
             record.status, record.reason = "rejected_check", f"{found.rule}: {found.reason}"
             return
@@ -537,7 +564,7 @@ class _Iteration:
         """The change less the parts that did nothing for the targets (`optimizer.ablation`),
         made again from the box; the change as it was when nothing is dropped."""
         trials = self.settings.ablation_trials
-        if not trials:
+        if not trials or self.hand_edit is not None:  # a person's edit is judged whole
             return change
         targets = {(t.suite, t.bucket) for t in selection.targets}
         buckets: dict[tuple[str, str], set[tuple[str, str]]] = {}

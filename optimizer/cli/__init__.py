@@ -16,6 +16,7 @@ from typing import Iterator
 import typer
 
 from optimizer.cli import eval as eval_cmd
+from optimizer.cli import gate as gate_cmd
 from optimizer.cli import graduate as graduate_cmd
 from optimizer.cli import history as history_cmd
 from optimizer.cli import judges as judges_cmd
@@ -38,6 +39,7 @@ app.command("history")(history_cmd.history_command)
 app.command("graduate")(graduate_cmd.graduate_command)
 app.command("report")(report_cmd.report_command)
 app.command("view")(view_cmd.view_command)
+app.command("gate")(gate_cmd.gate_command)
 app.add_typer(suites_cmd.app, name="suites")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(judges_cmd.app, name="judges")

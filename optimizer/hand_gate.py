@@ -1,0 +1,135 @@
+"""`optimizer gate`: every agent whose prompt a change edits, gated as a proposal (one iteration
+each, `optimizer.hand_edit`), and the result as one markdown review and a verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from optimizer import gitops
+from optimizer.errors import InputError
+from optimizer.hand_edit import HandEdit
+from optimizer.loop import run_iteration
+from optimizer.loop_records import IterationResult, LoopContext
+from optimizer.registry import get_agent
+from optimizer.suites import load_suites
+
+
+@dataclass
+class GateOutcome:
+    base: gitops.Base
+    head: str
+    """The head commit's sha."""
+    results: dict[str, IterationResult] = field(default_factory=dict)
+    """Per edited agent, its iteration."""
+
+    @property
+    def passed(self) -> bool:
+        """Every edited agent's edit accepted (no edit at all passes: nothing changed)."""
+        return all(result.accepted is not None for result in self.results.values())
+
+    def verdict(self, agent: str) -> str:
+        result = self.results[agent]
+        if result.accepted is not None:
+            return f"accepted: {result.accepted.reason.removeprefix('accepted: ')}"
+        if result.status == "nothing_to_fix":
+            return "not shown to improve anything: no train bucket of this agent fails at the base"
+        reasons = "; ".join(record.reason for record in result.proposals) or result.status
+        return f"rejected: {reasons.removeprefix('rejected: ')}"
+
+    @property
+    def lines(self) -> list[str]:
+        """One line per edited agent for the console, and the overall verdict."""
+        if not self.results:
+            return [f"no prompt file differs between {self.base.ref} and {self.head[:12]}: nothing to gate"]
+        return [f"{agent}: {self.verdict(agent)}" for agent in self.results] + [
+            f"gate: {'passed' if self.passed else 'FAILED'}"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"base": self.base.commit, "head": self.head, "passed": self.passed,
+                "agents": {agent: {"iteration_id": result.iteration_id, "status": result.status,
+                                   "verdict": self.verdict(agent)} for agent, result in self.results.items()}}
+
+
+def edited_agents(ctx: LoopContext, repo, base: gitops.Base, head: str, suite_names: list[str] | None
+                  ) -> dict[str, tuple[str, str]]:
+    """Per agent of the suites whose prompt file differs between `base` and `head`: (its path in
+    the repository, the head's text)."""
+    suites = load_suites(suite_names or list(ctx.settings.loop.suites), ctx.project_root)
+    edited = {}
+    for name in sorted({suite.spec.agent_name for suite in suites}):
+        path = gitops.relative(repo, ctx.project_root / get_agent(name).prompt_file)
+        try:
+            after = gitops.read_at(repo, head, path)
+        except KeyError:
+            raise InputError(f"{path} is not in {head[:12]}", field="--head",
+                             fix="a gated change edits the prompt files; it does not delete them") from None
+        if after != gitops.read_at(repo, base.commit, path):
+            edited[name] = (path, after)
+    return edited
+
+
+def gate_edits(ctx: LoopContext, *, base: str, head: str, targets: list[str], suite_names: list[str] | None
+               ) -> GateOutcome:
+    repo = gitops.open_repo(ctx.project_root)
+    base_ref = gitops.resolve_base(repo, base)
+    try:
+        head_sha = repo.commit(head).hexsha
+    except (ValueError, Exception) as exc:  # gitpython raises BadName, ValueError or GitCommandError
+        raise InputError(f"cannot resolve the head {head!r}: {type(exc).__name__}", field="--head",
+                         fix="pass a branch or commit of this repository (default HEAD)") from None
+    wanted = _targets(targets)
+    outcome = GateOutcome(base=base_ref, head=head_sha)
+    edited = edited_agents(ctx, repo, base_ref, head_sha, suite_names)
+    suites = load_suites(suite_names or list(ctx.settings.loop.suites), ctx.project_root)
+    agent_of = {suite.name: suite.spec.agent_name for suite in suites}
+    strays = [f"{s}/{b}" for s, b in wanted if agent_of.get(s) not in edited]
+    if strays:
+        raise InputError(f"--target {', '.join(strays)}: not a suite of an agent whose prompt the change edits "
+                         f"({', '.join(edited) or 'none'})", field="--target",
+                         fix="name buckets of the edited agents' suites as suite/bucket")
+    buckets = {(suite.name, task.bucket) for suite in suites if suite.spec.kind == "capability"
+               for task in suite.tasks if task.split == "train"}
+    unknown = [f"{s}/{b}" for s, b in wanted if (s, b) not in buckets]
+    if unknown:
+        raise InputError(f"--target {', '.join(unknown)}: no train task of that suite is in that bucket",
+                         field="--target", fix="name a bucket as suite/bucket: " + ", ".join(
+                             sorted(f"{s}/{b}" for s, b in buckets if agent_of[s] in edited)))
+    for agent, (path, text) in edited.items():
+        ctx.log(f"{agent}: gating the edit of {path} ({head[:40]} at {head_sha[:12]}) against {base_ref.ref}")
+        edit = HandEdit(agent=agent, text=text, source=f"{head} at {head_sha[:12]} against {base_ref.ref}",
+                        targets=tuple(key for key in wanted if agent_of[key[0]] == agent))
+        outcome.results[agent] = run_iteration(ctx, suite_names=suite_names, base_ref=base, agent=agent,
+                                               hand_edit=edit)
+    return outcome
+
+
+def _targets(given: list[str]) -> list[tuple[str, str]]:
+    found = []
+    for text in given:
+        suite, slash, bucket = text.partition("/")
+        if not (slash and suite and bucket):
+            raise InputError(f"--target {text!r} is not suite/bucket", field="--target",
+                             fix="write it as the suite's name, a slash and the bucket, e.g. card_agent/template_event")
+        found.append((suite, bucket))
+    return found
+
+
+def render_gate(ctx: LoopContext, outcome: GateOutcome, *, viewer: str | None) -> str:
+    """The pull request comment: the verdict per edited agent, then each edit's review."""
+    from optimizer.review import review_of
+    from optimizer.review_markdown import render_markdown
+
+    repo = gitops.open_repo(ctx.project_root)
+    head = (f"## Prompt gate: {'passed' if outcome.passed else 'FAILED'}\n\n"
+            f"The prompts at `{outcome.head[:12]}` against `{outcome.base.ref}` (`{outcome.base.commit[:12]}`).\n")
+    if not outcome.results:
+        return head + "\nNo prompt file differs: nothing to gate.\n"
+    parts = [head, "\n".join(f"- **{agent}**: {outcome.verdict(agent)}" for agent in outcome.results) + "\n"]
+    for result in outcome.results.values():
+        proposals = ctx.store.proposals.rows(iteration_id=result.iteration_id)
+        if proposals:
+            review = review_of(ctx.store, repo, proposals[-1], ctx.project_root / ctx.settings.state_dir)
+            text = render_markdown(review, viewer=viewer).replace("\n### ", "\n#### ")
+            parts.append(text.replace("## Prompt patch", "### Edit", 1))
+    return "\n".join(parts)
