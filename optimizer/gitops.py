@@ -219,6 +219,12 @@ def branch_exists(repo, branch: str) -> bool:
     return any(head.name == branch for head in repo.heads)
 
 
+def branch_taken(repo, branch: str) -> bool:
+    """A local branch of that name, or a remote-tracking one (`origin/<branch>`) of any remote."""
+    return branch_exists(repo, branch) or any(ref.remote_head == branch for remote in repo.remotes
+                                              for ref in remote.refs)
+
+
 def remove_stray_worktrees(repo, parent: Path) -> list[str]:
     """Remove every worktree under `parent` (left by a killed job), prune git's records of them,
     and clear ref locks a killed git left under `refs/heads/optimizer/`."""

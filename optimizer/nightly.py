@@ -128,10 +128,12 @@ def capability_suites(root) -> list[str]:
 
 
 def branch_name(day: Date, repo) -> str:
-    """`optimizer/nightly-<date>`, with `-2`, `-3`... when that name is taken."""
+    """`optimizer/nightly-<date>`, with `-2`, `-3`... when that name is taken here or on a remote
+    this clone knows (a CI job run again the same day starts from a fresh clone, where the first
+    run's branch is only a remote-tracking one; pushing the same name would be refused)."""
     name = f"optimizer/nightly-{day.isoformat()}"
     number = 1
-    while gitops.branch_exists(repo, name if number == 1 else f"{name}-{number}"):
+    while gitops.branch_taken(repo, name if number == 1 else f"{name}-{number}"):
         number += 1
     return name if number == 1 else f"{name}-{number}"
 
