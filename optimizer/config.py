@@ -292,6 +292,12 @@ def check_search_budget(settings: Settings) -> None:
                           fix=f"set 0 (no search) or at least {MIN_SEARCH_ROLLOUTS}; see docs/search.md")
 
 
+MOCK_PREFIX = "mock/"
+MOCK_JUDGE = "mock/sim"
+"""The judge of a run whose agent model is a mock and whose judge model nobody set: the default
+judge, the embedded model, would start (or join) a real server and take minutes per judged trial."""
+
+
 def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settings:
     """Merge file, environment and flag settings; errors name the source and the field."""
     file_values, file_path = file_settings(root)
@@ -318,6 +324,8 @@ def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settin
                 field = f"OPTIMIZER_{field.split('.')[0].upper()}"
             raise ConfigError(error["msg"], path=source, field=field, fix=_fix(error)) from None
         merged = candidate
+    if "judge_model" not in merged and str(merged.get("agent_model", DEFAULT_MODEL)).startswith(MOCK_PREFIX):
+        merged["judge_model"] = MOCK_JUDGE  # a mock run's judges are mocks unless a judge model is asked for
     return put_in_use(Settings.model_validate(merged), root)
 
 

@@ -296,7 +296,8 @@ class LoopSides:
         return trials
 
     def candidate(self, planned: list[PlannedTrial], label: str) -> list[Trial]:
-        run = self.stage.run(planned, self.prompt_root, kind="candidate", label=label, run_id=self.run_id)
+        run = self.stage.run(planned, self.prompt_root, kind="candidate", label=f"{label} (candidate)",
+                             run_id=self.run_id)
         self.run_id = run.run_id  # a resumed job adopts the unfinished run it left: one run, one id
         self.trials += run.trials
         self.candidate_count += len(planned)

@@ -35,6 +35,7 @@ NOT_SETTINGS = {
     "OPTIMIZER_ROOT": "the project folder (`find_project_root`)",
     "OPTIMIZER_MODEL_DIR": "where the embedded model is kept (`optimizer.engines.llamacpp.install`)",
     "OPTIMIZER_PLAIN": "plain progress lines instead of live bars (`optimizer.cli._common`)",
+    "OPTIMIZER_AIDER_VENV": "the aider install `make aider` made, for its end-to-end test (`tests/optimizer/test_aider_proposer.py`)",
 }
 """The `OPTIMIZER_*` environment variables the project reads that are not settings. Every other
 `OPTIMIZER_<NAME>` must name a setting: an unknown one is a typo, refused rather than ignored."""

@@ -37,7 +37,7 @@ class TrialProgress:
     """done/total, pass rate, tokens, cost and ETA while trials finish."""
 
     def __init__(self, total: int, label: str = "trials"):
-        self.total = total
+        self.total, self.label = total, label
         self.done = self.passed = self.scored = self.errored = self.tokens = 0
         self.cost = 0.0
         self.started = self.last_line = time.monotonic()
@@ -80,7 +80,7 @@ class TrialProgress:
             self.last_line = now
             elapsed = now - self.started
             eta = self.eta(now)
-            err_console.print(f"{self.done}/{self.total} trials  {stats}  elapsed {_clock(elapsed)}  "
+            err_console.print(f"{self.label}: {self.done}/{self.total} trials  {stats}  elapsed {_clock(elapsed)}  "
                               f"eta {_clock(eta) if eta is not None else '-'}", highlight=False, soft_wrap=True)
 
     def eta(self, now: float) -> float | None:

@@ -128,7 +128,8 @@ class TargetPhase:
                  for item in state.plan.fresh(self.keys[bucket], sizes[bucket], reserve=False)]
         if not items:
             return None
-        note = f"targets: {len(items)} fresh pairs of {', '.join('/'.join(b) for b in open_buckets)}"
+        note = (f"targets: {len(items)} fresh pairs (base prompt and candidate) of "
+                f"{', '.join('/'.join(b) for b in open_buckets)}")
         return state.pairs(items, "targeted", note)
 
     def _open(self) -> list[Bucket]:
@@ -200,7 +201,8 @@ class HarmPhase:
                 return None  # its trials end unscored on its side: rejected, and more pairs would end so too
             if not self.floor_done:
                 self.floor_done = True
-                items, note = self._floor(states), "harm check: pairs up to the floor"
+                items, note = self._floor(states), ("harm check: every other bucket up to its minimum of pairs "
+                                                            "(min_bucket_pairs)")
             else:
                 leaning = self._leaning(states)
                 if leaning is None:

@@ -13,7 +13,7 @@ import jinja2
 
 from optimizer.decision_view import decision_view
 from optimizer.trends import trends
-from optimizer.viewer.reader import PAGE, PAIRS_PAGE, Reader, ending
+from optimizer.viewer.reader import PAGE, PAIRS_PAGE, Reader, described, ending
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 FILTERS = ("suite", "bucket", "split", "outcome", "ending", "task")
@@ -97,6 +97,7 @@ def run(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, An
     record = reader.run(parts[0])
     if record is None:
         raise NotFound(f"no run {parts[0]!r}")
+    record.update(described(record.get("settings_json"), record.get("fingerprints_json")))
     filters = {name: query.get(name, "") for name in FILTERS}
     page = _page_number(query)
     rows, total = reader.trials(parts[0], filters, page)

@@ -77,10 +77,14 @@ class Reader:
                          func.sum(t.c.cost_usd).label("cost_usd"), func.avg(t.c.duration_s).label("mean_s"))
                   .group_by(t.c.run_id).subquery())
         statement = (select(r.c.run_id, r.c.kind, r.c.status, r.c.started_at, counts.c.trials, counts.c.passed,
-                            counts.c.tokens, counts.c.cost_usd, counts.c.mean_s)
+                            counts.c.tokens, counts.c.cost_usd, counts.c.mean_s, r.c.settings_json,
+                            r.c.fingerprints_json)
                      .outerjoin(counts, counts.c.run_id == r.c.run_id)
                      .order_by(r.c.started_at.desc()).limit(PAGE + 1).offset(page * PAGE))
-        return self._rows(statement)
+        rows = self._rows(statement)
+        for row in rows:
+            row.update(described(row.pop("settings_json"), row.pop("fingerprints_json")))
+        return rows
 
     def count(self, table: str) -> int:
         """Rows of `runs`, `iterations` or `nightlies`: the totals the pages show beside paging."""
@@ -241,6 +245,15 @@ class Reader:
                           "direction": direction})
         order = {"down": 0, "other": 1, "up": 2}
         return sorted(pairs, key=lambda pair: order[pair["direction"]])
+
+
+def described(settings_json: str | None, fingerprints_json: str | None) -> dict[str, str]:
+    """What a run measured, for a reader of its id: its agent model, suites and commit."""
+    settings = json.loads(settings_json or "null") or {}
+    spec = json.loads(fingerprints_json or "null") or {}
+    commit = ((spec.get("git") or {}).get("commit") or "")[:12]
+    return {"model": settings.get("agent_model") or (spec.get("models") or {}).get("agent") or "",
+            "suites": ", ".join(settings.get("suites") or []), "commit": commit}
 
 
 CONTEXT_CHARS = 80

@@ -55,7 +55,7 @@ def test_targets_are_compared_on_fresh_pairs_in_batches_and_the_rest_on_the_base
     assert code == 0, out + err
     text = err.replace("\n", " ")
     # fact_preservation has two train tasks: 8 fresh pairs per batch, 4 per task
-    assert "targets: 8 fresh pairs of card_agent/fact_preservation" in text
+    assert "targets: 8 fresh pairs (base prompt and candidate) of card_agent/fact_preservation" in text
     assert "rest: " in text and "harm check" in text
     summary = json.loads((tmp_path / "run.json").read_text())
     proposal = summary["proposals"][0]

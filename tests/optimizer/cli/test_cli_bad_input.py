@@ -293,7 +293,8 @@ def test_the_optimizer_variables_that_are_not_settings_are_accepted(cli, isolate
 
     monkeypatch.setenv("OPTIMIZER_MODEL_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("OPTIMIZER_PLAIN", "1")
-    assert set(NOT_SETTINGS) == {"OPTIMIZER_ROOT", "OPTIMIZER_MODEL_DIR", "OPTIMIZER_PLAIN"}
+    monkeypatch.setenv("OPTIMIZER_AIDER_VENV", str(tmp_path / "aider"))  # the aider test's own knob
+    assert set(NOT_SETTINGS) == {"OPTIMIZER_ROOT", "OPTIMIZER_MODEL_DIR", "OPTIMIZER_PLAIN", "OPTIMIZER_AIDER_VENV"}
     code, out, err = cli("suites", "validate", "--suite", "card_agent")
     assert code == 0, err
     assert "25 score 1.0 under mock/oracle" in out

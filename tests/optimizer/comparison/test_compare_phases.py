@@ -34,7 +34,7 @@ def test_the_target_phase_names_fresh_pairs_of_its_targets_until_they_are_shown_
         batches.append(batch)
         phase.record(*run(sides, batch))
     first = batches[0]
-    assert first.label == "targeted" and first.note == "targets: 8 fresh pairs of s/a"
+    assert first.label == "targeted" and first.note == "targets: 8 fresh pairs (base prompt and candidate) of s/a"
     assert sorted((item.task.id, item.index) for item in first.candidate) == [
         (task, index) for task in ("a0", "a1") for index in range(4, 8)]
     assert [item.index for item in first.base] == [item.index for item in first.candidate] and not first.held
@@ -80,7 +80,8 @@ def test_the_harm_phase_first_brings_every_group_to_its_floor_then_decides():
     rest.record(*run(sides, rest.next_batch()))
     phase = HarmPhase(state)
     floor = phase.next_batch()
-    assert floor.note == f"harm check: pairs up to the floor: {len(floor.candidate)} more pairs"
+    assert floor.note == ("harm check: every other bucket up to its minimum of pairs (min_bucket_pairs): "
+                          f"{len(floor.candidate)} more pairs")
     assert {item.task.id for item in floor.candidate} == {"c0"}  # b's two tasks already have 8 pairs
     assert [item.index for item in floor.candidate] == [4, 5, 6, 7]
     phase.record(*run(sides, floor))
