@@ -408,3 +408,58 @@ def test_an_export_into_a_folder_holding_other_files_is_exit_2(cli, store_path, 
     assert (isolated / "notes" / "a.txt").read_text() == "mine"
     code, out, err = cli("view", "--export", str(isolated / "bundle"))
     assert code == 0 and "page(s) to" in out and (isolated / "bundle" / "index.html").is_file()
+
+
+@pytest.mark.browser
+def test_a_reviewer_goes_from_a_night_to_a_fallen_buckets_pairs_and_searches_the_transcripts(
+        cli, repo, isolated, monkeypatch, browser):
+    """A mock night of two iterations on one base; the second's gate reused the base-prompt trials
+    the first ran (the case the changed-pairs page once showed as 0 pairs)."""
+    from selenium.webdriver.common.by import By
+
+    from optimizer.config import load_settings
+    from tests.helpers import FACT_RULE, LINK_HARM, after_data_line, script
+
+    both = f"{FACT_RULE} {LINK_HARM.removeprefix('- ')}"  # one line: the ablation keeps it whole
+    script(isolated.parent, monkeypatch, after_data_line(both), after_data_line(both))
+    code, out, err = cli("nightly", "--plain", "--max-iterations", "2", "--patience", "5")
+    assert code == 0 and "reused" in err, out + err
+    settings = load_settings(repo)
+    server = ViewerServer(settings.database_url or default_url(repo / settings.state_dir), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        browser.find_element(By.CSS_SELECTOR, "a.night").click()
+        assert browser.title.startswith("Night ")
+        iterations = browser.find_elements(By.CSS_SELECTOR, "#night-iterations a.iteration")
+        assert len(iterations) == 2
+        iterations[1].click()
+        assert browser.title.startswith("Iteration ")
+        row = next(tr for tr in browser.find_elements(By.CSS_SELECTOR, "table.gate tbody tr")
+                   if tr.find_element(By.TAG_NAME, "td").text == "card_agent/template_link")
+        iteration_url = browser.current_url
+        row.find_element(By.CSS_SELECTOR, "a.fell").click()
+        pairs = browser.find_elements(By.CSS_SELECTOR, "div.pair")
+        assert pairs, "the bucket that fell has pairs that went from passed to not passed"
+        assert {pair.get_attribute("data-direction") for pair in pairs} == {"down"}
+        assert {pair.get_attribute("data-bucket") for pair in pairs} == {"template_link"}
+        pairs[0].find_element(By.CSS_SELECTOR, "div.candidate a[href^='/trial/']").click()
+        assert browser.title.startswith("Trial card_agent/")
+        assert browser.find_elements(By.CSS_SELECTOR, "table.graders tbody tr")
+        browser.get(iteration_url)
+        target = next(tr for tr in browser.find_elements(By.CSS_SELECTOR, "table.gate tbody tr")
+                      if tr.find_element(By.TAG_NAME, "td").text.startswith("* card_agent/fact_preservation"))
+        target.find_element(By.CSS_SELECTOR, "a.rose").click()
+        assert browser.find_elements(By.CSS_SELECTOR, "div.pair[data-direction='up']"), \
+            "the target's fresh pairs, whose base trials the first iteration ran, are found"
+        box = browser.find_element(By.NAME, "q")
+        box.send_keys("save_timeline_card")
+        box.submit()
+        assert browser.title.startswith("Search: save_timeline_card")
+        hits = browser.find_elements(By.CSS_SELECTOR, "#found a.trial")
+        assert len(hits) == 50 and browser.find_elements(By.ID, "next")
+        hits[0].click()
+        assert browser.title.startswith("Trial card_agent/")
+    finally:
+        server.shutdown()
+        server.server_close()
