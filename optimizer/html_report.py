@@ -141,9 +141,10 @@ def _bucket_table(first: dict[str, float], last: dict[str, float], targeted: set
         for proposal in row["proposals"]:
             if proposal["status"] == "accepted":
                 for b in proposal["buckets"]:
-                    if b.get("targeted") and b.get("change") is not None:
+                    if b.get("change") is not None and b.get("suite"):
                         accepted.setdefault(f"{b['suite']}/{b['bucket']}", []).append(
-                            {"number": row["number"], "change": b["change"], "pairs": b.get("pairs")})
+                            {"number": row["number"], "change": b["change"], "pairs": b.get("pairs"),
+                             "verdict": b.get("verdict") or ""})
     rows = []
     for bucket in sorted(set(first) | set(last) | set(gate)):
         start, end = (gate[bucket]["before"], gate[bucket]["after"]) if bucket in gate else \

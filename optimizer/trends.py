@@ -89,5 +89,5 @@ def trends(engine: Engine) -> dict[str, Any]:
             "patches": [{"x": x(a["created_at"]), "label": f"{a['branch']} accepted {str(a['created_at'])[:16]}"}
                         for a in patches],
             "grid": [{"y": y(v), "label": f"{v:.1f}"} for v in (0.0, 0.5, 1.0)],
-            "ticks": [{"x": x(start), "label": str(start)[:10], "anchor": "start"},
-                      {"x": x(end), "label": str(end)[:10], "anchor": "end"}]}
+            "ticks": [{"x": x(start), "label": f"{str(start)[:16]} UTC", "anchor": "start"},
+                      {"x": x(end), "label": f"{str(end)[:16]} UTC", "anchor": "end"}]}

@@ -40,7 +40,10 @@ def test_the_report_holds_tables_charts_proposals_and_failures(report):
     assert "card_agent/fact_preservation *" in buckets
     for chart in ("chart-iterations", "chart-nights"):
         assert "<svg" in page.split(f'id="{chart}"')[1].split("</div>")[0]
-    assert "#1: +" in buckets  # the accepted patch's paired change, beside its target's start and end
+    assert '">#1</a>: +' in buckets  # the accepted patch's paired change, beside its target's start and end
+    assert 'href="#iteration-1"' in buckets and 'id="iteration-1"' in page  # each links to its iteration
+    assert 'class="num up"' not in buckets and 'class="num down"' not in buckets, \
+        "two samples of a few trials are not coloured as a change; the gate's verdicts are"
     assert page.count('class="proposal"') == 2
     assert 'data-status="accepted"' in page and 'data-status="rejected_gate"' in page
     assert '<span class="add">+' + FACT_RULE.replace("'", "&#39;") in page
@@ -89,7 +92,8 @@ def test_a_night_ending_on_an_accepted_patch_shows_the_gates_paired_change_for_i
     trivial = row_of(data, TRIVIAL)
     assert (trivial["start"], trivial["end"], trivial["change"], trivial["paired"]) == (0.25, 0.5, 0.25, True)
     fact = row_of(data, "card_agent/fact_preservation")  # run at the baseline's own trials: the runs' means
-    assert (fact["start"], fact["end"], fact["paired"], fact["accepted"]) == (0.75, 0.75, False, [])
+    assert (fact["start"], fact["end"], fact["paired"]) == (0.75, 0.75, False)
+    assert [(a["number"], a["change"]) for a in fact["accepted"]] == [(3, 0.0)]  # the gate's row for every bucket
     assert "card_agent/trivial_input * †" in render(data)
 
 
@@ -99,7 +103,7 @@ def test_the_end_is_the_baseline_that_measured_the_patched_tip_when_there_is_one
     data = build(store)
     trivial = row_of(data, TRIVIAL)
     assert (trivial["start"], trivial["end"], trivial["change"], trivial["paired"]) == (0.5, 0.75, 0.25, False)
-    assert trivial["accepted"] == [{"number": 3, "change": 0.25, "pairs": 8}]
+    assert trivial["accepted"] == [{"number": 3, "change": 0.25, "pairs": 8, "verdict": ""}]
     chart = data["chart_iterations"]
     assert chart["labels"] == ["#1 start", "#2 start", "#3 start", "#4 start"]  # no candidate after the tip
     assert [c["bucket"] for c in chart["charts"]] == [TRIVIAL]  # moved and targeted: a chart of its own
