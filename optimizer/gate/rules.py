@@ -116,9 +116,14 @@ def _improvement(status: dict, policy: GatePolicy) -> RuleResult:
 def _no_harm(rows: list[BucketChange], thresholds: list[float], policy: GatePolicy,
              named: list[str]) -> RuleResult:
     harmed = []
+    buckets = [r for r in rows if r.kind == "bucket" and r.change is not None and r.pairs]
+    steepest = min(buckets, key=lambda r: r.change, default=None)
     for r in rows:
         if r.verdict == "harmed":
-            harmed.append(f"{_label(r)} fell {r.change:+.2f}, significant (p={r.p_harm:.4f}, {r.pairs} pairs)")
+            harmed.append(f"{_label(r)} fell {r.change:+.2f}, significant (p={r.p_harm:.4f}, {r.pairs} pairs)"
+                          + (f" (of its buckets {_label(steepest)} fell most, {steepest.change:+.2f} over "
+                             f"{steepest.pairs} pairs)" if r.kind == "pooled" and steepest is not None
+                             and steepest.change < 0 and not any(b.verdict == "harmed" for b in buckets) else ""))
         elif r.verdict == "beyond margin":
             harmed.append(f"{_label(r)} fell {r.change:+.2f}, its 95% interval [{r.ci_low:+.2f}, {r.ci_high:+.2f}] "
                           f"wholly below -{policy.max_bucket_drop:.2f} ({r.pairs} pairs)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -474,14 +475,14 @@ def test_the_harm_group_that_fell_most_gets_the_next_pairs():
     sides.count = 0
     lines: list[str] = []
     compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent", log=lines.append)
-    checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "floor" not in line]
+    checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "min_bucket_pairs" not in line]
     assert checks[:1] == ["c"]
     # a patch that names b: b fell too, so it is checked before c, which fell more
     lines.clear()
     sides.count = 0
     compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent", log=lines.append,
             named={("s", "b")}, policy=GatePolicy(name_weighting=True))
-    checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "floor" not in line]
+    checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "min_bucket_pairs" not in line]
     assert checks[:1] == ["b"]
 
 
@@ -568,6 +569,9 @@ def test_a_harm_spread_too_thin_for_any_one_bucket_is_shown_by_the_pooled_group(
     assert verdicts.pop("non-target (pooled)") == "harmed"
     assert set(verdicts.values()) == {"no harm found"} or "harmed" not in verdicts.values()
     assert not decision.accepted
+    # the reason names the bucket that fell most inside the pooled group, not the pooled group alone
+    assert re.search(r"non-target \(pooled\) fell -0\.\d\d, significant \(p=[\d.]+, 48 pairs\) \(of its buckets "
+                     r"s/x\d_ fell most, -0\.38 over 8 pairs\)", decision.summary), decision.summary
 
 
 def test_a_spread_harm_is_rejected_by_compare():
@@ -647,5 +651,5 @@ def test_a_group_whose_pass_rate_fell_most_gets_the_next_harm_pairs_though_its_m
     baseline = sides._draw("base", planned)
     lines: list[str] = []
     compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent", log=lines.append)
-    checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "floor" not in line]
+    checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "min_bucket_pairs" not in line]
     assert checks[:1] == ["b"], lines
