@@ -7,9 +7,11 @@ clear message and nothing is written anywhere.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 from pathlib import Path
-from typing import TypeVar
+from typing import Iterator, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -30,6 +32,23 @@ def resolve_suite_dir(name_or_path: str, project_root: Path) -> Path:
     known = sorted(p.parent.name for p in (project_root / "suites").glob("*/suite.json"))
     raise SuiteError(f"no suite {name_or_path!r} (no suite.json there)", field="--suite",
                      fix=f"use a suite name ({', '.join(known) or 'none found'}) or a path to a suite folder")
+
+
+SEALED_SPLIT = "test"
+"""The split no part of the loop reads (docs/benchmarks.md#transfer-to-notes-nobody-tuned-to):
+its suites live under `sealed/`, and a suite holding such a task loads only inside
+`reading_sealed()`, which `benchmarks/transfer.py` alone enters."""
+_sealed_open: contextvars.ContextVar[bool] = contextvars.ContextVar("sealed_open", default=False)
+
+
+@contextlib.contextmanager
+def reading_sealed() -> Iterator[None]:
+    """Let suites of the sealed test split load (for `benchmarks/transfer.py`)."""
+    token = _sealed_open.set(True)
+    try:
+        yield
+    finally:
+        _sealed_open.reset(token)
 
 
 def load_suite(name_or_path: str, project_root: Path) -> Suite:
@@ -53,6 +72,11 @@ def load_suite(name_or_path: str, project_root: Path) -> Suite:
         _check_graders(task, path, spec.agent_name)
         _check_reference_tools(task, path, agent)
         _check_bucket(task, path)
+        if task.split == SEALED_SPLIT and not _sealed_open.get():
+            raise TaskFileError(f"task {task.id!r} is in the sealed test split, which no part of the loop reads",
+                                path=path, field="metadata.split",
+                                fix="measure it with benchmarks/transfer.py; a task the loop may read is "
+                                    "split train or holdout")
         task._path = path
         task._suite_root = root
         tasks.append(task)

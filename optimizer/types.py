@@ -122,8 +122,9 @@ class Task(_Strict):
     @field_validator("metadata")
     @classmethod
     def _check_split(cls, value: dict[str, str]) -> dict[str, str]:
-        if value.get("split", "train") not in ("train", "holdout"):
-            raise ValueError("metadata.split must be 'train' or 'holdout'")
+        if value.get("split", "train") not in ("train", "holdout", "test"):
+            raise ValueError("metadata.split must be 'train', 'holdout' or 'test' (the sealed split "
+                             "that only benchmarks/transfer.py reads)")
         return value
 
     @property

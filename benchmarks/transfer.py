@@ -1,0 +1,202 @@
+"""Transfer: does a prompt change lift the agent on notes nobody tuned to?
+
+The sealed test split (`sealed/card_agent_test`, `sealed/pkm_agent_test`, every task `split:
+"test"`) was written once from the task format and the template descriptions, before any tuning,
+and no part of the loop reads it: a suite holding such a task refuses to load outside
+`optimizer.suites.reading_sealed()`, which only this script enters.
+
+    python benchmarks/transfer.py --validate
+        every sealed task replays its reference solution under mock/oracle at score 1.0
+    python benchmarks/transfer.py --suite card_agent --before main~3 --after main [--trials 8]
+        [--agent-model local/qwen2.5-coder-1.5b] [--json out.json]
+
+A measurement runs the agent's sealed suite with the prompt file as each of two commits holds it
+(a branch, a night's branch, a tag), `--trials` trials per task, the response cache off and a
+throw-away store (nothing of the sealed split reaches the project's store, where the loop reads
+recorded trials). It prints per side the trial pass rate, pass@k, pass^k and mean score, per
+bucket and overall, and the change paired by task: each task's pass rate after less before,
+tested with an exact sign-flip permutation test of the mean difference over tasks (Fisher 1935;
+Pitman 1937; Monte Carlo with 200,000 draws past 20 tasks that changed), two-sided. Run it with
+nothing else on the machine (docs/benchmarks.md#transfer-to-notes-nobody-tuned-to).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_ROOT))
+
+from optimizer.suites import reading_sealed  # noqa: E402
+from optimizer.validate import validate_suites  # noqa: E402
+
+SEALED = {"card_agent": "sealed/card_agent_test", "pkm_agent": "sealed/pkm_agent_test"}
+"""Per agent, its sealed suite's folder (relative to the project)."""
+
+
+def validate(suites: list[str]) -> int:
+    """Replay every sealed task's reference solution; the number of tasks that did not score 1.0."""
+    with reading_sealed():
+        report = validate_suites(PROJECT_ROOT, suites)
+    bad = 0
+    for entry in report:
+        print(f"{entry.name}: {entry.count} tasks, {len(entry.failures)} failing, "
+              f"{len(entry.unreplayed)} without a reference solution")
+        for line in entry.failures:
+            print(f"  {line}")
+        bad += len(entry.failures) + len(entry.unreplayed)
+    return bad
+
+
+def sign_flip_p(differences: list[float], draws: int = 200_000, seed: int = 0) -> float:
+    """Two-sided p-value of the mean of paired `differences` under the null that each is as
+    likely negative as positive: every sign pattern (exact up to 20 nonzero differences), else
+    `draws` random ones."""
+    nonzero = [d for d in differences if d]
+    if not nonzero:
+        return 1.0
+    observed = abs(sum(nonzero)) - 1e-12
+    if len(nonzero) <= 20:
+        patterns = itertools.product((1, -1), repeat=len(nonzero))
+        total = hits = 0
+        for signs in patterns:
+            total += 1
+            hits += abs(sum(s * d for s, d in zip(signs, nonzero))) >= observed
+        return hits / total
+    rng = random.Random(seed)
+    hits = sum(abs(sum(d if rng.random() < 0.5 else -d for d in nonzero)) >= observed for _ in range(draws))
+    return (hits + 1) / (draws + 1)
+
+
+def side_summary(trials: list) -> dict:
+    """Trial pass rate, pass@k, pass^k (over tasks) and mean score of scored trials, overall and per bucket."""
+    def summary(group: list) -> dict:
+        scored = [t for t in group if t.status != "errored"]
+        by_task: dict[str, list] = {}
+        for t in scored:
+            by_task.setdefault(t.task_id, []).append(t)
+        return {"trials": len(group), "errored": len(group) - len(scored),
+                "pass_rate": _mean([t.status == "passed" for t in scored]),
+                "pass_at_k": _mean([any(t.status == "passed" for t in ts) for ts in by_task.values()]),
+                "pass_hat_k": _mean([all(t.status == "passed" for t in ts) for ts in by_task.values()]),
+                "mean_score": _mean([t.score or 0.0 for t in scored])}
+
+    buckets = sorted({t.bucket for t in trials})
+    return {"overall": summary(trials), "buckets": {b: summary([t for t in trials if t.bucket == b]) for b in buckets}}
+
+
+def _mean(values: list) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def task_rates(trials: list) -> dict[str, float]:
+    """Per task, the share of its scored trials that passed (a task whose every trial errored is left out)."""
+    out: dict[str, list[bool]] = {}
+    for t in trials:
+        if t.status != "errored":
+            out.setdefault(t.task_id, []).append(t.status == "passed")
+    return {task: statistics.fmean(passes) for task, passes in out.items()}
+
+
+def measure(agent: str, before: str, after: str, trials: int, overrides: dict) -> dict:
+    """Both sides on the agent's sealed suite; the summaries and the paired change."""
+    from optimizer import gitops
+    from optimizer.config import load_settings
+    from optimizer.loop_staging import export_prompts
+    from optimizer.registry import get_agent
+    from optimizer.runner import Runner, plan
+    from optimizer.store import Store, default_url
+    from optimizer.suites import load_suites
+
+    repo = gitops.open_repo(PROJECT_ROOT)
+    entry = get_agent(agent)
+    prompt = gitops.relative(repo, PROJECT_ROOT / entry.prompt_file)
+    settings = load_settings(PROJECT_ROOT, {"cache": False, "trials": trials, **overrides})
+    with reading_sealed():
+        suites = load_suites([SEALED[agent]], PROJECT_ROOT)
+    planned = plan(suites, trials=trials)
+    sides = {}
+    with tempfile.TemporaryDirectory(prefix="optimizer-transfer-") as scratch:
+        store = Store(default_url(Path(scratch) / "store"))
+        try:
+            for side, ref in (("before", before), ("after", after)):
+                commit = repo.commit(ref).hexsha
+                root = export_prompts(repo, commit, {entry.prompt_file: prompt}, Path(scratch) / side)
+                started = time.monotonic()
+                run = Runner(settings.runner, store, project_root=PROJECT_ROOT, prompt_root=root).run(
+                    suites, planned, kind="transfer")
+                sides[side] = {"ref": ref, "commit": commit[:12], "seconds": round(time.monotonic() - started),
+                               "trials": run.trials}
+                print(f"{side} ({ref} at {commit[:12]}): {len(run.trials)} trials in {sides[side]['seconds']} s",
+                      file=sys.stderr)
+        finally:
+            store.close()
+    rates = {side: task_rates(data["trials"]) for side, data in sides.items()}
+    tasks = sorted(set(rates["before"]) & set(rates["after"]))
+    differences = [rates["after"][t] - rates["before"][t] for t in tasks]
+    return {"agent": agent, "suite": SEALED[agent], "trials_per_task": trials,
+            "agent_model": settings.models.agent_model, "judge_model": settings.models.judge_model,
+            "sides": {side: {k: v for k, v in data.items() if k != "trials"} | side_summary(data["trials"])
+                      for side, data in sides.items()},
+            "paired": {"tasks": len(tasks), "mean_change": _mean(differences),
+                       "up": sum(d > 0 for d in differences), "down": sum(d < 0 for d in differences),
+                       "p_two_sided": sign_flip_p(differences)}}
+
+
+def show(result: dict) -> None:
+    before, after = result["sides"]["before"], result["sides"]["after"]
+    print(f"{result['suite']}: {result['paired']['tasks']} tasks x {result['trials_per_task']} trials, agent "
+          f"{result['agent_model']}, judge {result['judge_model']}")
+    print(f"{'':34} {'before':>30} {'after':>30}")
+    print(f"{'':34} {'pass  pass@k pass^k  score':>30} {'pass  pass@k pass^k  score':>30}")
+    rows = [("overall", before["overall"], after["overall"])] + [
+        (bucket, before["buckets"][bucket], after["buckets"].get(bucket, {})) for bucket in before["buckets"]]
+    for name, one, two in rows:
+        print(f"{name:34} {_cells(one):>30} {_cells(two):>30}")
+    paired = result["paired"]
+    print(f"paired by task: mean change of the task pass rate {paired['mean_change']:+.3f} "
+          f"({paired['up']} tasks up, {paired['down']} down), sign-flip permutation p = {paired['p_two_sided']:.3f}")
+
+
+def _cells(summary: dict) -> str:
+    def f(value):
+        return "  –  " if value is None else f"{value:.2f}"
+    return " ".join(f(summary.get(key)) for key in ("pass_rate", "pass_at_k", "pass_hat_k", "mean_score"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--validate", action="store_true", help="replay every sealed task under mock/oracle")
+    parser.add_argument("--suite", action="append", choices=sorted(SEALED), help="one agent's sealed suite")
+    parser.add_argument("--before", help="commit or branch holding the prompt before")
+    parser.add_argument("--after", help="commit or branch holding the prompt after")
+    parser.add_argument("--trials", type=int, default=8, help="trials per task and side (default 8)")
+    parser.add_argument("--agent-model", help="default: the settings' agent_model (the embedded model)")
+    parser.add_argument("--judge-model", help="default: the settings' judge_model")
+    parser.add_argument("--concurrency", type=int, help="trials at once (default: the settings')")
+    parser.add_argument("--json", type=Path, help="write the result here")
+    args = parser.parse_args()
+    names = args.suite or sorted(SEALED)
+    if args.validate:
+        sys.exit(1 if validate([SEALED[name] for name in names]) else 0)
+    if not (args.before and args.after):
+        parser.error("pass --validate, or --before and --after")
+    overrides = {key: value for key, value in (("agent_model", args.agent_model), ("judge_model", args.judge_model),
+                                               ("concurrency", args.concurrency)) if value}
+    results = [measure(name, args.before, args.after, args.trials, overrides) for name in names]
+    for result in results:
+        show(result)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

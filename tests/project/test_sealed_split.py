@@ -1,0 +1,100 @@
+"""The sealed test split (`sealed/`, every task `split: "test"`): no part of the loop can read it,
+it covers every bucket of its agent's suite, and every task's reference solution scores 1.0."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT
+
+SEALED = {"card_agent": ("sealed/card_agent_test", 25), "pkm_agent": ("sealed/pkm_agent_test", 16)}
+
+
+def transfer():
+    """benchmarks/transfer.py as a module (benchmarks/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("transfer", PROJECT_ROOT / "benchmarks" / "transfer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+"""Per agent: its sealed suite and the fewest tasks it holds."""
+
+
+def test_a_suite_holding_a_sealed_task_loads_only_inside_reading_sealed(tmp_path):
+    from optimizer.errors import TaskFileError
+    from optimizer.suites import load_suite, reading_sealed
+
+    suite = tmp_path / "suites" / "mine"
+    shutil.copytree(PROJECT_ROOT / "suites" / "card_agent", suite)
+    (suite / "suite.json").write_text((suite / "suite.json").read_text().replace('"card_agent"', '"mine"', 1))
+    task = next((suite / "tasks").rglob("card_event_standup_zoom.json"))
+    data = json.loads(task.read_text())
+    data["metadata"]["split"] = "test"
+    task.write_text(json.dumps(data))
+    with pytest.raises(TaskFileError, match="sealed test split") as raised:
+        load_suite(str(suite), tmp_path)
+    assert raised.value.field == "metadata.split" and "benchmarks/transfer.py" in raised.value.fix
+    with reading_sealed():
+        assert any(t.split == "test" for t in load_suite(str(suite), tmp_path).tasks)
+    with pytest.raises(TaskFileError):
+        load_suite(str(suite), tmp_path)  # the seal closes again
+
+
+def test_only_the_transfer_benchmark_opens_the_seal():
+    opened = sorted(str(path.relative_to(PROJECT_ROOT)) for folder in ("optimizer", "benchmarks", "agents")
+                    for path in (PROJECT_ROOT / folder).rglob("*.py")
+                    if re.search(r"reading_sealed\(\)|sealed/", path.read_text(encoding="utf-8")))
+    assert opened == ["benchmarks/transfer.py", "optimizer/suites.py"]
+
+
+@pytest.mark.parametrize("agent", sorted(SEALED))
+def test_a_sealed_suite_covers_every_bucket_of_its_agent_and_is_all_test_split(agent):
+    from optimizer.suites import load_suite, reading_sealed
+
+    folder, fewest = SEALED[agent]
+    with reading_sealed():
+        sealed = load_suite(folder, PROJECT_ROOT)
+    open_suite = load_suite(agent, PROJECT_ROOT)
+    assert sealed.spec.agent_name == agent and len(sealed.tasks) >= fewest
+    assert {task.split for task in sealed.tasks} == {"test"}
+    assert {task.bucket for task in sealed.tasks} == {task.bucket for task in open_suite.tasks}
+    assert not {task.id for task in sealed.tasks} & {task.id for task in open_suite.tasks}
+    assert not {task.input.content for task in sealed.tasks} & {task.input.content for task in open_suite.tasks}, \
+        "no sealed note is a note of the open suite"
+
+
+def test_every_sealed_task_replays_its_reference_solution_at_score_1():
+    from optimizer.suites import reading_sealed
+    from optimizer.validate import validate_suites
+
+    with reading_sealed():
+        report = validate_suites(PROJECT_ROOT, [folder for folder, _ in SEALED.values()])
+    assert [(entry.name, entry.failures, entry.unreplayed) for entry in report] == [
+        ("card_agent_test", [], []), ("pkm_agent_test", [], [])]
+
+
+def test_the_transfer_benchmarks_paired_test_is_the_exact_sign_flip_test():
+    sign_flip_p = transfer().sign_flip_p
+
+    assert sign_flip_p([0.5, 0.25, 0.25]) == 2 / 8  # all positive: only all-plus and all-minus are as extreme
+    assert sign_flip_p([0.0, 0.0]) == 1.0
+    assert sign_flip_p([1.0, -1.0]) == 1.0
+    assert 0.0 < sign_flip_p([0.25] * 30) < 1e-5  # past 20 tasks: Monte Carlo, never exactly 0
+
+
+def test_the_transfer_benchmark_measures_one_prompt_against_itself_as_no_change():
+    measure = transfer().measure
+
+    result = measure("card_agent", "HEAD", "HEAD", 1, {"agent_model": "mock/sim", "judge_model": "mock/sim",
+                                                       "sim_noise": "paired"})
+    before, after = result["sides"]["before"], result["sides"]["after"]
+    assert before["overall"]["trials"] == after["overall"]["trials"] >= 25
+    assert before["overall"]["pass_rate"] == after["overall"]["pass_rate"]
+    assert result["paired"]["mean_change"] == 0.0 and result["paired"]["p_two_sided"] == 1.0
+    assert set(before["buckets"]) == set(after["buckets"]) and len(before["buckets"]) == 13
