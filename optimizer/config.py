@@ -192,6 +192,9 @@ class Settings(BaseModel):
     merge (`nightly --merge` merges only merges): `leaning`, an open group whose mean score or
     pass rate fell by more than `max_bucket_drop` with its own harm test below `alpha_harm`, or
     `any` open group."""
+    safety_rollouts: int = Field(default=100, ge=0, le=100000)
+    """Trials an accepted candidate may run past `max_rollouts` on the harm groups that would make
+    it a proposal (the safety stage, docs/gate.md#merge-or-propose). 0: off."""
     max_changed_lines: int = Field(default=40, ge=1, le=10000)
     ablation_trials: int = Field(default=16, ge=0, le=1000)
     """Screening trials per variant when a patch changes several parts of the prompt: the whole
@@ -253,7 +256,7 @@ class Settings(BaseModel):
                           extra_target_rollouts=self.extra_target_rollouts, refuse_unsafe=self.refuse_unsafe,
                           clear_after=self.clear_after, refuse_beyond_margin=self.refuse_beyond_margin,
                           margin_min_pairs=self.margin_min_pairs, name_weighting=self.name_weighting,
-                          propose_open=self.propose_open)
+                          propose_open=self.propose_open, safety_rollouts=self.safety_rollouts)
 
     @property
     def loop(self) -> LoopSettings:

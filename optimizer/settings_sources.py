@@ -26,6 +26,7 @@ SETTING_NAMES = frozenset({
     "min_bucket_pairs", "mock_patcher_script", "mock_patcher_skill", "model_prices", "models_file",
     "name_weighting", "night_alpha", "patch_format", "patcher_model", "patcher_temperature", "proposer",
     "proposer_command", "proposer_env", "proposer_timeout", "propose_open", "refuse_beyond_margin", "refuse_unsafe",
+    "safety_rollouts",
     "request_token_budget", "retry_attempts", "retry_base_delay", "search_rollouts", "seed", "sim_noise",
     "state_dir", "suites", "target_buckets", "target_order", "temperature", "trials", "watch_nights",
     "watch_rounds", "workspace_dir",

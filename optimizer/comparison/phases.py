@@ -11,7 +11,7 @@ from typing import Callable, Protocol
 
 from optimizer.comparison.plan import PairPlan, floor_cost, floor_pairs
 from optimizer.gate import (Decision, GatePolicy, PairTable, decide, errored_rejects, group_stats, groups_of,
-                            harm_thresholds, improvement_status, is_named, suspicious)
+                            harm_thresholds, improvement_status, is_named, leans, suspicious)
 from optimizer.runner import PlannedTrial
 from optimizer.types import Trial
 
@@ -62,6 +62,9 @@ class Comparing:
     """Trials run so far for this candidate (`Sides.ran`)."""
     capped: bool = False
     batches: int = 0
+    safety: int = 0
+    """Trials granted past the budget to the groups that would make an accept a proposal (the
+    safety stage: `GatePolicy.safety_rollouts`, granted once)."""
 
     def is_target(self, item: PlannedTrial) -> bool:
         return (item.suite.name, item.task.bucket) in self.targets and item.task.split != "holdout"
@@ -73,7 +76,7 @@ class Comparing:
                 if not self.is_target(item) and not item.reserve and item.suite.spec.agent_name == self.agent]
 
     def budget_left(self) -> int:
-        return self.policy.budget(len(self.targets)) - self.ran()
+        return self.policy.budget(len(self.targets)) + self.safety - self.ran()
 
     def pairs(self, items: list[PlannedTrial], label: str, note: str) -> Batch:
         """A batch of pairs taken from the plan: a reserve index pairs with the baseline's trial,
@@ -178,6 +181,10 @@ class RestPhase:
         return None
 
 
+SAFETY_PAIRS_FACTOR = 2
+"""In the safety stage a leaning group may get up to this many times `max_bucket_pairs`."""
+
+
 class HarmPhase:
     """3. Every harm group up to its floor of pairs, then more for the group likeliest harmed,
     until none is open, one is shown harmed, or the budget is spent (strict mode only)."""
@@ -204,15 +211,19 @@ class HarmPhase:
                 items, note = self._floor(states), ("harm check: every other bucket up to its minimum of pairs "
                                                             "(min_bucket_pairs)")
             else:
-                leaning = self._leaning(states)
+                leaning = self._leaning(states, proposing=bool(state.safety))
                 if leaning is None:
                     return None
                 name, keys = leaning
                 size = self._fitting(keys)
                 if not size:
+                    if not state.safety and state.policy.safety_rollouts and self._leaning(states, proposing=True):
+                        state.safety = state.policy.safety_rollouts  # the safety stage, once
+                        continue
                     state.capped = True
                     return None
-                items, note = state.plan.fresh(keys, size), f"harm check: {name}"
+                stage = " (safety stage)" if state.safety else ""
+                items, note = state.plan.fresh(keys, size), f"harm check{stage}: {name}"
             if not items:
                 continue
             if state.plan.cost(items) > state.budget_left():
@@ -228,16 +239,20 @@ class HarmPhase:
                 for item in state.plan.fresh(keys, floor_pairs(state.policy, named)
                                              - sum(state.table.count(k) for k in keys))]
 
-    def _leaning(self, states: list) -> tuple[str, list[tuple[str, str]]] | None:
+    def _leaning(self, states: list, proposing: bool = False) -> tuple[str, list[tuple[str, str]]] | None:
         """The open group whose mean score or pass rate fell most (a fallen named bucket first),
         or None when none is open. The pass rate counts as much as the score: a wrong-template
         card keeps most of its credit, so a bucket whose pass rate collapses can lose little mean
-        score, and ordered by the score alone its pairs would go to a group that merely wobbles."""
+        score, and ordered by the score alone its pairs would go to a group that merely wobbles.
+        `proposing`: only the open groups that would make the accept a proposal (`leans`), each up
+        to twice `max_bucket_pairs` (the safety stage's pairs go where the decision's could not)."""
         table, policy = self.state.table, self.state.policy
+        cap = policy.max_bucket_pairs * (SAFETY_PAIRS_FACTOR if proposing else 1)
         leaning = [((named and stats.fell > 0, stats.fell, -stats.change), name, keys)
                    for name, keys, _, named, stats in states
                    if suspicious(stats, policy.clear_after)
-                   and sum(table.count(k) for k in keys) < policy.max_bucket_pairs]
+                   and sum(table.count(k) for k in keys) < cap
+                   and (not proposing or leans(stats.fell, stats.harm_evalue, policy))]
         if not leaning:
             return None
         _, name, keys = max(leaning, key=lambda entry: entry[0])

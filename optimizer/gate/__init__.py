@@ -55,10 +55,10 @@ from optimizer.gate.improvement import FUTILE_AFTER, improvement_status
 from optimizer.gate.pairs import Pair, PairTable, TaskKey
 from optimizer.gate.policy import GateMode, GatePolicy
 from optimizer.gate.report import BucketChange, Decision, RuleResult, bucket_row
-from optimizer.gate.rules import decide, errored_rejects
+from optimizer.gate.rules import decide, errored_rejects, leans
 from optimizer.gate.sequential import EPSILON, GroupStats, group_stats
 
 __all__ = ["CLEARED_BELOW", "EPSILON", "FUTILE_AFTER", "KIND_ORDER", "NAMED_SHARE", "POOLED", "BucketChange",
            "Decision", "GateMode", "GatePolicy", "GroupStats", "Groups", "Pair", "PairTable", "RuleResult", "TaskKey",
            "bucket_row", "decide", "errored_rejects", "group_stats", "groups_of", "harm_group", "harm_rows", "harm_thresholds",
-           "improvement_status", "is_named", "named_buckets", "suspicious"]
+           "improvement_status", "is_named", "leans", "named_buckets", "suspicious"]

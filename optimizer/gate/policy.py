@@ -49,6 +49,12 @@ class GatePolicy:
     `alpha_harm` before the Bonferroni (or that has no pair scored on both sides), or `any` open
     group (`rules.verdict_of`)."""
 
+    safety_rollouts: int = 100
+    """Trials an accepted candidate may run past its budget on the harm groups that would make its
+    verdict *propose* (`rules.leans`), before the verdict is given: a group that fell by chance
+    drifts back within the margin and the candidate is merged; a harmed one is shown harmed and
+    rejected. Only a candidate whose targets improved and that leans pays it. 0: off."""
+
     def budget(self, targets: int) -> int:
         """Trials a proposal with this many targeted buckets may run: `max_rollouts`, plus
         `extra_target_rollouts` for each target after the first (each needs improvement pairs of

@@ -71,8 +71,15 @@ def verdict_of(open_rows: list[BucketChange], policy: GatePolicy) -> str:
         return "propose"
     leaning = [row for row in open_rows
                if policy.propose_open == "any" or row.pairs == 0
-               or (row.fell > policy.max_bucket_drop and row.p_harm <= policy.alpha_harm)]
+               or leans(row.fell, 1 / row.p_harm if row.p_harm > 0 else math.inf, policy)]
     return "propose" if leaning else "merge"
+
+
+def leans(fell: float, harm_evalue: float, policy: GatePolicy) -> bool:
+    """Whether an open harm group leans toward harm: it fell (mean score or pass rate) by more
+    than `max_bucket_drop`, and its own harm test, before the Bonferroni over the groups, is at
+    or below `alpha_harm` (its e-value at least 1 / `alpha_harm`)."""
+    return fell > policy.max_bucket_drop and harm_evalue >= 1 / policy.alpha_harm
 
 
 def _summary(row: BucketChange | None) -> dict[str, Any]:

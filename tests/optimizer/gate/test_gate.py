@@ -653,3 +653,48 @@ def test_a_group_whose_pass_rate_fell_most_gets_the_next_harm_pairs_though_its_m
     compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent", log=lines.append)
     checks = [line.split(":")[1].strip() for line in lines if line.startswith("harm check:") and "min_bucket_pairs" not in line]
     assert checks[:1] == ["b"], lines
+
+
+def _safety_runs(base: dict, candidate: dict, planned, safety: int, seeds: range) -> list[tuple]:
+    """(verdict or rejected, trials, whether the safety stage ran) per seed."""
+    outcomes = []
+    for seed in seeds:
+        sides = ScriptedSides(base, candidate, seed=seed)
+        baseline = sides._draw("base", planned)
+        sides.count = 0
+        notes: list[str] = []
+        result = compare(sides, planned=planned, baseline=baseline, targets={("s", "a")}, agent="card_agent",
+                         policy=GatePolicy(safety_rollouts=safety), log=notes.append)
+        decision = result.decision
+        outcomes.append((decision.verdict if decision.accepted else "rejected", result.rollouts,
+                         any("(safety stage)" in note for note in notes)))
+    return outcomes
+
+
+def test_the_safety_stage_turns_chance_leanings_into_merges_and_only_leaning_accepts_pay_for_it():
+    """A good patch that harms nothing: the accepts whose groups lean by chance when the budget is
+    spent get more pairs on those groups, which then drift back; a merge runs exactly what it ran
+    without the stage (a candidate the margin check rejects at the end may have leaned, and paid)."""
+    planned = planned_items({"a": 2, "b": 2, "c": 2, "d": 2, "e": 2, "f": 2, "g": 2})
+    base = {"a": 0.3, **{bucket: 0.6 for bucket in "bcdefg"}}
+    good = {**base, "a": 0.9}
+    without = _safety_runs(base, good, planned, 0, range(60))
+    with_stage = _safety_runs(base, good, planned, 100, range(60))
+    merged = (sum(v == "merge" for v, _, _ in without), sum(v == "merge" for v, _, _ in with_stage))
+    assert merged[1] > merged[0], merged
+    for (verdict, trials, _), (_, staged_trials, staged) in zip(without, with_stage):
+        if verdict == "merge":
+            assert (staged_trials, staged) == (trials, False), "a candidate that leans nowhere pays nothing"
+    assert any(staged for _, _, staged in with_stage)
+    assert max(trials for _, trials, _ in with_stage) <= GatePolicy().max_rollouts + 100
+
+
+def test_the_safety_stage_shows_a_real_harm_rather_than_merging_it():
+    planned = planned_items({"a": 2, "b": 2, "c": 2, "d": 2})
+    base = {"a": 0.3, "b": 0.9, "c": 0.6, "d": 0.6}
+    harmful = {**base, "a": 0.9, "b": 0.6}  # b falls 0.30
+    without = _safety_runs(base, harmful, planned, 0, range(40))
+    with_stage = _safety_runs(base, harmful, planned, 100, range(40))
+    merged = (sum(v == "merge" for v, _, _ in without), sum(v == "merge" for v, _, _ in with_stage))
+    rejected = (sum(v == "rejected" for v, _, _ in without), sum(v == "rejected" for v, _, _ in with_stage))
+    assert merged[1] <= merged[0] and rejected[1] >= rejected[0], (merged, rejected)
