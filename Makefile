@@ -60,7 +60,7 @@ validate: setup
 	$(BIN)/optimizer suites validate
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15 --durations-min=5
 
 # Slow checks on the real embedded model (marker local_model).
 test-local: model
