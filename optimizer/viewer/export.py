@@ -83,7 +83,14 @@ def export(url: str, folder: Path, pages: int = DEFAULT_PAGES) -> tuple[int, int
     """Write up to `pages` pages of the store at `url` under `folder`; (written, left out)."""
     if pages < 1:
         raise InputError(f"--pages must be at least 1, not {pages}", field="--pages", fix="pass --pages 2000")
-    if folder.exists() and any(folder.iterdir()) and not (folder / "index.html").is_file():
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder} is a file, not a folder", path=folder, fix="give --export a folder to write into")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot make the folder {folder}: {exc.strerror or exc}", path=folder,
+                         fix="give --export a folder you can write to") from None
+    if any(folder.iterdir()) and not (folder / "index.html").is_file():
         raise InputError(f"{folder} is not empty and holds no earlier export", path=folder,
                          fix="export into a new or empty folder, or one an earlier export wrote")
     reader, env = Reader(open_engine(url)), environment()

@@ -406,6 +406,9 @@ def test_an_export_into_a_folder_holding_other_files_is_exit_2(cli, store_path, 
     code, out, err = cli("view", "--export", str(isolated / "notes"))
     assert code == 2 and "not empty" in err
     assert (isolated / "notes" / "a.txt").read_text() == "mine"
+    (isolated / "a-file").write_text("x")
+    code, out, err = cli("view", "--export", str(isolated / "a-file"))
+    assert code == 2 and "is a file, not a folder" in err
     code, out, err = cli("view", "--export", str(isolated / "bundle"))
     assert code == 0 and "page(s) to" in out and (isolated / "bundle" / "index.html").is_file()
 
