@@ -22,6 +22,8 @@ class GateOutcome:
     """The head commit's sha."""
     results: dict[str, IterationResult] = field(default_factory=dict)
     """Per edited agent, its iteration."""
+    uncommitted: list[str] = field(default_factory=list)
+    """Prompt files with changes the checkout holds but the head commit does not (not gated)."""
 
     @property
     def passed(self) -> bool:
@@ -40,9 +42,11 @@ class GateOutcome:
     @property
     def lines(self) -> list[str]:
         """One line per edited agent for the console, and the overall verdict."""
+        notes = [f"note: {path} has uncommitted changes, which are not gated: the gate measures the prompts "
+                 f"as {self.head[:12]} holds them (commit the edit, or pass --head)" for path in self.uncommitted]
         if not self.results:
-            return [f"no prompt file differs between {self.base.ref} and {self.head[:12]}: nothing to gate"]
-        return [f"{agent}: {self.verdict(agent)}" for agent in self.results] + [
+            return notes + [f"no prompt file differs between {self.base.ref} and {self.head[:12]}: nothing to gate"]
+        return notes + [f"{agent}: {self.verdict(agent)}" for agent in self.results] + [
             f"gate: {'passed' if self.passed else 'FAILED'}"]
 
     def as_dict(self) -> dict[str, Any]:
@@ -82,6 +86,9 @@ def gate_edits(ctx: LoopContext, *, base: str, head: str, targets: list[str], su
     outcome = GateOutcome(base=base_ref, head=head_sha)
     edited = edited_agents(ctx, repo, base_ref, head_sha, suite_names)
     suites = load_suites(suite_names or list(ctx.settings.loop.suites), ctx.project_root)
+    if head_sha == repo.head.commit.hexsha:
+        outcome.uncommitted = sorted({path for path in (gitops.relative(repo, ctx.project_root / get_agent(
+            suite.spec.agent_name).prompt_file) for suite in suites) if gitops.uncommitted(repo, path)})
     agent_of = {suite.name: suite.spec.agent_name for suite in suites}
     strays = [f"{s}/{b}" for s, b in wanted if agent_of.get(s) not in edited]
     if strays:

@@ -65,6 +65,9 @@ def test_a_change_that_edits_no_prompt_has_nothing_to_gate(cli, repo, isolated):
     git(repo, "commit", "-q", "-m", "docs only")
     code, out, err = cli("gate", "--base", "main")
     assert code == 0 and "nothing to gate" in out and "nothing to gate" in err
+    (repo / PROMPT).write_text((repo / PROMPT).read_text() + METRIC_RULE + "\n")  # edited, not committed
+    code, out, err = cli("gate", "--base", "main")
+    assert code == 0 and f"note: {PROMPT} has uncommitted changes, which are not gated" in err
 
 
 @pytest.mark.parametrize("args, field", [(["--base", "no-such-branch"], "--base"),
