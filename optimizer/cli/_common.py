@@ -16,6 +16,28 @@ console = Console(stderr=False, width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True)
 
 
+def project_settings(**flags):
+    """The project folder (`find_project_root`) and its settings, with the flags given on the
+    command line over the settings file and the environment (`load_settings`): every command that
+    reads settings starts here."""
+    from optimizer.config import find_project_root, load_settings
+
+    root = find_project_root()
+    return root, load_settings(root, flags)
+
+
+def loop_context(settings, root, *, quiet: bool = False):
+    """A loop's context for a command: the store, and the log and progress on stderr."""
+    from optimizer.loop import LoopContext
+    from optimizer.store import open_store
+
+    store = open_store(settings, root)
+    return LoopContext(settings=settings, project_root=root, store=store,
+                       log=(lambda message: None) if quiet else
+                       (lambda message: err_console.print(message, highlight=False, markup=False, soft_wrap=True)),
+                       make_progress=lambda total, label: TrialProgress(total, label))
+
+
 def recording(settings, store):
     """Charge every model call of a command to the cost ledger (no budget: budgets are the
     nightly job's)."""

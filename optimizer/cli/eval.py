@@ -24,16 +24,13 @@ def eval_command(
 ) -> None:
     """Run suites and print pass@k, pass^k and mean score per suite and per bucket."""
     from optimizer import evaluate
-    from optimizer.cli._common import TrialProgress, print_summary, recording
-    from optimizer.config import find_project_root, load_settings
+    from optimizer.cli._common import TrialProgress, print_summary, project_settings, recording
     from optimizer.errors import EXIT_FAILED, EXIT_HARNESS
     from optimizer.files import write_json
     from optimizer.store import open_store
 
-    root = find_project_root()
-    settings = load_settings(root, {"agent_model": agent_model, "judge_model": judge_model, "trials": trials,
-                                    "concurrency": concurrency, "seed": seed,
-                                    "cache": False if no_cache else None})
+    root, settings = project_settings(agent_model=agent_model, judge_model=judge_model, trials=trials,
+                                      concurrency=concurrency, seed=seed, cache=False if no_cache else None)
     eval_plan = evaluate.prepare(settings, root, suite or None, task)
     store = open_store(settings, root)
     with TrialProgress(len(eval_plan.trials)) as progress, recording(settings, store):

@@ -29,14 +29,13 @@ def gate_command(
     """Gate a hand edit of the prompts: each agent whose prompt file differs between BASE and HEAD is
     measured and judged as a proposal would be. Exit 0 when every edit is accepted, 1 when one is
     not (the review names why), 2 on bad input."""
-    from optimizer.cli._common import err_console, recording
-    from optimizer.cli.loop import _context, _settings
+    from optimizer.cli._common import err_console, loop_context, project_settings, recording
     from optimizer.errors import EXIT_FAILED
     from optimizer.files import write_json, write_text
     from optimizer.hand_gate import gate_edits, render_gate
 
-    root, settings = _settings()
-    ctx = _context(settings, root)
+    root, settings = project_settings()
+    ctx = loop_context(settings, root)
     with recording(settings, ctx.store):
         outcome = gate_edits(ctx, base=base, head=head, targets=target or [], suite_names=suite or None)
     body = render_gate(ctx, outcome, viewer=viewer_url)

@@ -16,14 +16,12 @@ def graduate_command(
 ) -> None:
     """Propose buckets that stayed green for the regression suite; --apply commits them there."""
     from optimizer import graduation
-    from optimizer.cli._common import console
-    from optimizer.config import find_project_root, load_settings
+    from optimizer.cli._common import console, project_settings
     from optimizer.errors import InputError
     from optimizer.suites import load_suites
     from optimizer.store import open_store
 
-    root = find_project_root()
-    settings = load_settings(root)
+    root, settings = project_settings()
     suites = load_suites(suite or settings.suites, root)
     known = {f"{s.name}/{task.bucket}" for s in suites for task in s.tasks}
     names = known | {task.bucket for s in suites for task in s.tasks}  # suite/bucket or bucket

@@ -26,14 +26,13 @@ def calibrate_command(
 ) -> None:
     """Run each judge over its labelled examples; report Spearman correlation and pass/fail agreement."""
     from optimizer import calibration
-    from optimizer.config import find_project_root, load_settings
+    from optimizer.cli._common import project_settings
     from optimizer.errors import EXIT_FAILED, InputError
     from optimizer.judging import JudgeSettings, judges
     from optimizer.models import validate_model
     from optimizer.store import open_store
 
-    root = find_project_root()
-    settings = load_settings(root, {"judge_model": judge_model, "cache": False if no_cache else None})
+    root, settings = project_settings(judge_model=judge_model, cache=False if no_cache else None)
     validate_model(settings.judge_model, field="judge_model")
     known = judges()
     names = judge or sorted(known)

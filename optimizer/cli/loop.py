@@ -10,25 +10,6 @@ import typer
 from optimizer.cli._paths import output_file
 
 
-def _settings(**flags):
-    from optimizer.config import find_project_root, load_settings
-
-    root = find_project_root()
-    return root, load_settings(root, flags)
-
-
-def _context(settings, root, *, quiet: bool = False):
-    from optimizer.cli._common import TrialProgress, err_console
-    from optimizer.loop import LoopContext
-    from optimizer.store import open_store
-
-    store = open_store(settings, root)
-    return LoopContext(settings=settings, project_root=root, store=store,
-                       log=(lambda message: None) if quiet else
-                       (lambda message: err_console.print(message, highlight=False, markup=False, soft_wrap=True)),
-                       make_progress=lambda total, label: TrialProgress(total, label))
-
-
 def run_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
     proposer: Optional[str] = typer.Option(None, help="llm (default) or command (env OPTIMIZER_PROPOSER)."),
@@ -56,17 +37,17 @@ def run_command(
     fail_on_reject: bool = typer.Option(False, help="Exit 1 when no proposal is accepted."),
 ) -> None:
     """One optimization iteration: baseline, request, proposal, branch, staged rerun, gate."""
-    from optimizer.cli._common import console, recording, render_decision
+    from optimizer.cli._common import console, loop_context, project_settings, recording, render_decision
     from optimizer.errors import EXIT_FAILED
     from optimizer.files import write_json
     from optimizer.loop import run_iteration
 
-    root, settings = _settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
+    root, settings = project_settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
                                judge_model=judge_model, patcher_model=patcher_model, trials=trials, concurrency=concurrency,
                                max_rollouts=max_rollouts, batch_pairs=batch_pairs,
                                min_bucket_pairs=min_bucket_pairs, search_rollouts=search_rollouts,
                                target_buckets=target_buckets)
-    ctx = _context(settings, root)
+    ctx = loop_context(settings, root)
     with recording(settings, ctx.store):
         result = run_iteration(ctx, suite_names=suite or None, base_ref=base, dry_run=dry_run, agent=agent)
     for record in result.proposals:
@@ -101,11 +82,11 @@ def noise_command(
 ) -> None:
     """The gate's error rates: false accepts (A/A), and on mock/sim the power for the sim's right
     rule and the acceptance of a harmful patch, each with a 95% interval."""
-    from optimizer.cli._common import console, recording
+    from optimizer.cli._common import console, loop_context, project_settings, recording
     from optimizer.noise import measure_noise
 
-    root, settings = _settings(agent_model=agent_model, judge_model=judge_model, trials=trials, sim_noise=sim_noise)
-    ctx = _context(settings, root)
+    root, settings = project_settings(agent_model=agent_model, judge_model=judge_model, trials=trials, sim_noise=sim_noise)
+    ctx = loop_context(settings, root)
     with recording(settings, ctx.store):
         result = measure_noise(ctx, repeats=repeats, suite_names=suite or None)
     console.print(f"repeats: {result.repeats} ({result.skipped} with nothing to target); "

@@ -52,8 +52,7 @@ def nightly_command(
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the night's summary as JSON here."),
 ) -> None:
     """Unattended optimization: iterations until a limit, accepted patches stacked on optimizer/nightly-<date>."""
-    from optimizer.cli._common import err_console, interactive
-    from optimizer.cli.loop import _context, _settings
+    from optimizer.cli._common import err_console, interactive, loop_context, project_settings
     from optimizer.ledger import Budget
     from optimizer.nightly import NightlyLimits, parse_duration, run_nightly
 
@@ -63,10 +62,10 @@ def nightly_command(
     limits = NightlyLimits(max_iterations=max_iterations,
                            time_limit_s=parse_duration(time_limit) if time_limit else None,
                            budget=Budget(usd=budget_usd, tokens=budget_tokens), patience=patience, order=order)
-    root, settings = _settings(agent_model=agent_model, judge_model=judge_model, patcher_model=patcher_model,
+    root, settings = project_settings(agent_model=agent_model, judge_model=judge_model, patcher_model=patcher_model,
                                proposer=proposer, trials=trials, search_rollouts=search_rollouts,
                                target_buckets=target_buckets, min_bucket_pairs=min_bucket_pairs)
-    ctx = _context(settings, root)
+    ctx = loop_context(settings, root)
     if not interactive():
         ctx.log = lambda message: err_console.print(f"{datetime.now().isoformat(timespec='seconds')} {message}",
                                                     highlight=False, markup=False, soft_wrap=True)

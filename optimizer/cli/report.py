@@ -17,13 +17,11 @@ def report_command(
 ) -> None:
     """A self-contained HTML report: bucket table, score charts, cost, proposals with diffs and gate reasons, failures."""
     from optimizer import html_report
-    from optimizer.cli._common import console
-    from optimizer.config import find_project_root, load_settings
+    from optimizer.cli._common import console, project_settings
     from optimizer.files import write_text
     from optimizer.store import open_store
 
-    root = find_project_root()
-    settings = load_settings(root)
+    root, settings = project_settings()
     store = open_store(settings, root)
     data = html_report.build(store, run_id)
     store.close()

@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-from optimizer.cli.loop import _settings
 from optimizer.errors import InputError
 
 
@@ -31,9 +30,10 @@ def review_command(
                                              "the cost."),
 ) -> None:
     """Show a proposal: its git diff, the bucket table before/after, the gate's reasons, cost."""
+    from optimizer.cli._common import project_settings
     from optimizer.review import review
 
-    root, settings = _settings()
+    root, settings = project_settings()
     if night is not None:
         if branch or merge:
             raise InputError("--night reviews a whole night: it takes no BRANCH and no --merge", field="--night",

@@ -21,14 +21,12 @@ def view_command(
 ) -> None:
     """Browse the store in a web browser: nights, runs, trials with filters, transcripts, changed pairs, search,
     trends. Read-only."""
-    from optimizer.cli._common import console, err_console
-    from optimizer.config import find_project_root, load_settings
+    from optimizer.cli._common import console, err_console, project_settings
     from optimizer.store.address import store_url
     from optimizer.viewer import ViewerServer
     from optimizer.viewer.server import beyond_loopback
 
-    root = find_project_root()
-    settings = load_settings(root)
+    root, settings = project_settings()
     if export_to is not None:
         from optimizer.viewer.export import export
 
