@@ -1,8 +1,8 @@
 """Card Agent: turns one raw note into a timeline card file."""
 
-from prompt_optimizer_agents.card import agent as _agent
-from prompt_optimizer_agents.card.sim import PROFILE
-from prompt_optimizer_agents.card.tool import SCHEMA
+from . import agent as _agent
+from .sim import PROFILE
+from .tool import SCHEMA
 from optimizer import agent
 from prompt_optimizer_outcomes.card import CardOutcome
 

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from prompt_optimizer_agents.card.tool import FACT_ID, CardSaver, card_path, load_card
-from prompt_optimizer_agents.texts import reminder, template, texts
+from .tool import FACT_ID, CardSaver, card_path, load_card
+from ..texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, LoopLimits, Outcome, Task, ToolLoop
 from prompt_optimizer_outcomes.card import CardOutcome
 

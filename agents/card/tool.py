@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import yaml
 
-from prompt_optimizer_agents.card.templates import TAGS, TEMPLATE_IDS
+from .templates import TAGS, TEMPLATE_IDS
 from optimizer import Tool, ToolOutput, tool_error
 
 SCHEMA = json.loads((Path(__file__).with_name("save_timeline_card.json")).read_text(encoding="utf-8"))

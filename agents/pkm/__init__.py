@@ -1,8 +1,8 @@
 """PKM Agent: files one raw note into a PARA Markdown knowledge base."""
 
-from prompt_optimizer_agents.pkm import agent as _agent
-from prompt_optimizer_agents.pkm.sim import PROFILE
-from prompt_optimizer_agents.pkm.tools import SCHEMAS
+from . import agent as _agent
+from .sim import PROFILE
+from .tools import SCHEMAS
 from optimizer import agent
 from prompt_optimizer_outcomes.pkm import PKMOutcome
 

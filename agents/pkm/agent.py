@@ -20,12 +20,12 @@ import json
 import os
 from pathlib import Path
 
-from prompt_optimizer_agents.pkm import filing
-from prompt_optimizer_agents.pkm.reminders import load_history, reminders
-from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, write_file
-from prompt_optimizer_agents.pkm.state import build_state, marker_for, snapshot
-from prompt_optimizer_agents.pkm.tools import PARA_ROOTS, SCHEMAS, PKMTools
-from prompt_optimizer_agents.texts import reminder, template, texts
+from . import filing
+from .reminders import load_history, reminders
+from .sandbox import Sandbox, SandboxError, write_file
+from .state import build_state, marker_for, snapshot
+from .tools import PARA_ROOTS, SCHEMAS, PKMTools
+from ..texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, LoopLimits, Outcome, Task, ToolLoop
 
 MAX_TURNS = 12

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rank_bm25 import BM25Plus
 
-from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, plain_files
+from .sandbox import Sandbox, SandboxError, plain_files
 from prompt_optimizer_outcomes.pkm import MARKER, PARA_ROOTS
 
 LISTED_FILES = 200

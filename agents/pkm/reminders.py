@@ -18,8 +18,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from prompt_optimizer_agents.pkm.sandbox import SandboxError, plain_files, read_file
-from prompt_optimizer_agents.texts import texts as wording
+from .sandbox import SandboxError, plain_files, read_file
+from ..texts import texts as wording
 from prompt_optimizer_outcomes.pkm import MARKER
 
 DATE_NAME = re.compile(r"20\d{2}-?\d{2}-?\d{2}")

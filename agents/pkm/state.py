@@ -9,7 +9,7 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from prompt_optimizer_agents.pkm.sandbox import plain_files
+from .sandbox import plain_files
 from prompt_optimizer_outcomes.pkm import MARKER, PKMOutcome
 
 TEXT_CAP = 100_000

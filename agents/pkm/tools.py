@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from prompt_optimizer_agents.pkm import filing
-from prompt_optimizer_agents.pkm.sandbox import Sandbox, SandboxError, plain_files, read_file, write_file
-from prompt_optimizer_agents.pkm.state import has_marker, marker_for
-from prompt_optimizer_agents.texts import texts
+from . import filing
+from .sandbox import Sandbox, SandboxError, plain_files, read_file, write_file
+from .state import has_marker, marker_for
+from ..texts import texts
 from optimizer import Tool, ToolOutput, tool_error
 from prompt_optimizer_outcomes.pkm import PARA_ROOTS
 
