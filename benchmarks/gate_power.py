@@ -259,10 +259,12 @@ def effect_harms(effect, texts, base, sim, by_bucket, repeats, run_case, suite_n
 def aa_nights(args, sim, planned, base, agent, rng, policy, chosen, baseline_draw, suite_name) -> None:
     """A/A nights: `--night-iterations` iterations of `--night-candidates` A/A candidates each, a
     fresh baseline per iteration (a nightly's baseline after a rejection is new trials of the same
-    prompt); a night that accepts any candidate would merge a patch that changes nothing."""
-    tally = CaseTally()
+    prompt); a night that accepts any candidate would merge a patch that changes nothing. Two rows
+    over the same nights: any accept (`new`), and any accept whose verdict is merge (`merge`, what
+    `nightly --merge` merges)."""
+    tally, merges = CaseTally(), CaseTally()
     for _ in range(args.nights):
-        accepted, rollouts, decided = False, 0, 0
+        accepted, merged, rollouts, decided = False, False, 0, 0
         for _ in range(args.night_iterations):
             baseline = baseline_draw()
             targets = chosen(baseline)
@@ -271,13 +273,18 @@ def aa_nights(args, sim, planned, base, agent, rng, policy, chosen, baseline_dra
             for _ in range(args.night_candidates):
                 decided += 1
                 level = decision_alpha(policy.alpha, args.night_alpha, decided) if args.night_alpha else policy.alpha
-                verdict, spent, _ = new_gate(sim, planned, baseline, base, base, targets, agent, rng,
-                                             replace(policy, alpha=level))
-                accepted, rollouts = accepted or verdict, rollouts + spent
+                sides = FastSides(sim, base, base, rng, False)
+                result = compare(sides, planned=planned, baseline=baseline, targets=targets, agent=agent,
+                                 policy=replace(policy, alpha=level))
+                accepted = accepted or result.decision.accepted
+                merged = merged or (result.decision.accepted and result.decision.verdict == "merge")
+                rollouts += result.rollouts
         tally.add(accepted, rollouts, False)
+        merges.add(merged, rollouts, False)
     spending = f"night_alpha {args.night_alpha}" if args.night_alpha else "alpha each"
     name = f"A/A night ({args.night_iterations} it. x {args.night_candidates} cand., {spending})"
     print(f"{suite_name:<11} {name:<40} {'new':<9} {cells(tally)}", flush=True)
+    print(f"{suite_name:<11} {name:<40} {'merge':<9} {cells(merges)}", flush=True)
 
 
 def main() -> None:
