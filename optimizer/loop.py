@@ -184,10 +184,12 @@ class _Iteration:
     def run(self, *, dry_run: bool, agent: str | None) -> None:
         result, store = self.result, self.store
         self._load_evidence()
-        rejected = store.proposals.rejected() if self.hand_edit is None else []
         if self.hand_edit is None:
-            selection = self._select(agent, self._exhausted(rejected))
-        else:
+            rejected = store.proposals.rejected()
+            exhausted = self._exhausted(rejected)
+            selection = self._select(agent, exhausted)
+        else:  # a person's edit: no earlier proposal sets its targets aside or feeds its request
+            rejected, exhausted = [], set()
             selection = self._hand_selection(self.hand_edit)
         if selection is None:
             result.status = "nothing_to_fix"

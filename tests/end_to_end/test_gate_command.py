@@ -82,3 +82,13 @@ def test_bad_input_is_exit_2_naming_the_option(cli, repo, isolated, args, field)
     with sqlite3.connect(isolated / "optimizer.db") as db:
         ran = db.execute("select count(*) from trials").fetchone()[0]
     assert ran == 0, "checked before any trial runs"
+
+
+def test_an_edit_of_an_agent_that_fails_nothing_is_not_shown_to_improve_anything(cli, repo, isolated, monkeypatch):
+    """mock/oracle passes every trial: the edit has nothing to improve, so the gate does not pass it."""
+    edit(repo, "perfect", METRIC_RULE)
+    monkeypatch.setenv("OPTIMIZER_AGENT_MODEL", "mock/oracle")
+    monkeypatch.setenv("OPTIMIZER_JUDGE_MODEL", "mock/oracle")
+    code, out, err = cli("gate", "--base", "main")
+    assert code == 1, out + err
+    assert "card_agent: not shown to improve anything" in err and out.startswith("## Prompt gate: FAILED")

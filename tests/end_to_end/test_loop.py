@@ -478,3 +478,14 @@ def test_every_run_of_an_iteration_ends_completed_with_a_summary_of_all_its_tria
         record = store.runs.get(run_id)
         assert record["status"] == "completed", (record["kind"], record["status"])
         assert record["summary"]["totals"]["trials"] == len(store.trials.load(run_id)), record["kind"]
+
+
+def test_an_agent_that_passes_every_train_trial_ends_the_iteration_with_nothing_to_fix(cli, repo, tmp_path,
+                                                                                         monkeypatch):
+    """mock/oracle replays every reference solution: no bucket fails, so no request is written."""
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    code, out, err = cli("run", "--agent-model", "mock/oracle", "--judge-model", "mock/oracle",
+                         "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "nothing_to_fix"
+    assert "no train trial failed: nothing to fix" in err
