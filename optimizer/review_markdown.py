@@ -21,15 +21,17 @@ SECTIONS = ("Diff", "Gate", "Cost", "Changed pairs")
 """The `###` headings of a markdown review, in order (docs/review-example.md is checked against them)."""
 
 
-def render_markdown(review: Review, *, viewer: str | None = None, limit: int = MARKDOWN_LIMIT) -> str:
-    """The review as markdown of at most `limit` characters; past it the diff is cut, with a note."""
-    head, tail = _head(review), _tail(review, viewer)
+def render_markdown(review: Review, *, viewer: str | None = None, limit: int = MARKDOWN_LIMIT,
+                    level: int = 2) -> str:
+    """The review as markdown of at most `limit` characters; past it the diff is cut, with a note.
+    `level`: the depth of its title's heading (its sections one deeper), for a body it is part of."""
+    head, tail = _head(review, level), _tail(review, viewer, level + 1)
     lines = [_cut(line) for line in review.diff.rstrip("\n").splitlines()]
-    text = _join(head, _diff_block(review, lines), tail)
+    text = _join(head, _diff_block(review, lines, level=level + 1), tail)
     kept = len(lines)
     while len(text) > limit and kept > 0:
         kept = max(0, kept - max(1, (len(text) - limit) // 40 or 1))
-        text = _join(head, _diff_block(review, lines, kept), tail)
+        text = _join(head, _diff_block(review, lines, kept, level + 1), tail)
     return text
 
 
@@ -37,20 +39,20 @@ def _join(*parts: str) -> str:
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
-def _head(review: Review) -> str:
+def _head(review: Review, level: int) -> str:
     proposal, iteration = review.proposal, review.iteration
     decision = proposal.get("decision")
     verdict = decision_view(decision).title if decision else f"not evaluated: {proposal['reason']}"
     targets = ", ".join(_code(target) for target in iteration["targets"]) or "none"
-    return (f"## Prompt patch {_code(proposal['branch'])}: {_escape(proposal['status'])}\n\n"
+    return (f"{'#' * level} Prompt patch {_code(proposal['branch'])}: {_escape(proposal['status'])}\n\n"
             f"**{_escape(verdict)}**. Iteration {_code(proposal['iteration_id'])}, base {_code(iteration['base_ref'])} "
             f"at {_code(iteration['base_commit'][:12])}, targets {targets}.")
 
 
-def _diff_block(review: Review, lines: list[str], kept: int | None = None) -> str:
+def _diff_block(review: Review, lines: list[str], kept: int | None = None, level: int = 3) -> str:
     kept = len(lines) if kept is None else kept
     if not lines:
-        return "### Diff\n\n(no change)"
+        return f"{'#' * level} Diff\n\n(no change)"
     shown = "\n".join(lines[:kept])
     fence = "`" * max(3, _longest_backticks(shown) + 1)
     body = f"{fence}diff\n{shown}\n{fence}" if kept else ""
@@ -62,12 +64,13 @@ def _diff_block(review: Review, lines: list[str], kept: int | None = None) -> st
         body = f"<details><summary>{len(lines)} lines: {source}</summary>\n\n{body}\n\n</details>"
     else:
         body = f"{source}\n\n{body}"
-    return f"### Diff\n\n{body}{note}"
+    return f"{'#' * level} Diff\n\n{body}{note}"
 
 
-def _tail(review: Review, viewer: str | None) -> str:
-    parts = [_gate(review.proposal.get("decision")), "### Cost\n\n" + "\n".join(_cost_lines(review))]
-    parts.append("### Changed pairs\n\n" + _pairs_line(review, viewer)
+def _tail(review: Review, viewer: str | None, level: int) -> str:
+    mark = "#" * level
+    parts = [_gate(review.proposal.get("decision"), level), f"{mark} Cost\n\n" + "\n".join(_cost_lines(review))]
+    parts.append(f"{mark} Changed pairs\n\n" + _pairs_line(review, viewer)
                  + f" Request: `{review.request}`; report: `{review.report}`.")
     return "\n\n".join(parts)
 
@@ -152,8 +155,8 @@ def _night_patch(night: NightReview, row: dict, review: Review, lines: list[str]
     decision = review.proposal.get("decision")
     verdict = decision_view(decision).title if decision else "not evaluated"
     shown = min(kept, len(lines))
-    diff = _diff_block(review, lines, shown).replace("### Diff", "#### Diff", 1)
-    gate = _gate(decision).replace("### Gate", "#### Gate", 1)
+    diff = _diff_block(review, lines, shown, level=4)
+    gate = _gate(decision, level=4)
     return "\n\n".join([
         f"### {row['number']}. {_code(review.proposal['branch'])}: {_escape(_outcome(row, night.state))}",
         f"**{_escape(verdict)}**. Targets {', '.join(_code(t) for t in review.iteration['targets']) or 'none'}. "
@@ -168,16 +171,16 @@ def _night_tail(night: NightReview) -> str:
         "\n\nEach revert's commit message carries the evidence (pairs, changes and e-values per group)."
 
 
-def _gate(decision) -> str:
+def _gate(decision, level: int = 3) -> str:
     if not decision:
-        return "### Gate\n\nThe gate did not run."
+        return f"{'#' * level} Gate\n\nThe gate did not run."
     view = decision_view(decision)
     rows = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" if name in ("bucket", "verdict") else "---:"
                                                            for name in COLUMNS) + "|"]
     rows += ["| " + " | ".join(_escape(cell) for cell in row.cells) + " |" for row in view.rows]
     rules = [f"- {'✅' if rule.passed else '❌'} **{_escape(rule.rule)}**: {_escape(rule.reason)}" for rule in view.rules]
     notes = [f"_{_escape(note)}_" for note in (view.unattended, view.non_voting, view.trials) if note]
-    return "\n\n".join(["### Gate", "\n".join(rows), "\n".join(rules), *notes,
+    return "\n\n".join([f"{'#' * level} Gate", "\n".join(rows), "\n".join(rules), *notes,
                         "`*` marks a bucket the iteration targeted."])
 
 
