@@ -50,7 +50,9 @@ class Base:
     commit: str
 
 
-def resolve_base(repo, ref: str | None = None) -> Base:
+def resolve_base(repo, ref: str | None = None, *, field: str = "--base") -> Base:
+    """`ref` (default: the checked-out branch, or HEAD's commit when detached) and its commit;
+    one that does not resolve is an input error on `field`."""
     git = _git()
     try:
         if ref:
@@ -60,7 +62,7 @@ def resolve_base(repo, ref: str | None = None) -> Base:
             commit = repo.head.commit
             name = repo.active_branch.name if not repo.head.is_detached else commit.hexsha
     except (ValueError, git.BadName, git.GitCommandError):
-        raise InputError(f"cannot resolve the base {ref or 'HEAD'!r}", field="--base",
+        raise InputError(f"cannot resolve the {field.lstrip('-')} {ref or 'HEAD'!r}", field=field,
                          fix="commit something first, or pass an existing branch or commit") from None
     return Base(ref=name, commit=commit.hexsha)
 

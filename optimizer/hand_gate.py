@@ -55,14 +55,17 @@ class GateOutcome:
                                    "verdict": self.verdict(agent)} for agent, result in self.results.items()}}
 
 
-def edited_agents(ctx: LoopContext, repo, base: gitops.Base, head: str, suite_names: list[str] | None
-                  ) -> dict[str, tuple[str, str]]:
-    """Per agent of the suites whose prompt file differs between `base` and `head`: (its path in
-    the repository, the head's text)."""
-    suites = load_suites(suite_names or list(ctx.settings.loop.suites), ctx.project_root)
+def prompt_paths(ctx: LoopContext, repo, suites) -> dict[str, str]:
+    """Per agent of `suites`, its prompt file's path in the repository."""
+    return {name: gitops.relative(repo, ctx.project_root / get_agent(name).prompt_file)
+            for name in sorted({suite.spec.agent_name for suite in suites})}
+
+
+def edited_agents(repo, paths: dict[str, str], base: gitops.Base, head: str) -> dict[str, tuple[str, str]]:
+    """Per agent whose prompt file (`paths`) differs between `base` and `head`: (its path, the
+    head's text)."""
     edited = {}
-    for name in sorted({suite.spec.agent_name for suite in suites}):
-        path = gitops.relative(repo, ctx.project_root / get_agent(name).prompt_file)
+    for name, path in paths.items():
         try:
             after = gitops.read_at(repo, head, path)
         except KeyError:
@@ -77,18 +80,14 @@ def gate_edits(ctx: LoopContext, *, base: str, head: str, targets: list[str], su
                ) -> GateOutcome:
     repo = gitops.open_repo(ctx.project_root)
     base_ref = gitops.resolve_base(repo, base)
-    try:
-        head_sha = repo.commit(head).hexsha
-    except (ValueError, Exception) as exc:  # gitpython raises BadName, ValueError or GitCommandError
-        raise InputError(f"cannot resolve the head {head!r}: {type(exc).__name__}", field="--head",
-                         fix="pass a branch or commit of this repository (default HEAD)") from None
+    head_sha = gitops.resolve_base(repo, head, field="--head").commit
     wanted = _targets(targets)
     outcome = GateOutcome(base=base_ref, head=head_sha)
-    edited = edited_agents(ctx, repo, base_ref, head_sha, suite_names)
     suites = load_suites(suite_names or list(ctx.settings.loop.suites), ctx.project_root)
+    paths = prompt_paths(ctx, repo, suites)
+    edited = edited_agents(repo, paths, base_ref, head_sha)
     if head_sha == repo.head.commit.hexsha:
-        outcome.uncommitted = sorted({path for path in (gitops.relative(repo, ctx.project_root / get_agent(
-            suite.spec.agent_name).prompt_file) for suite in suites) if gitops.uncommitted(repo, path)})
+        outcome.uncommitted = sorted(path for path in paths.values() if gitops.uncommitted(repo, path))
     agent_of = {suite.name: suite.spec.agent_name for suite in suites}
     strays = [f"{s}/{b}" for s, b in wanted if agent_of.get(s) not in edited]
     if strays:
@@ -137,6 +136,5 @@ def render_gate(ctx: LoopContext, outcome: GateOutcome, *, viewer: str | None) -
         proposals = ctx.store.proposals.rows(iteration_id=result.iteration_id)
         if proposals:
             review = review_of(ctx.store, repo, proposals[-1], ctx.project_root / ctx.settings.state_dir)
-            text = render_markdown(review, viewer=viewer).replace("\n### ", "\n#### ")
-            parts.append(text.replace("## Prompt patch", "### Edit", 1))
+            parts.append(render_markdown(review, viewer=viewer, level=3))
     return "\n".join(parts)
