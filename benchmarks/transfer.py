@@ -77,20 +77,29 @@ def sign_flip_p(differences: list[float], draws: int = 200_000, seed: int = 0) -
 
 
 def side_summary(trials: list) -> dict:
-    """Trial pass rate, pass@k, pass^k (over tasks) and mean score of scored trials, overall and per bucket."""
-    def summary(group: list) -> dict:
-        scored = [t for t in group if t.status != "errored"]
-        by_task: dict[str, list] = {}
-        for t in scored:
-            by_task.setdefault(t.task_id, []).append(t)
-        return {"trials": len(group), "errored": len(group) - len(scored),
-                "pass_rate": _mean([t.status == "passed" for t in scored]),
-                "pass_at_k": _mean([any(t.status == "passed" for t in ts) for ts in by_task.values()]),
-                "pass_hat_k": _mean([all(t.status == "passed" for t in ts) for ts in by_task.values()]),
-                "mean_score": _mean([t.score or 0.0 for t in scored])}
+    """Overall and per bucket, as `optimizer eval` figures them (`optimizer.scoring`): trials,
+    errored, the trial pass rate, pass@k and pass^k over tasks and the mean task score."""
+    from optimizer.scoring import group_table, task_table, trials_frame
 
-    buckets = sorted({t.bucket for t in trials})
-    return {"overall": summary(trials), "buckets": {b: summary([t for t in trials if t.bucket == b]) for b in buckets}}
+    tasks = task_table(trials_frame(trials)).assign(overall="overall")
+
+    def rows(by: str) -> dict[str, dict]:
+        table = group_table(tasks, [by]).set_index(by)
+        passes = tasks.groupby(by)[["passes", "scored"]].sum()
+        return {name: {"trials": int(row["trials"]), "errored": int(row["errored"]),
+                       "pass_rate": _ratio(passes.loc[name, "passes"], passes.loc[name, "scored"]),
+                       "pass_at_k": _number(row["pass_at_k"]), "pass_hat_k": _number(row["pass_pow_k"]),
+                       "mean_score": _number(row["mean_score"])} for name, row in table.iterrows()}
+
+    return {"overall": rows("overall")["overall"], "buckets": rows("bucket")}
+
+
+def _ratio(part, whole) -> float | None:
+    return float(part) / float(whole) if whole else None
+
+
+def _number(value) -> float | None:
+    return None if value is None or value != value else float(value)  # NaN: no scored trial
 
 
 def _mean(values: list) -> float | None:
@@ -99,11 +108,10 @@ def _mean(values: list) -> float | None:
 
 def task_rates(trials: list) -> dict[str, float]:
     """Per task, the share of its scored trials that passed (a task whose every trial errored is left out)."""
-    out: dict[str, list[bool]] = {}
-    for t in trials:
-        if t.status != "errored":
-            out.setdefault(t.task_id, []).append(t.status == "passed")
-    return {task: statistics.fmean(passes) for task, passes in out.items()}
+    from optimizer.scoring import task_table, trials_frame
+
+    tasks = task_table(trials_frame(trials))
+    return {row.task_id: row.passes / row.scored for row in tasks.itertuples() if row.scored}
 
 
 def measure(agent: str, before: str, after: str, trials: int, overrides: dict) -> dict:
