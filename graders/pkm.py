@@ -45,22 +45,27 @@ def _expected_outcome(task: Task) -> dict:
     return task.reference_solution.expected_outcome if task.reference_solution else {}
 
 
+SKIP_KEYS = {"skipped": True, "skipped_pkm": True, "wrote_para": False}
+"""The keys of `expected_outcome` that say whether the note is skipped, and the value of each
+that means "skip". The public format writes `skipped_pkm` (beside `is_complete: true`, which says
+the agent finished its turn, not that it filed); our suites write `skipped` or `wrote_para`."""
+
+
 def expected_path(task: Task) -> str | None:
     """Whether the public format's `reference_solution.expected_outcome` says the note is to be
-    filed ("persist") or skipped ("skip"): `skipped`, else `wrote_para`, else `is_complete: true`
-    or any `files`/`buckets` (a note with a place to go) mean filed. None when it says nothing."""
+    filed ("persist") or skipped ("skip"): what its skip keys say (`SKIP_KEYS`; they must agree),
+    else `is_complete: true` or any `files`/`buckets` (a note with a place to go) mean filed.
+    None when it says nothing."""
     outcome = _expected_outcome(task)
-    said = {key: outcome[key] for key in ("skipped", "wrote_para") if isinstance(outcome.get(key), bool)}
-    if said.get("skipped") is not None and said.get("wrote_para") is not None \
-            and said["skipped"] == said["wrote_para"]:
-        raise TaskFileError("expected_outcome says both skipped and wrote_para are "
-                            f"{str(said['skipped']).lower()}", path=task.path,
+    said = {key: ("skip" if outcome[key] == skip else "persist")
+            for key, skip in SKIP_KEYS.items() if isinstance(outcome.get(key), bool)}
+    if len(set(said.values())) > 1:
+        keys = ", ".join(f"{key}: {str(outcome[key]).lower()}" for key in said)
+        raise TaskFileError(f"expected_outcome says both skip and file ({keys})", path=task.path,
                             field="reference_solution.expected_outcome",
-                            fix="a note is either skipped or written to PARA: make one of them false")
-    if "skipped" in said:
-        return "skip" if said["skipped"] else "persist"
-    if "wrote_para" in said:
-        return "persist" if said["wrote_para"] else "skip"
+                            fix="a note is either skipped or written to PARA: make these keys agree")
+    if said:
+        return next(iter(said.values()))
     if outcome.get("is_complete") is True or outcome.get("files") or outcome.get("buckets"):
         return "persist"
     return None

@@ -196,7 +196,8 @@ def test_a_judge_that_answers_garbage_makes_the_grader_errored_not_failed(tmp_pa
     assert "no usable answer" in results[1].rationale or "out of range" in results[1].rationale
 
 
-def public_format_suite(tmp_path: Path, expected_outcome: dict) -> Task:
+def public_format_suite(tmp_path: Path, expected_outcome: dict,
+                        graders: tuple[str, ...] = ("pkm_completion", "pkm_routed_correctly")) -> Task:
     """A suite folder as the public format writes it: graders named without config, the expected
     result only in `reference_solution.expected_outcome`."""
     from optimizer.suites import load_suite
@@ -206,7 +207,7 @@ def public_format_suite(tmp_path: Path, expected_outcome: dict) -> Task:
     task = {"id": "run_log", "metadata": {"failure_bucket": "route_into_existing_file"},
             "input": {"content": "ran 8k, 5:40 pace, knee ok", "fact_id": FACT_ID},
             "reference_solution": {"expected_outcome": expected_outcome},
-            "graders": [{"name": "pkm_completion"}, {"name": "pkm_routed_correctly"}]}
+            "graders": [{"name": name} for name in graders]}
     (root / "tasks" / "run_log.json").write_text(json.dumps(task), encoding="utf-8")
     return load_suite(str(root), tmp_path).tasks[0]
 
@@ -222,7 +223,9 @@ def grade_as_run(task: Task, trial: Trial) -> dict:
 
 
 @pytest.mark.parametrize("expected", [{"wrote_para": True, "files": ["Areas/Health/running.md"]},
-                                      {"skipped": False, "buckets": ["Areas/Health"]}])
+                                      {"skipped": False, "buckets": ["Areas/Health"]},
+                                      {"is_complete": True, "skipped_pkm": False,
+                                       "files": ["Areas/Health/running.md"]}])
 def test_a_public_format_task_that_must_be_filed_fails_a_skip_and_passes_a_right_filing(tmp_path, expected):
     task = public_format_suite(tmp_path, expected)
     skipped = grade_as_run(task, outcome(tmp_path / "skip", SKIPPED))
@@ -234,17 +237,25 @@ def test_a_public_format_task_that_must_be_filed_fails_a_skip_and_passes_a_right
     assert not grade_as_run(task, misplaced)["pkm_routed_correctly"].passed
 
 
-def test_a_public_format_task_that_must_be_skipped_passes_a_skip_and_fails_a_filing(tmp_path):
-    task = public_format_suite(tmp_path, {"wrote_para": False, "buckets": ["Areas"]})
+@pytest.mark.parametrize("expected", [{"wrote_para": False, "buckets": ["Areas"]},
+                                      {"is_complete": True, "skipped_pkm": True},
+                                      {"is_complete": True, "skipped_pkm": True, "files": []}])
+def test_a_public_format_task_that_must_be_skipped_passes_a_skip_and_fails_a_filing(tmp_path, expected):
+    """`is_complete: true` says the agent finished; beside `skipped_pkm: true` the note is a skip."""
+    task = public_format_suite(tmp_path, expected, graders=("pkm_completion",))
     assert grade_as_run(task, outcome(tmp_path / "skip", SKIPPED))["pkm_completion"].passed
     assert not grade_as_run(task, outcome(tmp_path / "filed", FILED))["pkm_completion"].passed
 
 
-def test_an_expected_outcome_that_both_skips_and_writes_is_refused_when_the_suite_loads(tmp_path):
+@pytest.mark.parametrize("expected", [{"wrote_para": True, "skipped": True, "buckets": ["Areas"]},
+                                      {"skipped_pkm": True, "skipped": False},
+                                      {"skipped_pkm": False, "wrote_para": False}])
+def test_an_expected_outcome_that_both_skips_and_writes_is_refused_when_the_suite_loads(tmp_path, expected):
     from optimizer.errors import TaskFileError
     with pytest.raises(TaskFileError) as caught:
-        public_format_suite(tmp_path, {"wrote_para": True, "skipped": True, "buckets": ["Areas"]})
+        public_format_suite(tmp_path, expected)
     assert caught.value.field == "reference_solution.expected_outcome"
+    assert "both skip and file" in str(caught.value)
 
 
 def test_a_grader_config_overrides_the_expected_outcome(tmp_path):
