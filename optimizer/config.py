@@ -142,11 +142,13 @@ class Settings(BaseModel):
     """Names of further environment variables the `command` proposer gets, beside the ones it
     always gets (`proposers.proposer_environment`: the system's, and the providers' keys and
     bases). Never `OPTIMIZER_*` or a database's (`proposers.NEVER_PASSED`)."""
-    patch_format: Literal["auto", "edits", "rule", "contrast"] = "auto"
+    patch_format: Literal["auto", "edits", "rule", "contrast", "example"] = "auto"
     """What the `llm` proposer asks the patcher for: exact search/replace `edits`, or one new
     `rule` appended to the prompt; `contrast` asks for one rule from a short request of
     contrastive cases (what the agent did, what was expected; `optimizer.contrast`), a form for
-    small patcher models. `auto`: `contrast` for the embedded (`local/*`) models, else `edits`."""
+    small patcher models. `auto`: `contrast` for the embedded (`local/*`) models, else `edits`.
+    `example`: a worked example of a targeted bucket from its reference solution, no patcher
+    (`optimizer.examples`); a target with none to show gets what `auto` asks for."""
     candidates: int = Field(default=1, ge=1, le=20)
     """Proposals per iteration (the best accepted one is kept); with a search, how many of its
     candidates go to the gate at most (up to 2)."""

@@ -20,6 +20,7 @@ COLUMNS = ("bucket", "pairs", "before", "after", "change", "95% interval", "verd
            "detectable drop")
 MISSING = "–"
 NON_VOTING = "Not voting (LLM judges not calibrated on the judge model in use)"
+SHOWN = "Not paired (their input is shown in the prompt as a worked example)"
 SUMMARIES = (("overall (train)", "overall"), ("holdout", "holdout"))
 """The decision's summary groups, shown as rows after its buckets (label, key in the decision)."""
 
@@ -86,6 +87,8 @@ class DecisionView:
     unattended: str = ""
     """For an accept, what an unattended job may do with it (`merge` or `propose`, with the harm
     groups still open), or empty."""
+    shown: str = ""
+    """`SHOWN` and the tasks left out of the pairs as worked examples, or empty."""
 
     @property
     def verdict(self) -> str:
@@ -97,9 +100,10 @@ class DecisionView:
 
     @property
     def notes(self) -> list[str]:
-        """The rules' outcomes, then the non-voting graders and the trials run, when there are."""
-        return [rule.text for rule in self.rules] + [note for note in (self.unattended, self.non_voting, self.trials)
-                                                     if note]
+        """The rules' outcomes, then the non-voting graders, the tasks shown as examples and the
+        trials run, when there are."""
+        return [rule.text for rule in self.rules] + [note for note in (self.unattended, self.non_voting, self.shown,
+                                                                       self.trials) if note]
 
 
 def decision_view(decision: Decision | dict[str, Any]) -> DecisionView:
@@ -116,7 +120,8 @@ def decision_view(decision: Decision | dict[str, Any]) -> DecisionView:
         rules=[RuleLine(rule["rule"], rule["passed"], rule["reason"]) for rule in data.get("rules") or []],
         non_voting=f"{NON_VOTING}: {', '.join(non_voting)}" if non_voting else "",
         trials=f"{rollouts} trials{' (budget reached)' if data.get('capped') else ''}" if rollouts else "",
-        unattended=_unattended(data))
+        unattended=_unattended(data),
+        shown=f"{SHOWN}: {', '.join(data['shown_tasks'])}" if data.get("shown_tasks") else "")
 
 
 def _unattended(data: dict[str, Any]) -> str:

@@ -40,9 +40,11 @@ from optimizer.loop_render import commit_message, text_diff, write_report
 from optimizer.loop_staging import LoopSides, Stage, export_prompts, unseen_from
 from optimizer.models import context_window, validate_model
 from optimizer.models.mock import check_patcher_script
+from optimizer.examples import Example, template_path
+from optimizer.examples import choose as choose_examples
 from optimizer.patch import LintIndex, check_change, check_prompt_text
-from optimizer.proposers import (LOG_TAIL_LINES, FixedProposer, Proposal, ProposalRequest, make_proposer,
-                                 patch_format)
+from optimizer.proposers import (LOG_TAIL_LINES, FixedProposer, Proposal, ProposalRequest, asked_format,
+                                 make_proposer, patch_format)
 from optimizer.registry import get_agent
 from optimizer.scoring import trial_value
 from optimizer.store.digest import NightScope, StoreChanged, StoreWatch
@@ -264,7 +266,7 @@ class _Iteration:
                                  token_budget=budget, non_voting=self.non_voting,
                                  judge_model=settings.models.judge_model,
                                  rejected_ideas=rejected_ideas(rejected, set(targets)),
-                                 patch_format=patch_format(settings.proposal))
+                                 patch_format=asked_format(settings.proposal))
         request, omitted = render_request(prompt=prompt, failures=failures, **self.request_args)
         result.request_path = result.run_dir / "request.md"
         write_text(result.request_path, request)
@@ -450,7 +452,8 @@ class _Iteration:
             self.watch.renew()
             proposal = proposer.propose(ProposalRequest(
                 request=request_path.read_text(encoding="utf-8"), request_path=request_path, prompt_file=prompt_path,
-                workdir=box.workdir, ordinal=number, check=check, box=box, sample=True))
+                workdir=box.workdir, ordinal=number, check=check, box=box, sample=True,
+                examples=self._examples(selection, parent, prompt_path, number - 1)))
             patched = target.read_text(encoding="utf-8") if target.is_file() else None
         self._keep_log(request_path.with_name(f"proposal-{number}.log"), proposal, proposer)
         changed = changes(before, checkout_state(self.repo))
@@ -518,7 +521,8 @@ class _Iteration:
         proposal: Proposal = proposer.propose(ProposalRequest(
             request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,
             prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal, check=check, box=box,
-            sample=self.settings.candidates > 1))
+            sample=self.settings.candidates > 1,
+            examples=self._examples(selection, prompt, prompt_path, len(result.proposals) - 1)))
         record.rationale, record.usage = proposal.rationale, proposal.usage
         self._keep_log(result.run_dir / f"proposal-{record.ordinal}.log", proposal, proposer)
         changed = changes(before, checkout_state(self.repo))
@@ -561,12 +565,43 @@ class _Iteration:
                                                                 headline=headline, request=request))
         write_json(result.run_dir / f"decision-{record.ordinal}.json", decision.as_dict())
 
+    def _examples(self, selection: Selection, prompt: str, prompt_path: str, skip: int) -> list[Example]:
+        """The worked examples a proposal in the `example` format may add to `prompt` (none in
+        another format), the `skip`-th first (`optimizer.examples`)."""
+        if patch_format(self.settings.proposal) != "example":
+            return []
+        template = template_path(Path(self.repo.working_tree_dir) / prompt_path)
+        if not template.is_file():
+            raise ConfigError(f"patch_format = example needs {template.name} beside {prompt_path}: the wording of a "
+                              f"worked example", field="patch_format",
+                              fix=f"write {template.name} with {{note}} and {{calls}}, or choose another patch_format")
+        suites = [suite for suite in self.suites if suite.spec.agent_name == selection.agent]
+        chosen = choose_examples(suites, [(t.suite, t.bucket) for t in selection.targets], self.baseline, prompt,
+                                 template.read_text(encoding="utf-8"))
+        skip = skip % len(chosen) if chosen else 0
+        return chosen[skip:] + chosen[:skip]
+
+    def _shown(self, agent: str, prompt_root: Path) -> set[tuple[str, str]]:
+        """The (suite, task) of the agent's tasks whose whole input its base or candidate prompt
+        shows: worked examples, never counted in the gate's pairs."""
+        suites = [suite for suite in self.suites if suite.spec.agent_name == agent]
+        index = LintIndex.from_suites(suites)
+        texts = gitops.read_at(self.repo, self.result.base.commit, self.prompt_paths[agent]) + "\n" + \
+            (prompt_root / get_agent(agent).prompt_file).read_text(encoding="utf-8")
+        ids = index.shown(texts)
+        return {(suite.name, task.id) for suite in suites for task in suite.tasks if task.id in ids}
+
     def _ablate(self, selection: Selection, prompt: str, prompt_path: str, change, workdir: Path,
                 record: ProposalRecord):
         """The change less the parts that did nothing for the targets (`optimizer.ablation`),
-        made again from the box; the change as it was when nothing is dropped."""
+        made again from the box; the change as it was when nothing is dropped. A change that shows
+        a worked example is judged whole: its lines are one example, not parts."""
         trials = self.settings.ablation_trials
         if not trials or self.hand_edit is not None:  # a person's edit is judged whole
+            return change
+        patched_text = gitops.file_at(self.repo, change.tree, prompt_path).decode("utf-8")
+        if LintIndex.from_suites(self.suites).shown(patched_text) - LintIndex.from_suites(self.suites).shown(prompt):
+            self.log("ablation: none, the patch adds a worked example (judged whole)")
             return change
         targets = {(t.suite, t.bucket) for t in selection.targets}
         buckets: dict[tuple[str, str], set[tuple[str, str]]] = {}
@@ -614,11 +649,17 @@ class _Iteration:
                                                           self.night_decisions))
             self.log(f"gate: decision {self.night_decisions} of the night, improvement test at "
                      f"alpha {policy.alpha:.4f}")
-        comparison = compare(sides, planned=self.planned, baseline=self.baseline, targets=targets,
-                             agent=selection.agent, regression_suites=self.regression, policy=policy,
+        shown = self._shown(selection.agent, prompt_root)
+        if shown:
+            self.log(f"gate: {len(shown)} task(s) left out of the pairs, their input shown in the prompt as a "
+                     f"worked example: {', '.join('/'.join(key) for key in sorted(shown))}")
+        comparison = compare(sides, planned=[item for item in self.planned if (item.suite.name, item.task.id) not in shown],
+                             baseline=[trial for trial in self.baseline if (trial.suite, trial.task_id) not in shown],
+                             targets=targets, agent=selection.agent, regression_suites=self.regression, policy=policy,
                              non_voting=self.non_voting, log=self.log, seen=self.seen,
                              named=buckets_named(record.diff, self.planned, selection.agent, asked))
         decision = comparison.decision
+        decision.shown_tasks = sorted("/".join(key) for key in shown)
         record.batches = comparison.batches
         record.rollouts, record.model_rollouts = sides.ran(), sides.model_calls
         result.rollouts += sides.candidate_count

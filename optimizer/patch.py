@@ -15,6 +15,10 @@ Checks, in order (the first that fails rejects the patch, with the offending tex
     mark says how long a value must be to count),
   - a run of 4 or more consecutive words of any eval input (train or holdout). Runs made only
     of function words ("at the end of") are ignored: they are English, not test data.
+
+  A worked example is not a copied answer: a task whose whole input the patched prompt shows
+  (`shown_tasks`) never counts in the gate's pairs, so its own answer keys and input words may
+  appear; text that also belongs to a task not shown is still refused.
 """
 
 from __future__ import annotations
@@ -94,13 +98,17 @@ def changed_lines(diff: str) -> tuple[list[str], list[str]]:
 
 @dataclass
 class LintIndex:
-    """What patches may not copy, collected once from the suites."""
+    """What patches may not copy, collected once from the suites; each text with the tasks it
+    comes from (a task shown whole in the prompt lends its texts to a worked example)."""
 
     task_ids: set[str] = field(default_factory=set)
-    answer_keys: dict[str, str] = field(default_factory=dict)
-    """Answer-key texts from the graders' configs -> what the lint calls them (`graded substring`)."""
-    runs: dict[tuple[str, ...], str] = field(default_factory=dict)
-    """4-word runs of eval inputs -> the task id they come from."""
+    answer_keys: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
+    """Answer-key texts from the graders' configs -> what the lint calls them (`graded substring`)
+    and the ids of the tasks whose configs hold them."""
+    runs: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict)
+    """4-word runs of eval inputs -> the ids of the tasks whose inputs hold them."""
+    inputs: dict[str, str] = field(default_factory=dict)
+    """Task id -> its input, whitespace-folded (`folded`), for inputs of `RUN_LENGTH` words or more."""
 
     @classmethod
     def from_suites(cls, suites: Iterable[Suite]) -> "LintIndex":
@@ -108,13 +116,27 @@ class LintIndex:
         for suite in suites:
             for task in suite.tasks:
                 index.task_ids.add(task.id)
+                if len(WORD.findall(task.input.content)) >= RUN_LENGTH:
+                    index.inputs[task.id] = folded(task.input.content)
                 for run in word_runs(task.input.content):
-                    index.runs.setdefault(run, task.id)
+                    index.runs[run] = index.runs.get(run, frozenset()) | {task.id}
                 for spec in task.graders:
                     entry = get_grader(spec.name)
                     for mark, text in entry.answer_keys(entry.task_config(task, spec.config)):
-                        index.answer_keys.setdefault(text, mark.label)
+                        label, owners = index.answer_keys.get(text, (mark.label, frozenset()))
+                        index.answer_keys[text] = (label, owners | {task.id})
         return index
+
+    def shown(self, prompt: str) -> set[str]:
+        """The ids of the tasks whose whole input `prompt` shows (`shown_in`)."""
+        text = folded(prompt)
+        return {task_id for task_id, content in self.inputs.items() if content in text}
+
+
+def folded(text: str) -> str:
+    """Lower case, every run of white space one space: how an input is looked for in a prompt
+    (an example may wrap or indent the note)."""
+    return " ".join(text.lower().split())
 
 
 def word_runs(text: str, length: int = RUN_LENGTH) -> set[tuple[str, ...]]:
@@ -138,20 +160,24 @@ def _contains(haystack: str, needle: str) -> bool:
 
 def lint(base_prompt: str, added_text: str, index: LintIndex) -> PatchCheck:
     offending = []
+    shown = index.shown(base_prompt + "\n" + added_text)
     for task_id in sorted(index.task_ids):
         if _contains(added_text, task_id) and not _contains(base_prompt, task_id):
             offending.append(f"task id {task_id!r}")
-    for text, label in sorted(index.answer_keys.items(), key=lambda item: (item[1], item[0])):
-        if _contains(added_text, text) and not _contains(base_prompt, text):
+    for text, (label, owners) in sorted(index.answer_keys.items(), key=lambda item: (item[1][0], item[0])):
+        if not owners <= shown and _contains(added_text, text) and not _contains(base_prompt, text):
             offending.append(f"{label} {text!r}")
     base_runs = word_runs(base_prompt)
     for run in sorted(word_runs(added_text) - base_runs):
-        if run in index.runs:
-            offending.append(f"eval input words {' '.join(run)!r} (from task {index.runs[run]})")
+        owners = index.runs.get(run, frozenset())
+        if owners and not owners <= shown:
+            offending.append(f"eval input words {' '.join(run)!r} (from task {min(owners - shown)})")
     if offending:
         return PatchCheck(False, "hard_coding", "the patch copies evaluation data: " + "; ".join(offending[:8]),
                           offending)
-    return PatchCheck(True, "hard_coding", "no task ids, expected paths, graded strings or eval input copied")
+    examples = f"; worked examples of {', '.join(sorted(shown))} (left out of the gate's pairs)" if shown else ""
+    return PatchCheck(True, "hard_coding",
+                      "no task ids, expected paths, graded strings or eval input copied" + examples)
 
 
 def check_prompt_text(*, prompt_file: str, base_prompt: str, patched: str, max_changed_lines: int,

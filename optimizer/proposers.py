@@ -6,6 +6,9 @@
   `patch_format = "rule"` (the default for the embedded models) it returns one new rule instead,
   appended to the prompt; with `patch_format = "contrast"`, a request that ends with a rule to
   complete (its guided form, `optimizer.contrast`) is answered with the kind of input only.
+  With `patch_format = "example"` a worked example of a targeted bucket is added instead, from
+  its reference solution (`optimizer.examples`), when the bucket has one to show; the patcher is
+  asked only for a target with none.
 * `command`: a coding-agent CLI the user already has, configured as a command line with
   `{request}` and `{workdir}`; it runs in the proposal's box (`optimizer.box`: a clone of its
   own, under bubblewrap when it works here), in a process group of its own, with a timeout. A
@@ -29,7 +32,7 @@ import shlex
 import signal
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -37,6 +40,7 @@ from optimizer.box import (BOX_MARK, Box, Confinement, confined, confinement, pr
                            under_private_tmp)
 from optimizer.contrast import complete, kind_of, kind_problem, rule_to_complete
 from optimizer.errors import ConfigError, first_line
+from optimizer.examples import Example
 from optimizer.ledger import charged, estimate_tokens
 from optimizer.models import is_embedded, mock
 from optimizer.models._context import PROPOSAL_KEY, SCRIPT_KEY, SEED_KEY, SKILL_KEY
@@ -92,6 +96,9 @@ class ProposalRequest:
     sample: bool = False
     """One of several proposals the iteration asks for (a search's candidates, `candidates` > 1):
     a proposer that can sample draws it at its sampling temperature, so they differ."""
+    examples: list[Example] = field(default_factory=list)
+    """The worked examples this request's targets may show (`examples.choose`), for the
+    `example` patch format; the n-th proposal adds the n-th."""
 
 
 @dataclass
@@ -247,6 +254,13 @@ def patch_format(settings: ProposalSettings) -> str:
     return "contrast" if settings.proposer == "llm" and is_embedded(settings.patcher_model) else "edits"
 
 
+def asked_format(settings: ProposalSettings) -> str:
+    """What the patcher is asked for: `patch_format`, where `example` asks (for a target with no
+    example to show) what `auto` would."""
+    chosen = patch_format(settings)
+    return patch_format(replace(settings, patch_format="auto")) if chosen == "example" else chosen
+
+
 def attempt_log(attempt: int, rationale: str, edits: list[Edit], outcome: str) -> str:
     """One answer of the patcher as the reviewer reads it in `proposal-N.log`: what it said, the
     edits exactly as given (an edit that did not apply is otherwise lost), and what became of them."""
@@ -370,6 +384,28 @@ class FixedProposer:
         return Proposal(rationale=self.rationale)
 
 
+class ExampleProposer:
+    """Adds the request's next worked example (`ProposalRequest.examples`) at the end of the
+    prompt; a request with none goes to `fallback` (the patcher, in what `auto` would ask)."""
+
+    name = "example"
+    note = ""
+    confined = True
+
+    def __init__(self, fallback: Proposer):
+        self.fallback = fallback
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        if not request.examples:
+            return self.fallback.propose(request)
+        example = request.examples[(request.ordinal - 1) % len(request.examples)]
+        target = request.workdir / request.prompt_file
+        text = target.read_text(encoding="utf-8")
+        target.write_text(text.rstrip("\n") + "\n\n" + example.text + "\n", encoding="utf-8")
+        return Proposal(rationale=f"worked example: the note of {example.suite}/{example.task_id} and its "
+                                  f"reference calls (that task leaves the gate's pairs)")
+
+
 def make_proposer(settings: ProposalSettings) -> Proposer:
     """The proposer `settings` name (`Settings.proposal`)."""
     if settings.proposer == "command":
@@ -378,10 +414,11 @@ def make_proposer(settings: ProposalSettings) -> Proposer:
                               fix="set proposer_command in [tool.optimizer] or OPTIMIZER_PROPOSER_COMMAND")
         return CommandProposer(settings.proposer_command, timeout_s=settings.proposer_timeout,
                                confinement=confinement(), env=settings.proposer_env)
-    return LLMProposer(settings.patcher_model, script=settings.sim.mock_patcher_script,
-                       skill=settings.sim.mock_patcher_skill, seed=settings.seed,
-                       sample_temperature=settings.patcher_temperature,
-                       retry_attempts=settings.retry_attempts, patch_format=patch_format(settings))
+    patcher = LLMProposer(settings.patcher_model, script=settings.sim.mock_patcher_script,
+                          skill=settings.sim.mock_patcher_skill, seed=settings.seed,
+                          sample_temperature=settings.patcher_temperature,
+                          retry_attempts=settings.retry_attempts, patch_format=asked_format(settings))
+    return ExampleProposer(patcher) if patch_format(settings) == "example" else patcher
 
 
 mock.play("weak_patcher", weak_answer)

@@ -179,7 +179,7 @@ def _gate(decision, level: int = 3) -> str:
                                                            for name in COLUMNS) + "|"]
     rows += ["| " + " | ".join(_escape(cell) for cell in row.cells) + " |" for row in view.rows]
     rules = [f"- {'✅' if rule.passed else '❌'} **{_escape(rule.rule)}**: {_escape(rule.reason)}" for rule in view.rules]
-    notes = [f"_{_escape(note)}_" for note in (view.unattended, view.non_voting, view.trials) if note]
+    notes = [f"_{_escape(note)}_" for note in (view.unattended, view.non_voting, view.shown, view.trials) if note]
     return "\n\n".join([f"{'#' * level} Gate", "\n".join(rows), "\n".join(rules), *notes,
                         "`*` marks a bucket the iteration targeted."])
 

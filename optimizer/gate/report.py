@@ -68,6 +68,9 @@ class Decision:
     """The pair budget (`max_rollouts`) ended the comparison before every test was settled."""
     non_voting: list[str] = field(default_factory=list)
     """Graders left out of the values: LLM judges not calibrated on the judge model in use."""
+    shown_tasks: list[str] = field(default_factory=list)
+    """`suite/task` of the tasks left out of the pairs because the base or candidate prompt shows
+    their input as a worked example (`optimizer.examples`)."""
     verdict: str = ""
     """For an accepted candidate, what an unattended job may do with it: `merge`, or `propose`
     (keep it for a reviewer: some harm group is still open and leaning toward a drop, see
@@ -92,7 +95,7 @@ class Decision:
                 "buckets": [bucket.as_dict() for bucket in self.buckets],
                 "overall": self.overall, "holdout": self.holdout, "excluded_pairs": self.excluded_pairs,
                 "rollouts": self.rollouts, "capped": self.capped, "non_voting": self.non_voting,
-                "verdict": self.verdict, "open_groups": self.open_groups}
+                "shown_tasks": self.shown_tasks, "verdict": self.verdict, "open_groups": self.open_groups}
 
 
 def bucket_row(suite: str, bucket: str, stats: GroupStats, *, kind: str = "bucket",

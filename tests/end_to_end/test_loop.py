@@ -489,3 +489,35 @@ def test_an_agent_that_passes_every_train_trial_ends_the_iteration_with_nothing_
     assert code == 0, out + err
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "nothing_to_fix"
     assert "no train trial failed: nothing to fix" in err
+
+
+def test_the_example_patch_format_shows_a_targets_note_and_the_gate_leaves_that_task_out(cli, repo, tmp_path,
+                                                                                          monkeypatch):
+    """A worked example of the target bucket from a reference solution: the proposal adds it at
+    the end of the prompt, the lint lets the shown note through, and the gate pairs only the
+    bucket's other task (the shown one never counts, on either side)."""
+    import os
+    import sqlite3
+
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))  # for a target with no example (none here)
+    monkeypatch.setenv("OPTIMIZER_PATCH_FORMAT", "example")
+    code, out, err = cli("run", "--json", str(tmp_path / "run.json"))
+    assert code == 0, out + err
+    summary = json.loads((tmp_path / "run.json").read_text())
+    proposal = summary["proposals"][0]
+    assert proposal["status"] in ("accepted", "rejected_gate"), (proposal, err[-3000:])
+    decision = json.loads((Path(summary["report"]).parent / "decision-1.json").read_text())
+    assert len(decision["shown_tasks"]) == 1
+    shown = decision["shown_tasks"][0].split("/")[1]
+    assert "their input shown in the prompt as a worked example" in err
+    with sqlite3.connect(Path(os.environ["OPTIMIZER_STATE_DIR"]) / "optimizer.db") as db:
+        proposer, rationale, diff, run_id = db.execute(
+            "select proposer, rationale, diff, candidate_run_id from proposals").fetchone()
+        candidate_tasks = {row[0] for row in db.execute("select task_id from trials where run_id = ?", (run_id,))}
+    assert proposer == "example" and "worked example" in rationale
+    added = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
+    task = json.loads(next((repo / "suites/card_agent/tasks").rglob(f"{shown}.json")).read_text())
+    assert task["input"]["content"] in added and "## Example" in added
+    assert candidate_tasks and shown not in candidate_tasks
+    assert "Not paired (their input is shown in the prompt as a worked example)" in \
+        Path(summary["report"]).read_text()
