@@ -482,7 +482,24 @@ def _row(store, number: int, iteration_id: str, status: str, agent: str | None) 
            "verdict": (accepted.get("decision") or {}).get("verdict") or "merge" if accepted else None,
            "reason": accepted["reason"] if accepted else "; ".join(p["reason"] for p in proposals),
            "rollouts": (record.get("summary") or {}).get("rollouts")}
+    decision = (accepted or {}).get("decision") or {}
+    for split, key in (("train", "overall"), ("holdout", "holdout")):
+        if (decision.get(key) or {}).get("pairs"):
+            row[split] = {name: decision[key].get(name) for name in ("before", "after", "pass_change", "pairs")}
     return row, accepted
+
+
+def split_changes(row: dict[str, Any]) -> str:
+    """`train 0.61 -> 0.66, holdout 0.70 -> 0.68 (pass -0.05, 20 pairs)` for an accepted
+    iteration's record: the train split (described, not tested) beside the holdout, whose pass
+    rate a reviewer checks did not fall (mean scores; the pass rate's change in brackets)."""
+    parts = []
+    for split in ("train", "holdout"):
+        if row.get(split):
+            change = row[split]
+            passed = f"pass {change['pass_change']:+.2f}, " if change.get("pass_change") is not None else ""
+            parts.append(f"{split} {change['before']:.2f} -> {change['after']:.2f} ({passed}{change['pairs']} pairs)")
+    return ", ".join(parts)
 
 
 def _merge(repo, result: NightlyResult, ctx: LoopContext) -> None:

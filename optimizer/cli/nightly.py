@@ -90,7 +90,7 @@ def _report(ctx, result, json_path: Optional[Path]) -> None:
     """The night's summary on the console (and as JSON), with the bound on its false accepts."""
     from optimizer.cli._common import console
     from optimizer.files import write_json
-    from optimizer.nightly import decisions
+    from optimizer.nightly import decisions, split_changes
     from optimizer.spending import spent
 
     summary = result.as_dict()
@@ -109,6 +109,7 @@ def _report(ctx, result, json_path: Optional[Path]) -> None:
     for row in result.iterations:
         console.print(f"  {row['number']:>2}. {row['status']:<16} {', '.join(row.get('targets') or []) or '-'}"
                       f"{'  ' + row['commit'][:12] if row.get('commit') else ''}"
+                      f"{'  ' + split_changes(row) if split_changes(row) else ''}"
                       f"{'  on ' + row['review_branch'] + ', body ' + row['review_body'] if row.get('review_branch') else ''}",
                       highlight=False, markup=False)
     for item in result.watch or []:

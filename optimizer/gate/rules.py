@@ -85,8 +85,8 @@ def leans(fell: float, harm_evalue: float, policy: GatePolicy) -> bool:
 def _summary(row: BucketChange | None) -> dict[str, Any]:
     if row is None:
         return {"before": math.nan, "after": math.nan, "change": 0.0, "tasks": 0, "pairs": 0}
-    summary = {"before": row.before, "after": row.after, "change": row.change, "tasks": row.tasks,
-               "pairs": row.pairs}
+    summary = {"before": row.before, "after": row.after, "change": row.change, "pass_change": row.pass_change,
+               "tasks": row.tasks, "pairs": row.pairs}
     if row.kind != "overall":  # the train split overall is described, not tested
         summary.update(verdict=row.verdict, p_harm=row.p_harm, mde=None if math.isnan(row.mde) else row.mde)
     return summary

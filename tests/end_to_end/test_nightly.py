@@ -48,6 +48,11 @@ def test_good_proposals_stack_on_the_nightly_branch_in_order(cli, repo, isolated
     assert [row["status"] for row in summary["iterations"]] == ["accepted", "rejected", "accepted"], output
     assert summary["branch"] == "optimizer/nightly-2026-11-23"
     assert summary["stop_reason"] == "max_iterations (3)"
+    for row in (summary["iterations"][0], summary["iterations"][2]):  # the holdout beside the train split
+        assert row["holdout"]["pairs"] > 0 and row["train"]["pairs"] > row["holdout"]["pairs"]
+        line = next(line for line in output.splitlines() if line.strip().startswith(f"{row['number']}. accepted"))
+        assert f"holdout {row['holdout']['before']:.2f} -> {row['holdout']['after']:.2f}" in line, line
+    assert "holdout" not in summary["iterations"][1]
     base = before["commit"].strip()
     log = git(repo, "log", "--format=%H %s", f"{base}..{summary['branch']}").splitlines()
     assert len(log) == 2
