@@ -194,6 +194,10 @@ class Settings(BaseModel):
     merge (`nightly --merge` merges only merges): `leaning`, an open group whose mean score or
     pass rate fell by more than `max_bucket_drop` with its own harm test below `alpha_harm`, or
     `any` open group."""
+    holdout_rule: Literal["harm", "no_fall"] = "harm"
+    """How the holdout split confirms an accept: `harm`, as every harm group; `no_fall`, besides,
+    an accept whose holdout fell (score or pass rate) by more than `max_bucket_drop` is a proposal,
+    never merged, whatever its harm test says (docs/gate.md#the-holdout-confirms)."""
     safety_rollouts: int = Field(default=100, ge=0, le=100000)
     """Trials an accepted candidate may run past `max_rollouts` on the harm groups that would make
     it a proposal (the safety stage, docs/gate.md#merge-or-propose). 0: off."""
@@ -258,7 +262,8 @@ class Settings(BaseModel):
                           extra_target_rollouts=self.extra_target_rollouts, refuse_unsafe=self.refuse_unsafe,
                           clear_after=self.clear_after, refuse_beyond_margin=self.refuse_beyond_margin,
                           margin_min_pairs=self.margin_min_pairs, name_weighting=self.name_weighting,
-                          propose_open=self.propose_open, safety_rollouts=self.safety_rollouts)
+                          propose_open=self.propose_open, safety_rollouts=self.safety_rollouts,
+                          holdout_rule=self.holdout_rule)
 
     @property
     def loop(self) -> LoopSettings:

@@ -21,7 +21,7 @@ ENV_PREFIX = "OPTIMIZER_"
 SETTING_NAMES = frozenset({
     "ablation_trials", "agent_model", "alpha", "alpha_harm", "batch_pairs", "bucket_patience", "cache",
     "candidates", "clear_after", "concurrency", "confirm_trials", "database_url", "extra_target_rollouts", "gate",
-    "judge_model", "local_slots", "local_threads", "lone_task_factor", "loop_trials", "margin_min_pairs",
+    "holdout_rule", "judge_model", "local_slots", "local_threads", "lone_task_factor", "loop_trials", "margin_min_pairs",
     "max_bucket_drop", "max_bucket_pairs", "max_changed_lines", "max_rollouts", "max_target_pairs",
     "min_bucket_pairs", "mock_patcher_script", "mock_patcher_skill", "model_prices", "models_file",
     "name_weighting", "night_alpha", "patch_format", "patcher_model", "patcher_temperature", "proposer",

@@ -195,6 +195,7 @@ class HarmPhase:
         self.tested = [(label, keys, threshold, is_named((suite, label, kind), groups.named))
                        for (suite, label, kind, keys), threshold
                        in zip(groups.harm, harm_thresholds(groups, state.policy))]
+        self.kinds = {label: kind for _, label, kind, _ in groups.harm}
         self.floor_done = False
 
     def next_batch(self) -> Batch | None:
@@ -212,6 +213,9 @@ class HarmPhase:
                                                             "(min_bucket_pairs)")
             else:
                 leaning = self._leaning(states, proposing=bool(state.safety))
+                if leaning is None and self._holdout_fell(states):
+                    state.safety = state.policy.safety_rollouts  # a fallen holdout under `no_fall`: checked again
+                    continue
                 if leaning is None:
                     return None
                 name, keys = leaning
@@ -250,13 +254,26 @@ class HarmPhase:
         cap = policy.max_bucket_pairs * (SAFETY_PAIRS_FACTOR if proposing else 1)
         leaning = [((named and stats.fell > 0, stats.fell, -stats.change), name, keys)
                    for name, keys, _, named, stats in states
-                   if suspicious(stats, policy.clear_after)
+                   if (suspicious(stats, policy.clear_after) or (proposing and self._no_fall(name)))
                    and sum(table.count(k) for k in keys) < cap
-                   and (not proposing or leans(stats.fell, stats.harm_evalue, policy))]
+                   and (not proposing or leans(stats.fell, stats.harm_evalue, policy, self.kinds.get(name, "")))]
         if not leaning:
             return None
         _, name, keys = max(leaning, key=lambda entry: entry[0])
         return name, keys
+
+    def _no_fall(self, name: str) -> bool:
+        return self.kinds.get(name) == "holdout" and self.state.policy.holdout_rule == "no_fall"
+
+    def _holdout_fell(self, states: list) -> bool:
+        """Under `holdout_rule = no_fall`, before the safety stage: the holdout fell by more than
+        the margin although no group is left to check, so the accept would be a proposal; the
+        safety stage gives it pairs (a chance fall drifts back, as any leaning group's)."""
+        state = self.state
+        return (not state.safety and bool(state.policy.safety_rollouts)
+                and any(self._no_fall(name) and leans(stats.fell, stats.harm_evalue, state.policy, "holdout")
+                        for name, _, _, _, stats in states)
+                and self._leaning(states, proposing=True) is not None)
 
     def _fitting(self, keys: list[tuple[str, str]]) -> int:
         """Half a batch of pairs for a group, cut to the largest whole rounds the budget has room for."""

@@ -49,6 +49,12 @@ class GatePolicy:
     `alpha_harm` before the Bonferroni (or that has no pair scored on both sides), or `any` open
     group (`rules.verdict_of`)."""
 
+    holdout_rule: str = "harm"
+    """How the holdout split confirms an accept: `harm`, judged as every harm group; `no_fall`,
+    besides, an accept whose holdout fell (mean score or pass rate) by more than `max_bucket_drop`
+    is a *proposal* whatever its harm test says (`rules.leans`), and the safety stage may spend its
+    pairs there first."""
+
     safety_rollouts: int = 100
     """Trials an accepted candidate may run past its budget on the harm groups that would make its
     verdict *propose* (`rules.leans`), before the verdict is given: a group that fell by chance

@@ -51,12 +51,14 @@ def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: Gate
     if stage != "targeted":
         rules.append(_errored_rule(unscored, policy))
     accepted = all(rule.passed for rule in rules)
-    open_rows = [row for _, row in harmed if row.verdict == "not shown safe"]
+    open_rows = [row for _, row in harmed if row.verdict == "not shown safe"
+                 or (row.kind == "holdout" and policy.holdout_rule == "no_fall")]
     return Decision(accepted=accepted, mode=policy.mode, stage=stage, rules=rules,
                     buckets=rows, overall=_summary(extra.get("overall")), holdout=_summary(extra.get("holdout")),
                     excluded_pairs=unscored.excluded, rollouts=rollouts, capped=capped, non_voting=sorted(table.non_voting),
                     verdict=verdict_of(open_rows, policy) if accepted else "",
-                    open_groups=[f"{_label(row)} ({_unsure(row)})" for row in open_rows])
+                    open_groups=[f"{_label(row)} ({_unsure(row)})" for row in open_rows
+                                 if row.verdict == "not shown safe" or leans(row.fell, math.inf, policy, row.kind)])
 
 
 def verdict_of(open_rows: list[BucketChange], policy: GatePolicy) -> str:
@@ -70,15 +72,18 @@ def verdict_of(open_rows: list[BucketChange], policy: GatePolicy) -> str:
     if policy.mode != "strict":
         return "propose"
     leaning = [row for row in open_rows
-               if policy.propose_open == "any" or row.pairs == 0
-               or leans(row.fell, 1 / row.p_harm if row.p_harm > 0 else math.inf, policy)]
+               if (policy.propose_open == "any" and row.verdict == "not shown safe") or row.pairs == 0
+               or leans(row.fell, 1 / row.p_harm if row.p_harm > 0 else math.inf, policy, row.kind)]
     return "propose" if leaning else "merge"
 
 
-def leans(fell: float, harm_evalue: float, policy: GatePolicy) -> bool:
+def leans(fell: float, harm_evalue: float, policy: GatePolicy, kind: str = "bucket") -> bool:
     """Whether an open harm group leans toward harm: it fell (mean score or pass rate) by more
     than `max_bucket_drop`, and its own harm test, before the Bonferroni over the groups, is at
-    or below `alpha_harm` (its e-value at least 1 / `alpha_harm`)."""
+    or below `alpha_harm` (its e-value at least 1 / `alpha_harm`). With `holdout_rule = no_fall`
+    the holdout leans on its fall alone."""
+    if kind == "holdout" and policy.holdout_rule == "no_fall":
+        return fell > policy.max_bucket_drop
     return fell > policy.max_bucket_drop and harm_evalue >= 1 / policy.alpha_harm
 
 

@@ -25,7 +25,8 @@ UNUSUAL = Settings(agent_model="mock/sim@20ms", judge_model="mock/oracle", patch
                    bucket_patience=5, candidates=2, search_rollouts=30, confirm_trials=6, max_changed_lines=12,
                    request_token_budget=5000, night_alpha=0.3, model_prices={"mock/sim": (1.0, 2.0)}, local_slots=5,
                    refuse_unsafe="any", clear_after=4, refuse_beyond_margin=False, margin_min_pairs=12,
-                   name_weighting=True, propose_open="any", safety_rollouts=33, proposer_env=["MY_TOKEN"])
+                   name_weighting=True, propose_open="any", safety_rollouts=33, proposer_env=["MY_TOKEN"],
+                   holdout_rule="no_fall")
 """Every setting a part carries set away from its default, so a part reading a default is seen."""
 
 SIM_KNOBS = {"sim_noise", "mock_patcher_script", "mock_patcher_skill"}
@@ -66,7 +67,7 @@ def test_the_gate_policy_holds_every_gate_setting():
     policy = UNUSUAL.gate_policy
     assert policy.mode == "lenient"
     shared = [item.name for item in dataclasses.fields(policy) if item.name in Settings.model_fields]
-    assert len(shared) == 16
+    assert len(shared) == 17
     for name in shared:
         assert getattr(policy, name) == getattr(UNUSUAL, name), name
     assert policy.budget(2) == 99 + 7
@@ -108,7 +109,8 @@ def test_the_settings_read_from_their_sources_are_the_settings_models_fields():
 
 POLICY_SETTINGS = {"refuse_unsafe": ("pooled", "pooled"), "clear_after": ("5", 5), "refuse_beyond_margin": ("false", False),
                    "margin_min_pairs": ("10", 10), "name_weighting": ("true", True),
-                   "propose_open": ("any", "any"), "safety_rollouts": ("40", 40)}
+                   "propose_open": ("any", "any"), "safety_rollouts": ("40", 40),
+                   "holdout_rule": ("no_fall", "no_fall")}
 """Every gate policy choice docs/gate.md offers: (as the environment gives it, as the policy holds it)."""
 
 
