@@ -194,7 +194,7 @@ class Settings(BaseModel):
     merge (`nightly --merge` merges only merges): `leaning`, an open group whose mean score or
     pass rate fell by more than `max_bucket_drop` with its own harm test below `alpha_harm`, or
     `any` open group."""
-    holdout_rule: Literal["harm", "no_fall"] = "harm"
+    holdout_rule: Literal["harm", "no_fall"] = "no_fall"
     """How the holdout split confirms an accept: `harm`, as every harm group; `no_fall`, besides,
     an accept whose holdout fell (score or pass rate) by more than `max_bucket_drop` is a proposal,
     never merged, whatever its harm test says (docs/gate.md#the-holdout-confirms)."""

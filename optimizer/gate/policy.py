@@ -49,7 +49,7 @@ class GatePolicy:
     `alpha_harm` before the Bonferroni (or that has no pair scored on both sides), or `any` open
     group (`rules.verdict_of`)."""
 
-    holdout_rule: str = "harm"
+    holdout_rule: str = "no_fall"
     """How the holdout split confirms an accept: `harm`, judged as every harm group; `no_fall`,
     besides, an accept whose holdout fell (mean score or pass rate) by more than `max_bucket_drop`
     is a *proposal* whatever its harm test says (`rules.leans`), and the safety stage may spend its

@@ -26,7 +26,7 @@ UNUSUAL = Settings(agent_model="mock/sim@20ms", judge_model="mock/oracle", patch
                    request_token_budget=5000, night_alpha=0.3, model_prices={"mock/sim": (1.0, 2.0)}, local_slots=5,
                    refuse_unsafe="any", clear_after=4, refuse_beyond_margin=False, margin_min_pairs=12,
                    name_weighting=True, propose_open="any", safety_rollouts=33, proposer_env=["MY_TOKEN"],
-                   holdout_rule="no_fall")
+                   holdout_rule="harm")
 """Every setting a part carries set away from its default, so a part reading a default is seen."""
 
 SIM_KNOBS = {"sim_noise", "mock_patcher_script", "mock_patcher_skill"}
@@ -110,7 +110,7 @@ def test_the_settings_read_from_their_sources_are_the_settings_models_fields():
 POLICY_SETTINGS = {"refuse_unsafe": ("pooled", "pooled"), "clear_after": ("5", 5), "refuse_beyond_margin": ("false", False),
                    "margin_min_pairs": ("10", 10), "name_weighting": ("true", True),
                    "propose_open": ("any", "any"), "safety_rollouts": ("40", 40),
-                   "holdout_rule": ("no_fall", "no_fall")}
+                   "holdout_rule": ("harm", "harm")}
 """Every gate policy choice docs/gate.md offers: (as the environment gives it, as the policy holds it)."""
 
 
