@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup model run demo eval validate test test-local test-browser test-packaging bench clean aider
+.PHONY: setup model run demo eval validate test test-slow test-local test-browser test-packaging bench clean aider
 
 setup: $(VENV)/.installed
 
@@ -59,8 +59,14 @@ eval: setup
 validate: setup
 	$(BIN)/optimizer suites validate
 
+# The test suite on every core (pytest-xdist), with its 25 slowest tests listed.
 test: setup
-	$(BIN)/python -m pytest -q --durations=15 --durations-min=5
+	$(BIN)/python -m pytest -q -n auto --durations=25 --durations-min=5
+
+# The slowest checks (marker slow): nights run as processes, killed at ten points and resumed, and
+# the nightly CI recipe run as written. CI runs them after `make test`.
+test-slow: setup
+	$(BIN)/python -m pytest -q -n auto -m slow --durations=10
 
 # Slow checks on the real embedded model (marker local_model).
 test-local: model

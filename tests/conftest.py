@@ -28,6 +28,10 @@ def pytest_configure(config):
     default in a child process."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # pytest-xdist's workers ignore SIGHUP, and so would every command a test starts (the CLI
+    # keeps an ignored SIGHUP ignored, as under nohup): the tests of a hang-up need the default.
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)

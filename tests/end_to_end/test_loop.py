@@ -347,6 +347,7 @@ def test_mock_patcher_without_a_script_is_a_configuration_error(cli, repo):
     assert "mock_patcher_script" in err
 
 
+@pytest.mark.slow
 def test_the_gate_false_accept_rate_on_mock_sim_is_at_most_five_percent(repo, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_SIM_NOISE", "independent")
     from optimizer.config import load_settings

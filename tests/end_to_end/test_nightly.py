@@ -211,6 +211,7 @@ def _final_state(repo, state, summary) -> dict:
             "stop": summary["stop_reason"], "tip_tree": git(repo, "rev-parse", f"{branch}^{{tree}}")}
 
 
+@pytest.mark.slow
 def test_kill_9_at_ten_points_then_resume_ends_as_an_uninterrupted_night(repo, tmp_path):
     import shutil
     import sys

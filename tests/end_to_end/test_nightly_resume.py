@@ -88,6 +88,7 @@ def _uninterrupted_night(repo: Path, tmp_path: Path) -> tuple[Path, Path, Path, 
                                                     json.loads((tmp_path / "reference.json").read_text()))
 
 
+@pytest.mark.slow
 def test_a_night_killed_in_its_baseline_resumes_with_every_setting_it_started_with(repo, tmp_path):
     """Killed twice in its first baseline (the second time after resuming in an environment that
     says otherwise), the night ends as the uninterrupted one: the same branch and commits, and
@@ -204,6 +205,7 @@ def _kind_trials(state: Path, kind: str) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_a_night_killed_inside_its_gate_resumes_as_the_same_night(repo, tmp_path):
     """Killed while the first iteration's gate runs the candidate, the resumed iteration takes in
     the candidate, screening and base trials the killed process recorded (the same prompts, at

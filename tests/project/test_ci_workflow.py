@@ -220,6 +220,7 @@ def clone(bare: Path, folder: Path, ref: str = "main") -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_the_nightly_recipe_runs_opens_its_pull_request_and_a_rerun_the_same_day_opens_another(origin, tmp_path):
     bare, env = origin
     values = {"secrets.OPENAI_API_KEY": "", "github.token": "test-token"}
