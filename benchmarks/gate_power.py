@@ -64,7 +64,7 @@ from optimizer.compare import buckets_named, compare  # noqa: E402
 from optimizer.config import Settings  # noqa: E402
 from optimizer.gate import GatePolicy  # noqa: E402
 from optimizer.noise import CaseTally  # noqa: E402
-from optimizer.patch import unified_diff  # noqa: E402
+from optimizer.diffs import unified as unified_diff  # noqa: E402
 from optimizer.registry import get_agent  # noqa: E402
 from optimizer.request import select_targets  # noqa: E402
 from optimizer.runner import PlannedTrial, Runner, plan  # noqa: E402

@@ -102,7 +102,7 @@ def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> 
     from optimizer.config import load_settings
     from optimizer.loop import LoopContext, run_iteration
     from optimizer.review import review
-    from optimizer.search import changed_lines
+    from optimizer.diffs import size as changed_lines
     from optimizer.store import open_store
 
     arm = Arm(name)

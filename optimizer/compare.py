@@ -38,7 +38,7 @@ from typing import Callable, Iterable, Protocol
 from optimizer.comparison.phases import Comparing, HarmPhase, Phase, RestPhase, TargetPhase
 from optimizer.comparison.plan import PairPlan
 from optimizer.gate import Decision, GatePolicy, PairTable, named_buckets
-from optimizer.patch import changed_lines
+from optimizer.diffs import changed_lines
 from optimizer.runner import PlannedTrial
 from optimizer.types import Trial
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from optimizer.errors import InputError
 from optimizer.gate import named_buckets
-from optimizer.patch import changed_lines
+from optimizer.diffs import changed_lines
 from optimizer.proposers import Proposal, ProposalRequest
 from optimizer.request import Selection, Target, bucket_status, select_targets
 from optimizer.suites import Suite

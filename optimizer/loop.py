@@ -36,7 +36,8 @@ from optimizer.gate import Decision
 from optimizer.ledger import current as current_ledger
 from optimizer.loop_records import (IterationResult, Log, LoopContext, ProposalRecord, iteration_summary,
                                     save_search, store_proposal)
-from optimizer.loop_render import commit_message, text_diff, write_report
+from optimizer.diffs import unified as text_diff
+from optimizer.loop_render import commit_message, write_report
 from optimizer.loop_staging import LoopSides, Stage, export_prompts, unseen_from
 from optimizer.models import context_window, validate_model
 from optimizer.models.mock import check_patcher_script

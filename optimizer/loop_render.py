@@ -3,7 +3,6 @@ A gate decision in either comes from `optimizer.decision_view`, as in the CLI an
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 from optimizer.decision_view import COLUMNS, decision_view
@@ -34,11 +33,6 @@ def commit_message(selection: Selection, decision: Decision | None, record: Prop
     if record.rationale:
         lines += ["", "Rationale:", record.rationale]
     return "\n".join(lines) + "\n"
-
-
-def text_diff(before: str, after: str, path: str) -> str:
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        fromfile=f"a/{path}", tofile=f"b/{path}"))
 
 
 def write_report(result: IterationResult) -> Path:

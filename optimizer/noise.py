@@ -27,7 +27,7 @@ from optimizer.compare import buckets_named, compare
 from optimizer.evaluate import finish, judges_used, non_voting_graders
 from optimizer.loop import LoopContext
 from optimizer.models import is_simulator, validate_model
-from optimizer.patch import unified_diff
+from optimizer.diffs import unified as unified_diff
 from optimizer.registry import AgentEntry, get_agent
 from optimizer.request import select_targets
 from optimizer.runner import PlannedTrial, Runner, plan, read_prompt

@@ -23,11 +23,11 @@ Checks, in order (the first that fails rejects the patch, with the offending tex
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from optimizer.diffs import changed_lines, unified
 from optimizer.registry import get_grader
 from optimizer.types import Suite
 
@@ -76,24 +76,6 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
                             f"surrounding text so it occurs once")
         text = text.replace(edit.search, edit.replace, 1)
     return text
-
-
-def unified_diff(before: str, after: str, path: str) -> str:
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        fromfile=f"a/{path}", tofile=f"b/{path}"))
-
-
-def changed_lines(diff: str) -> tuple[list[str], list[str]]:
-    """(added, removed) lines of a unified diff, without the +/- marks."""
-    added, removed = [], []
-    for line in diff.splitlines():
-        if line.startswith(("+++", "---")):
-            continue
-        if line.startswith("+"):
-            added.append(line[1:])
-        elif line.startswith("-"):
-            removed.append(line[1:])
-    return added, removed
 
 
 @dataclass
@@ -183,8 +165,7 @@ def lint(base_prompt: str, added_text: str, index: LintIndex) -> PatchCheck:
 def check_prompt_text(*, prompt_file: str, base_prompt: str, patched: str, max_changed_lines: int,
                       index: LintIndex) -> PatchCheck:
     """`check_patch` on a prompt file's new text, before anything is written or committed."""
-    diff = "".join(difflib.unified_diff(base_prompt.splitlines(keepends=True), patched.splitlines(keepends=True),
-                                        f"a/{prompt_file}", f"b/{prompt_file}"))
+    diff = unified(base_prompt, patched, prompt_file)
     return check_patch(changed_files=[prompt_file], allowed_file=prompt_file, base_prompt=base_prompt, diff=diff,
                        max_changed_lines=max_changed_lines, index=index)
 

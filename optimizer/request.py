@@ -22,6 +22,7 @@ from typing import Any
 import jinja2
 
 from optimizer.contrast import pieces as contrast_pieces
+from optimizer.diffs import added_lines
 from optimizer.contrast import render_contrast
 from optimizer.manual import shipped_manual
 from optimizer.scoring import trial_value
@@ -163,8 +164,7 @@ def rejected_ideas(rejected: list[dict[str, Any]], targets: set[str], limit: int
     for row in rejected:
         if not targets & set(row["targets"] or []) or row["status"] == "rejected_check":
             continue
-        added = [line[1:].strip() for line in (row["diff"] or "").splitlines()
-                 if line.startswith("+") and not line.startswith("+++") and line[1:].strip()]
+        added = added_lines(row["diff"] or "")
         change = "; ".join(_trim(line, 160) for line in added[:2]) or "no textual change"
         rationale = _trim(" ".join((row["rationale"] or "").split()), 240)
         ideas.append(f"Added: \"{change}\"" + (f" (rationale: {rationale})" if rationale else "") +

@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from optimizer import gepa_adapter
+from optimizer.diffs import added_lines
+from optimizer.diffs import size as diff_size
 from optimizer.files import write_json, write_text
 from optimizer.runner import PlannedTrial
 from optimizer.scoring import trial_value
@@ -283,7 +285,7 @@ def faulty(records: list[Candidate]) -> list[Candidate]:
 
 def carries(text: str, record: Candidate) -> bool:
     """Whether a prompt holds every line `record` added to its base prompt."""
-    return added_lines(record.diff) <= {line.strip() for line in text.splitlines()}
+    return set(added_lines(record.diff)) <= {line.strip() for line in text.splitlines()}
 
 
 def parent_selector(records: list[Candidate], seed: int):
@@ -409,7 +411,7 @@ def promote_candidates(result, records: list[Candidate], val: list[Example], tar
     base_sample = _pooled(base_buckets)
     _enter_pool(records, scores)
     pool = sorted((r for r in records if r.status == "pool"),
-                  key=lambda r: (changed_lines(r.diff), -(r.screen_score or 0.0), -(r.target_score or 0.0), r.number))
+                  key=lambda r: (diff_size(r.diff), -(r.screen_score or 0.0), -(r.target_score or 0.0), r.number))
     promoted: list[Candidate] = []
     refused = faulty(records)
     for record in pool:
@@ -524,17 +526,6 @@ def _pooled(buckets: dict[tuple[str, str], list[float]]) -> list[float]:
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
-
-
-def added_lines(diff: str) -> set[str]:
-    """The lines a unified diff adds (stripped; its headers not counted)."""
-    return {line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")}
-
-
-def changed_lines(diff: str) -> int:
-    """Lines a unified diff adds or removes (its headers not counted)."""
-    return sum(1 for line in diff.splitlines()
-               if line[:1] in "+-" and not line.startswith(("+++", "---")))
 
 
 def _score(value: float | None) -> str:

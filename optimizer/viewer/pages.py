@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 import jinja2
 
 from optimizer.decision_view import decision_view
+from optimizer.diffs import kinds
 from optimizer.trends import trends
 from optimizer.viewer.reader import PAGE, PAIRS_PAGE, Reader, described, ending
 
@@ -50,8 +51,7 @@ def environment() -> jinja2.Environment:
     env.filters["shown"] = lambda items: list(items or [])[:SHOWN_ITEMS]
     env.filters["ending"] = ending
     env.filters["query"] = lambda params: urlencode({k: v for k, v in params.items() if v not in (None, "")})
-    env.filters["diffclass"] = lambda line: ("add" if line.startswith("+") and not line.startswith("+++") else
-                                             "del" if line.startswith("-") and not line.startswith("---") else "")
+    env.filters["difflines"] = lambda diff: [(kind if kind in ("add", "del") else "", line) for kind, line in kinds(diff)]
     return env
 
 

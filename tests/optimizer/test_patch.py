@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.patch import Edit, EditError, LintIndex, apply_edits, check_patch, unified_diff
+from optimizer.diffs import unified as unified_diff
+from optimizer.patch import Edit, EditError, LintIndex, apply_edits, check_patch
 
 
 def test_edits_apply_exactly_once_or_say_why():
@@ -94,3 +95,13 @@ def test_intervals_stay_within_what_scores_and_changes_can_be():
     assert (low, high) == (-1.0, 1.0) and mean == 0.125
     low, mean, high = mean_interval([0.1, 0.2, 0.15, 0.12, 0.18], bounds=(-1.0, 1.0))
     assert -1.0 < low < mean < high < 1.0  # a tight interval is left as it is
+
+
+def test_a_diffs_headers_are_neither_added_nor_removed_lines():
+    from optimizer.diffs import added_lines, changed_lines, kinds, size, unified
+
+    diff = unified("keep\n--- a rule that starts with dashes\n", "keep\n+++ three pluses\n\n", "p.md")
+    assert [kind for kind, _ in kinds(diff)] == ["file", "file", "hunk", "context", "del", "add", "add"]
+    added, removed = changed_lines(diff)
+    assert added == ["+++ three pluses", ""] and removed == ["--- a rule that starts with dashes"]
+    assert added_lines(diff) == ["+++ three pluses"] and size(diff) == 3
