@@ -1,7 +1,7 @@
 """How often the ablation keeps a changed part that does nothing, and one that helps.
 
 A part is undone and both prompts run `--trials` screening trials of a targeted bucket; the
-part is kept when `optimizer.ablation.removal_p` is at most `KEEP_BELOW` (the rule in use), or,
+part is kept when `optimizer.proposal.ablation.removal_p` is at most `KEEP_BELOW` (the rule in use), or,
 for comparison, when the mean score or the pass rate drops by more than 0.05 (the earlier rule).
 Trials pass with the given rates; a failed trial keeps `--credit` of the score (partial credit).
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimizer.ablation import KEEP_BELOW, removal_p  # noqa: E402
+from optimizer.proposal.ablation import KEEP_BELOW, removal_p  # noqa: E402
 
 CASES = [("does nothing", 0.50, 0.50), ("does nothing", 0.92, 0.92), ("does nothing", 0.70, 0.70),
          ("lifts 0.50 -> 0.92", 0.92, 0.50), ("lifts 0.70 -> 0.92", 0.92, 0.70), ("lifts 0.80 -> 0.92", 0.92, 0.80)]

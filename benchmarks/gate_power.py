@@ -14,7 +14,7 @@ Cases, per suite (each repeat draws a fresh baseline as the loop plans it: `--tr
   0.2; with `--victims all`, every other bucket whose true mean falls by at least 0.05. Every
   acceptance is a harmful accept.
 * **effect harms** (`--cases effects`): the target's rule plus one wording of a harmful effect of
-  the sim's effect library (`optimizer.sim.Effect`): `named` (the line names a bucket it lowers),
+  the sim's effect library (`optimizer.trials.sim.Effect`): `named` (the line names a bucket it lowers),
   `unnamed` (names none), `other` (names a bucket it leaves alone), `unnamed+harmless` (the
   unnamed line beside a distractor, a line that moves nothing); spread over several buckets
   or graded (-0.10 to -0.30 on the pass rate). The target is the lowest bucket the effect leaves
@@ -27,10 +27,10 @@ probability the sim's rule machinery gives its prompt (`SimProfile.pass_probabil
 independent of the other prompt's (`sim_noise = "independent"`), and a failing trial scores
 what the real agent and graders gave that task's failing trials in a calibration run made at
 start-up through the runner. That keeps tens of thousands of decisions to minutes, and the
-decisions are made by the same `optimizer.compare.compare` that `optimizer run` calls.
+decisions are made by the same `optimizer.comparison.compare.compare` that `optimizer run` calls.
 `optimizer noise` measures the same things through the real runner.
 
-Arms: `new` is `optimizer.compare` with default settings, on a base prompt's first proposal (every
+Arms: `new` is `optimizer.comparison.compare` with default settings, on a base prompt's first proposal (every
 trial counted); `pooled` is the same gate on a later proposal, whose base-prompt trials at fresh
 indexes earlier proposals already ran (the loop's base pool: only the candidate's trials count);
 `previous` is the gate this project
@@ -60,18 +60,18 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import legacy_gate  # noqa: E402
 
-from optimizer.compare import buckets_named, compare  # noqa: E402
-from optimizer.config import Settings  # noqa: E402
+from optimizer.comparison.compare import buckets_named, compare  # noqa: E402
+from optimizer.settings.config import Settings  # noqa: E402
 from optimizer.gate import GatePolicy  # noqa: E402
-from optimizer.noise import CaseTally  # noqa: E402
-from optimizer.diffs import unified as unified_diff  # noqa: E402
+from optimizer.loop.noise import CaseTally  # noqa: E402
+from optimizer.proposal.diffs import unified as unified_diff  # noqa: E402
 from optimizer.registry import get_agent  # noqa: E402
-from optimizer.request import select_targets  # noqa: E402
-from optimizer.runner import PlannedTrial, Runner, plan  # noqa: E402
+from optimizer.proposal.request import select_targets  # noqa: E402
+from optimizer.trials.runner import PlannedTrial, Runner, plan  # noqa: E402
 from optimizer.scoring import trials_frame  # noqa: E402
 from optimizer.store import Store  # noqa: E402
 from optimizer.suites import load_suites  # noqa: E402
-from optimizer.spending import decision_alpha  # noqa: E402
+from optimizer.nightly.spending import decision_alpha  # noqa: E402
 from optimizer.types import Trial  # noqa: E402
 
 GEPA_MINIBATCH = 3
@@ -310,7 +310,7 @@ def main() -> None:
     parser.add_argument("--night-iterations", type=int, default=6)
     parser.add_argument("--night-candidates", type=int, default=2)
     parser.add_argument("--night-alpha", type=float, default=Settings.model_fields["night_alpha"].default,
-                        help="the night's decisions spend this family-wise level (optimizer.spending); 0: each "
+                        help="the night's decisions spend this family-wise level (optimizer.nightly.spending); 0: each "
                              "decision at alpha, as before")
     parser.add_argument("--effects", nargs="*", default=None, help="effects of the library to try (default: all)")
     parser.add_argument("--wordings", nargs="*", default=None,

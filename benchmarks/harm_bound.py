@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import gate_power  # noqa: E402
 
 from optimizer.registry import get_agent  # noqa: E402
-from optimizer.runner import plan  # noqa: E402
+from optimizer.trials.runner import plan  # noqa: E402
 from optimizer.stats import HARM_GRID, wealth_path  # noqa: E402
 from optimizer.suites import load_suites  # noqa: E402
 

@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.config import Settings  # noqa: E402
-from optimizer.evaluate import execute, prepare  # noqa: E402
-from optimizer.runner import Runner  # noqa: E402
+from optimizer.settings.config import Settings  # noqa: E402
+from optimizer.trials.evaluate import execute, prepare  # noqa: E402
+from optimizer.trials.runner import Runner  # noqa: E402
 from optimizer.store import Store, default_url  # noqa: E402
 from tests.helpers import event_task, write_suite  # noqa: E402
 

@@ -3,7 +3,7 @@
 Runs a baseline of the suite, takes its worst few train buckets (`select_targets`' order), and
 for each bucket asks the patcher for N proposals per protocol: the full request (`--full`:
 `rule` for the embedded patchers, else `edits`) and the contrast request
-(`optimizer.contrast`; `guided` when it ends with a rule to complete, from the target's most
+(`optimizer.proposal.contrast`; `guided` when it ends with a rule to complete, from the target's most
 frequent named confusion, else `free`). Proposal n of either protocol is drawn with the same seed (sampling
 temperature `patcher_temperature`, seed from `--seed` and n). Each proposal goes through the
 loop's pre-rollout checks (`check_prompt_text`: size, lint); one that passes is screened on fresh
@@ -36,17 +36,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.config import load_settings  # noqa: E402
-from optimizer.contrast import rule_to_complete  # noqa: E402
+from optimizer.settings.config import load_settings  # noqa: E402
+from optimizer.proposal.contrast import rule_to_complete  # noqa: E402
 from optimizer.models import is_embedded  # noqa: E402
-from optimizer.patch import LintIndex, check_prompt_text  # noqa: E402
-from optimizer.proposers import LLMProposer, ProposalRequest  # noqa: E402
+from optimizer.proposal.patch import LintIndex, check_prompt_text  # noqa: E402
+from optimizer.proposal.proposers import LLMProposer, ProposalRequest  # noqa: E402
 from optimizer.registry import get_agent  # noqa: E402
-from optimizer.request import Selection, failure_records, load_manual, render_request, select_targets  # noqa: E402
-from optimizer.runner import Runner, plan  # noqa: E402
+from optimizer.proposal.request import Selection, failure_records, load_manual, render_request, select_targets  # noqa: E402
+from optimizer.trials.runner import Runner, plan  # noqa: E402
 from optimizer.store import Store, default_url  # noqa: E402
 from optimizer.suites import load_suites  # noqa: E402
-from optimizer.targets import prefers_named  # noqa: E402
+from optimizer.proposal.targets import prefers_named  # noqa: E402
 from optimizer.types import Trial  # noqa: E402
 
 FRESH_OFFSET = 10_000

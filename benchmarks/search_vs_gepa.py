@@ -99,10 +99,10 @@ class Truth:
 def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> Arm:
     from optimizer import gitops
     from optimizer.cli._common import console
-    from optimizer.config import load_settings
-    from optimizer.loop import LoopContext, run_iteration
-    from optimizer.review import review
-    from optimizer.diffs import size as changed_lines
+    from optimizer.settings.config import load_settings
+    from optimizer.loop.iteration import LoopContext, run_iteration
+    from optimizer.reporting.review import review
+    from optimizer.proposal.diffs import size as changed_lines
     from optimizer.store import open_store
 
     arm = Arm(name)
@@ -167,12 +167,12 @@ saved_env = set(os.environ)
 
 # ---------------------------------------------------------------- arm (b): plain gepa
 def gepa_arm(budget: int, skill: float, seed: int, truth: Truth, log) -> Arm:
-    from optimizer import gepa_adapter
-    from optimizer.config import Settings
-    from optimizer.proposers import LLMProposer, ProposalRequest
-    from optimizer.request import failure_records, load_manual, render_request, select_targets
-    from optimizer.runner import Runner, plan
-    from optimizer.search import COMPONENT, Example, ScreeningAdapter
+    from optimizer.proposal import gepa_adapter
+    from optimizer.settings.config import Settings
+    from optimizer.proposal.proposers import LLMProposer, ProposalRequest
+    from optimizer.proposal.request import failure_records, load_manual, render_request, select_targets
+    from optimizer.trials.runner import Runner, plan
+    from optimizer.proposal.search import COMPONENT, Example, ScreeningAdapter
     from optimizer.store import Store
     from optimizer.suites import load_suites
 

@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from optimizer.weak_patcher import AGENT, rule_texts_for, targeted_buckets
+from optimizer.proposal.weak_patcher import AGENT, rule_texts_for, targeted_buckets
 
 
 def main(request_path: str, workdir: str, prompt_file: str | None = None) -> int:

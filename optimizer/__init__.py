@@ -19,16 +19,16 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "optimizer.agent_run": ("AgentContext", "AgentRun"),
+    "optimizer.trials.agent_run": ("AgentContext", "AgentRun"),
     "optimizer.errors": ("DeadlinePassed", "InputError", "ModelCallError", "OptimizerError", "TrialCutShort",
                          "TrialTimeout"),
-    "optimizer.judging": ("Criterion", "Judge", "JudgeError", "PASS_THRESHOLD", "Verdict", "ask", "judge"),
+    "optimizer.trials.judging": ("Criterion", "Judge", "JudgeError", "PASS_THRESHOLD", "Verdict", "ask", "judge"),
     "optimizer.models": ("Completion", "ModelClient", "ToolCallRequest"),
     "optimizer.models.providers": ("Provider", "register_provider"),
     "optimizer.registry": ("AnswerKey", "GraderConfig", "agent", "grader"),
-    "optimizer.settings_parts": ("ModelSettings", "ProviderSettings"),
-    "optimizer.sim": ("Rule", "RuleTexts", "SimProfile", "load_rule_texts"),
-    "optimizer.tool_loop": ("AgentLimitError", "LoopLimits", "Tool", "ToolLoop", "ToolOutput", "tool_error"),
+    "optimizer.settings.parts": ("ModelSettings", "ProviderSettings"),
+    "optimizer.trials.sim": ("Rule", "RuleTexts", "SimProfile", "load_rule_texts"),
+    "optimizer.trials.tool_loop": ("AgentLimitError", "LoopLimits", "Tool", "ToolLoop", "ToolOutput", "tool_error"),
     "optimizer.types": ("GraderResult", "GraderSpec", "Outcome", "OutcomeModel", "RunResult", "Suite", "SuiteSpec",
                         "Task", "TaskInput", "ToolCall", "ToolCallSpec", "Transcript", "Trial", "Usage"),
 }

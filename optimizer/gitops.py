@@ -1,7 +1,7 @@
 """Git for the loop: each proposal on its own branch, made away from the user.
 
 The user's working tree, index and current branch are never touched: proposals are made in a
-clone of their own under `<state_dir>/boxes/` (`optimizer.box`), which is git-ignored from inside
+clone of their own under `<state_dir>/boxes/` (`optimizer.proposal.box`), which is git-ignored from inside
 (`<state_dir>/.gitignore` holds `*`), so `git status` in the user's checkout does not change
 either. Only `review --merge` and `nightly --merge` write to the user's branch, and only when asked.
 

@@ -1,7 +1,7 @@
 """The run spec: everything that shapes a run's results, recorded with the run.
 
 A stored baseline is reused only when a new run's spec is exactly the same (see
-`optimizer.runner.fingerprints`), so an edit to anything below — the agent's code, texts and tool
+`optimizer.trials.runner.fingerprints`), so an edit to anything below — the agent's code, texts and tool
 schemas, a task or its fixtures, a grader's module or a helper of its package, a rubric or
 calibration file, a model parameter, a package version, the commit — makes the gate measure
 afresh instead of comparing with a stale baseline.
@@ -222,7 +222,7 @@ def grader_spec(entry: "GraderEntry") -> GraderSpec:
     module = entry.func.__module__
     top = module.split(".")[0]
     package = module_file(top).parent if hasattr(sys.modules[top], "__path__") else None
-    from optimizer.judging import get_judge  # not at the top: `optimizer history` reads specs without the judges
+    from optimizer.trials.judging import get_judge  # not at the top: `optimizer history` reads specs without the judges
 
     judge = get_judge(entry.judge) if entry.judge else None
     return GraderSpec(version=entry.version, module=file_hash(module_file(module)),

@@ -1,5 +1,5 @@
 """Registration of agents and graders, the registry of the plugin contract (LLM judges register
-in `optimizer.judging`, with `@judge`, in the same modules).
+in `optimizer.trials.judging`, with `@judge`, in the same modules).
 
 Agents and graders register themselves with the `@agent` and `@grader` decorators; the harness finds the modules that hold them through entry points (groups
 `optimizer.agents` and `optimizer.graders` in a package's `pyproject.toml`) and never imports
@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from optimizer.errors import GraderConfigError, HarnessError, SuiteError
 
 if TYPE_CHECKING:
-    from optimizer.agent_run import AgentContext, AgentRun
-    from optimizer.sim import SimProfile
+    from optimizer.trials.agent_run import AgentContext, AgentRun
+    from optimizer.trials.sim import SimProfile
     from optimizer.types import GraderResult, Task, Trial
 
 AGENT_GROUP = "optimizer.agents"
@@ -46,7 +46,7 @@ class NoConfig(GraderConfig):
 class AnswerKey:
     """Marks a grader config field that holds answer-key text: what a trial is graded against
     (`Annotated[list[str], AnswerKey("graded substring", min_length=3)]`). A prompt patch may not
-    copy such text (the hard-coding lint, `optimizer.patch`); the lint finds it through this mark
+    copy such text (the hard-coding lint, `optimizer.proposal.patch`); the lint finds it through this mark
     and knows no grader by name. The field holds a string, a list of strings, or None."""
 
     label: str = "answer-key text"

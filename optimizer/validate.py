@@ -12,10 +12,10 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from optimizer.config import Settings
+from optimizer.settings.config import Settings
 from optimizer.errors import SuiteError
-from optimizer.evaluate import prepare
-from optimizer.runner import Runner
+from optimizer.trials.evaluate import prepare
+from optimizer.trials.runner import Runner
 from optimizer.store import Store, default_url
 from optimizer.suites import project_suites
 

@@ -1,7 +1,7 @@
 """How `mock/sim` plays the Card Agent.
 
 Rule vocabulary (one rule per failure bucket; a rule is *stated* when one sentence of the
-system prompt matches every concept, case-insensitively; see `optimizer.sim` for negation):
+system prompt matches every concept, case-insensitively; see `optimizer.trials.sim` for negation):
 
 | bucket | concepts that must share a sentence | a general rule that states it |
 |---|---|---|
@@ -26,7 +26,7 @@ the required facts away; `multi_fact_day` uses the fact_id of the day's first no
 
 `sim_rules.json` next to this file holds, per bucket, a rule the sim scores as stated and a
 sentence it scores as contradicting the rule, plus distractors that touch no bucket: what
-stand-in patchers write (see `optimizer.sim.RuleTexts`; tests check that they score so).
+stand-in patchers write (see `optimizer.trials.sim.RuleTexts`; tests check that they score so).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ STOPS = {cls.signum: cls for cls in (SIGTERM, SIGHUP)}
 
 def main() -> None:
     from optimizer.errors import EXIT_HARNESS, OptimizerError
-    from optimizer.settings_sources import check_environment
+    from optimizer.settings.sources import check_environment
 
     stopped: list[StopSignal] = []
     try:

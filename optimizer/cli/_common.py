@@ -20,7 +20,7 @@ def project_settings(**flags):
     """The project folder (`find_project_root`) and its settings, with the flags given on the
     command line over the settings file and the environment (`load_settings`): every command that
     reads settings starts here."""
-    from optimizer.config import find_project_root, load_settings
+    from optimizer.settings.config import find_project_root, load_settings
 
     root = find_project_root()
     return root, load_settings(root, flags)
@@ -28,7 +28,7 @@ def project_settings(**flags):
 
 def loop_context(settings, root, *, quiet: bool = False):
     """A loop's context for a command: the store, and the log and progress on stderr."""
-    from optimizer.loop import LoopContext
+    from optimizer.loop.iteration import LoopContext
     from optimizer.store import open_store
 
     store = open_store(settings, root)
@@ -176,7 +176,7 @@ def print_judges(judges: list[dict[str, Any]]) -> None:
 
 def render_decision(decision) -> Table:
     """The per-bucket before/after table of a gate decision (a `Decision` or its dict)."""
-    from optimizer.decision_view import COLUMNS, decision_view
+    from optimizer.reporting.decision_view import COLUMNS, decision_view
 
     view = decision_view(decision)
     table = Table(title=view.title, title_justify="left")

@@ -23,7 +23,7 @@ def eval_command(
                                                help="Exit 1 when the mean score is below this (0 to 1)."),
 ) -> None:
     """Run suites and print pass@k, pass^k and mean score per suite and per bucket."""
-    from optimizer import evaluate
+    from optimizer.trials import evaluate
     from optimizer.cli._common import TrialProgress, print_summary, project_settings, recording
     from optimizer.errors import EXIT_FAILED, EXIT_HARNESS
     from optimizer.files import write_json

@@ -32,7 +32,7 @@ def gate_command(
     from optimizer.cli._common import err_console, loop_context, project_settings, recording
     from optimizer.errors import EXIT_FAILED
     from optimizer.files import write_json, write_text
-    from optimizer.hand_gate import gate_edits, render_gate
+    from optimizer.loop.hand_gate import gate_edits, render_gate
 
     root, settings = project_settings()
     ctx = loop_context(settings, root)

@@ -15,7 +15,7 @@ def graduate_command(
     apply_: bool = typer.Option(False, "--apply", help="Write the regression suite and commit it."),
 ) -> None:
     """Propose buckets that stayed green for the regression suite; --apply commits them there."""
-    from optimizer import graduation
+    from optimizer.nightly import graduation
     from optimizer.cli._common import console, project_settings
     from optimizer.errors import InputError
     from optimizer.suites import load_suites

@@ -20,8 +20,8 @@ def history_command(
 
     from optimizer.cli._common import console
     from optimizer.files import write_json
-    from optimizer.history import load_history
-    from optimizer.settings_sources import find_project_root, store_url_as_given
+    from optimizer.reporting.history import load_history
+    from optimizer.settings.sources import find_project_root, store_url_as_given
     from optimizer.store.quick import read_quickly
 
     root = find_project_root()
@@ -30,7 +30,7 @@ def history_command(
     url = store_url_as_given(root)
     history = read_quickly(url, lambda quick: load_history(quick, limit)) if url else None
     if history is None:  # PostgreSQL, no store yet, one to migrate, or a fault the Store reports
-        from optimizer.config import load_settings
+        from optimizer.settings.config import load_settings
         from optimizer.store import open_store
 
         settings = load_settings(root)

@@ -25,10 +25,10 @@ def calibrate_command(
                                                 "criteria. A calibration counts for the form it measured."),
 ) -> None:
     """Run each judge over its labelled examples; report Spearman correlation and pass/fail agreement."""
-    from optimizer import calibration
+    from optimizer.trials import calibration
     from optimizer.cli._common import project_settings
     from optimizer.errors import EXIT_FAILED, InputError
-    from optimizer.judging import JudgeSettings, judges
+    from optimizer.trials.judging import JudgeSettings, judges
     from optimizer.models import validate_model
     from optimizer.store import open_store
 
@@ -65,9 +65,9 @@ def _calibrate(settings, store, chosen: list[tuple[str, Any]], judge_settings) -
     every five examples; then the table of their results on the console."""
     from rich.table import Table
 
-    from optimizer import calibration
+    from optimizer.trials import calibration
     from optimizer.cli._common import console, recording
-    from optimizer.judging import CALIBRATION_BAR
+    from optimizer.trials.judging import CALIBRATION_BAR
 
     table = Table(title=f"judge calibration on {settings.judge_model}", title_justify="left")
     for column in ("judge", "form", "examples", "errored", "Spearman", "agreement", "verdict"):
@@ -98,7 +98,7 @@ def _calibrate(settings, store, chosen: list[tuple[str, Any]], judge_settings) -
 def _write_reports(path: Path, model: str, known: dict, judge_form: str, reports: list) -> None:
     """The calibration reports as JSON, every labelled example's row included."""
     from optimizer.files import write_json
-    from optimizer.judging import CALIBRATION_BAR
+    from optimizer.trials.judging import CALIBRATION_BAR
 
     write_json(path, {"model": model, "bar": CALIBRATION_BAR, "judges": [
         {"judge": r.judge, "form": known[r.judge].form_for(model, judge_form),

@@ -40,7 +40,7 @@ def run_command(
     from optimizer.cli._common import console, loop_context, project_settings, recording, render_decision
     from optimizer.errors import EXIT_FAILED
     from optimizer.files import write_json
-    from optimizer.loop import run_iteration
+    from optimizer.loop.iteration import run_iteration
 
     root, settings = project_settings(proposer=proposer, candidates=candidates, gate=gate, agent_model=agent_model,
                                judge_model=judge_model, patcher_model=patcher_model, trials=trials, concurrency=concurrency,
@@ -63,7 +63,7 @@ def run_command(
     if accepted:
         console.print(f"review it: optimizer review {accepted.branch}", highlight=False)
     if json_path:
-        from optimizer.loop_records import iteration_summary
+        from optimizer.loop.records import iteration_summary
 
         write_json(json_path, {"iteration_id": result.iteration_id, **iteration_summary(result)})
     if fail_on_reject and not accepted and result.status in ("accepted", "rejected"):
@@ -83,7 +83,7 @@ def noise_command(
     """The gate's error rates: false accepts (A/A), and on mock/sim the power for the sim's right
     rule and the acceptance of a harmful patch, each with a 95% interval."""
     from optimizer.cli._common import console, loop_context, project_settings, recording
-    from optimizer.noise import measure_noise
+    from optimizer.loop.noise import measure_noise
 
     root, settings = project_settings(agent_model=agent_model, judge_model=judge_model, trials=trials, sim_noise=sim_noise)
     ctx = loop_context(settings, root)

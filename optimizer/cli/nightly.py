@@ -14,7 +14,7 @@ from optimizer.cli._paths import output_file
 
 
 NOT_NIGHT_SETTINGS = ("resume", "override", "plain", "json_path")
-"""The nightly command's parameters that are not part of a night (`optimizer.night_settings`)."""
+"""The nightly command's parameters that are not part of a night (`optimizer.settings.night`)."""
 
 
 def nightly_command(
@@ -54,7 +54,7 @@ def nightly_command(
     """Unattended optimization: iterations until a limit, accepted patches stacked on optimizer/nightly-<date>."""
     from optimizer.cli._common import err_console, interactive, loop_context, project_settings
     from optimizer.ledger import Budget
-    from optimizer.nightly import NightlyLimits, parse_duration, run_nightly
+    from optimizer.nightly.night import NightlyLimits, parse_duration, run_nightly
 
     when = _checked_date(order, day)
     if plain:
@@ -90,8 +90,8 @@ def _report(ctx, result, json_path: Optional[Path]) -> None:
     """The night's summary on the console (and as JSON), with the bound on its false accepts."""
     from optimizer.cli._common import console
     from optimizer.files import write_json
-    from optimizer.nightly import decisions, split_changes
-    from optimizer.spending import spent
+    from optimizer.nightly.night import decisions, split_changes
+    from optimizer.nightly.spending import spent
 
     summary = result.as_dict()
     gated = decisions(ctx.store, result)

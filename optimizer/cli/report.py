@@ -16,7 +16,7 @@ def report_command(
     html: Path = typer.Option(..., "--html", callback=output_file, help="Write the self-contained HTML page here."),
 ) -> None:
     """A self-contained HTML report: bucket table, score charts, cost, proposals with diffs and gate reasons, failures."""
-    from optimizer import html_report
+    from optimizer.reporting import html as html_report
     from optimizer.cli._common import console, project_settings
     from optimizer.files import write_text
     from optimizer.store import open_store

@@ -31,21 +31,21 @@ def review_command(
 ) -> None:
     """Show a proposal: its git diff, the bucket table before/after, the gate's reasons, cost."""
     from optimizer.cli._common import project_settings
-    from optimizer.review import review
+    from optimizer.reporting.review import review
 
     root, settings = project_settings()
     if night is not None:
         if branch or merge:
             raise InputError("--night reviews a whole night: it takes no BRANCH and no --merge", field="--night",
                              fix="drop BRANCH and --merge, or drop --night to review one proposal")
-        from optimizer.review import review_night
-        from optimizer.review_markdown import render_night_markdown
+        from optimizer.reporting.review import review_night
+        from optimizer.reporting.review_markdown import render_night_markdown
 
         typer.echo(render_night_markdown(review_night(settings, root, night), viewer=viewer_url), nl=False)
         return
     record = review(settings, root, branch, merge=merge)
     if format is Format.markdown:
-        from optimizer.review_markdown import render_markdown
+        from optimizer.reporting.review_markdown import render_markdown
 
         typer.echo(render_markdown(record, viewer=viewer_url), nl=False)
     else:

@@ -1,2 +1,2 @@
-"""The comparison's parts, stepped by `optimizer.compare.compare`: where the next pairs of a task
+"""The comparison's parts, stepped by `optimizer.comparison.compare.compare`: where the next pairs of a task
 come from (`plan`) and the three phases that choose them (`phases`)."""

@@ -1,4 +1,4 @@
-"""The comparison's three phases: the targets, the rest, the harm checks (`optimizer.compare`'s
+"""The comparison's three phases: the targets, the rest, the harm checks (`optimizer.comparison.compare`'s
 docstring gives the order and the stopping rules). Each is stepped the same way: `next_batch()`
 names the trials to run next (None: the phase is over), `record()` takes back what they gave, and
 `decision()` ends the comparison (a `Decision`) or lets the next phase start (None). A phase runs
@@ -12,7 +12,7 @@ from typing import Callable, Protocol
 from optimizer.comparison.plan import PairPlan, floor_cost, floor_pairs
 from optimizer.gate import (Decision, GatePolicy, PairTable, decide, errored_rejects, group_stats, groups_of,
                             harm_thresholds, improvement_status, is_named, leans, suspicious)
-from optimizer.runner import PlannedTrial
+from optimizer.trials.runner import PlannedTrial
 from optimizer.types import Trial
 
 Bucket = tuple[str, str]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from optimizer.gate import GatePolicy, harm_group, is_named
-from optimizer.runner import PlannedTrial
+from optimizer.trials.runner import PlannedTrial
 from optimizer.types import Trial
 
 NAMED_FLOOR = 2

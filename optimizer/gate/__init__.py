@@ -1,7 +1,7 @@
 """The gate: does a candidate prompt beat the base prompt on its targets, and harm nothing?
 
 The gate judges *pairs*: a (suite, task, trial index) run once with each prompt. `PairTable`
-collects them as `optimizer.compare` runs batches; `decide` turns a table into a `Decision`.
+collects them as `optimizer.comparison.compare` runs batches; `decide` turns a table into a `Decision`.
 docs/gate.md gives the methods, the reasons for them and their measured error rates.
 
 A bucket's change is the mean over its tasks of each task's mean pair change (tasks weigh the

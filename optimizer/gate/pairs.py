@@ -1,7 +1,7 @@
 """Which trials pair up, and what each side of a pair counts for.
 
 A pair is a (suite, task, trial index) run once with each prompt. `PairTable` collects the pairs
-as `optimizer.compare` runs batches, in a fixed order the sequential tests read them in; a side's
+as `optimizer.comparison.compare` runs batches, in a fixed order the sequential tests read them in; a side's
 value is `scoring.voting_value` (the judges that do not vote left out), and a side the
 infrastructure spoiled is marked with its side: it leaves its pair out of the values, and the
 errored rule asks whether such endings fall on one prompt's side (`PairTable.unscored_counts`).

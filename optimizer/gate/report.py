@@ -70,7 +70,7 @@ class Decision:
     """Graders left out of the values: LLM judges not calibrated on the judge model in use."""
     shown_tasks: list[str] = field(default_factory=list)
     """`suite/task` of the tasks left out of the pairs because the base or candidate prompt shows
-    their input as a worked example (`optimizer.examples`)."""
+    their input as a worked example (`optimizer.proposal.examples`)."""
     verdict: str = ""
     """For an accepted candidate, what an unattended job may do with it: `merge`, or `propose`
     (keep it for a reviewer: some harm group is still open and leaning toward a drop, see

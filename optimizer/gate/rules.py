@@ -68,7 +68,7 @@ def verdict_of(open_rows: list[BucketChange], policy: GatePolicy) -> str:
     `alpha_harm` (p_harm, the inverse of its e-value); or it has no pair scored on both sides; or
     (`propose_open = any`) any group is open; and every lenient accept. `merge` otherwise: the
     open groups' drops are within what noise gives them, and the nightly's watch goes on testing
-    every group of a merged patch on later nights (`optimizer.watch`)."""
+    every group of a merged patch on later nights (`optimizer.nightly.watch`)."""
     if policy.mode != "strict":
         return "propose"
     leaning = [row for row in open_rows

@@ -35,9 +35,9 @@ class TrialContext:
     trial_index: int
     seed: int
     sim_noise: str = "paired"
-    """How `mock/sim` draws this trial's outcome (setting `sim_noise`, see `optimizer.sim`)."""
+    """How `mock/sim` draws this trial's outcome (setting `sim_noise`, see `optimizer.trials.sim`)."""
     sim_profile: Any = None
-    """The agent's `optimizer.sim.SimProfile`, which `mock/sim` plays (None: the agent has none)."""
+    """The agent's `optimizer.trials.sim.SimProfile`, which `mock/sim` plays (None: the agent has none)."""
 
 
 _lock = threading.Lock()

@@ -2,11 +2,11 @@
 
 * `mock/oracle` replays the task's `reference_solution.tool_calls`, one per turn, then answers
   with a short final message. Every task of a suite must score 1.0 with it.
-* `mock/sim` plays the agent as its registered `SimProfile` says (see `optimizer.sim`): seeded,
+* `mock/sim` plays the agent as its registered `SimProfile` says (see `optimizer.trials.sim`): seeded,
   prompt-sensitive, reproducible.
 
 * As judge models, `mock/oracle` and `mock/sim` answer with the judge's documented offline
-  heuristic (see `optimizer.judging`), so suites with LLM judges run without a model.
+  heuristic (see `optimizer.trials.judging`), so suites with LLM judges run without a model.
 
 * `mock/patcher` answers the `llm` proposer from a JSON script (`mock_patcher_script`): a list
   of proposals `{"rationale": ..., "edits": [{"search": ..., "replace": ...}]}`, the n-th answer
@@ -19,7 +19,7 @@
   targeted buckets from the request inside the proposer's prompt and, from a seeded draw,
   proposes the rule `mock/sim` recognises for them (probability `skill`), that rule plus one
   contradicting another bucket of the agent (a harmful patch), or a distractor (a useless one);
-  see `optimizer.weak_patcher`. It answers in the patch format the proposer asked for: the
+  see `optimizer.proposal.weak_patcher`. It answers in the patch format the proposer asked for: the
   sentences as one `rule`, as one `kind` phrase, or as list items appended by one edit with an
   empty `search`.
 
@@ -30,8 +30,8 @@ Token counts are estimated as characters / 4 so reports have something to show; 
 
 What the mocks play is owned above the model layer, which imports nothing from there: the agent's
 `SimProfile` comes with the trial (`TrialContext.sim_profile`), and the judges' offline answers
-and the weak patcher are installed with `play` by the modules that own them (`optimizer.judging`,
-`optimizer.proposers`) when they are imported.
+and the weak patcher are installed with `play` by the modules that own them (`optimizer.trials.judging`,
+`optimizer.proposal.proposers`) when they are imported.
 """
 
 from __future__ import annotations

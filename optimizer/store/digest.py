@@ -16,7 +16,7 @@ it finished, every proposal of its iterations recorded so far (the decisions tha
 decision's level), and its ledger entries so far (its budget). Those rows are written by the
 night's own process between iterations, never while a proposer runs or a gate compares. The
 nightly job also keeps the digest in a witness file in its state folder after each save
-(`optimizer.nightly`), which a resume compares with the store before it trusts the record: a
+(`optimizer.nightly.night`), which a resume compares with the store before it trusts the record: a
 proposer killed while it hung cannot leave rewritten settings behind for `--resume` to adopt.
 """
 

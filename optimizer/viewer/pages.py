@@ -11,9 +11,9 @@ from urllib.parse import urlencode
 
 import jinja2
 
-from optimizer.decision_view import decision_view
-from optimizer.diffs import kinds
-from optimizer.trends import trends
+from optimizer.reporting.decision_view import decision_view
+from optimizer.proposal.diffs import kinds
+from optimizer.reporting.trends import trends
 from optimizer.viewer.reader import PAGE, PAIRS_PAGE, Reader, described, ending
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"

@@ -6,9 +6,9 @@ import json
 import subprocess
 import sys
 
-from optimizer.config import Settings
-from optimizer.evaluate import prepare
-from optimizer.runner import Runner
+from optimizer.settings.config import Settings
+from optimizer.trials.evaluate import prepare
+from optimizer.trials.runner import Runner
 from optimizer.store import Store, default_url
 from tests.conftest import PROJECT_ROOT
 

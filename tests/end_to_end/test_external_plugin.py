@@ -108,7 +108,7 @@ def test_an_installed_plugin_runs_its_suite_with_its_grader(installed, project, 
 
 
 def test_the_hard_coding_lint_reads_the_plugins_answer_key_marks(installed, project):
-    script = ("from pathlib import Path; from optimizer.patch import LintIndex, lint; "
+    script = ("from pathlib import Path; from optimizer.proposal.patch import LintIndex, lint; "
               "from optimizer.suites import load_suite; "
               f"index = LintIndex.from_suites([load_suite('echo', Path({str(project)!r}))]); "
               "print(lint('', 'Always mention the ferns.', index).reason); print(lint('', 'Be brief.', index).passed)")

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.box import confinement
+from optimizer.proposal.box import confinement
 from tests.end_to_end.test_nightly import nightly
 from tests.end_to_end.test_nightly_resume import OPTIMIZER
 from tests.helpers import optimizer_branches
 from tests.optimizer.store.test_store_digest import sql_command
-from tests.optimizer.test_proposer_isolation import APPEND_RULE, propose_with
+from tests.optimizer.proposal.test_proposer_isolation import APPEND_RULE, propose_with
 
 ERASE_DECISIONS = "delete from proposals"
 TAMPERED = {"alpha": 0.49, "night_alpha": 0.99, "alpha_harm": 0.001, "max_changed_lines": 10000}
@@ -49,7 +49,7 @@ def tamper_settings_code(sql_connection: str) -> str:
 
 
 def test_an_unconfined_proposer_erasing_the_nights_decisions_stops_it(cli, repo, isolated, tmp_path, monkeypatch):
-    monkeypatch.setattr("optimizer.box.find_bwrap", lambda: None)
+    monkeypatch.setattr("optimizer.proposal.box.find_bwrap", lambda: None)
     propose_with(monkeypatch, f"{APPEND_RULE} && {sql_command(isolated / 'optimizer.db', ERASE_DECISIONS)}")
     code, summary, output = nightly(cli, tmp_path, "--max-iterations", "3")
     assert code == 3, output

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.optimizer.test_lock import HOLD
+from tests.optimizer.nightly.test_lock import HOLD
 from tests.helpers import (DATA_LINE, FACT_RULE, LINK_HARM, PROMPT, after_data_line, git, optimizer_branches, script,
                            snapshot)
 
@@ -327,23 +327,23 @@ def test_two_real_nightly_processes_on_one_repository(repo, tmp_path):
 @pytest.mark.parametrize("text", ["-5m", "0s", "0", "abc", "", "inf", "nan"])
 def test_a_time_limit_must_be_a_duration_above_zero(text):
     from optimizer.errors import InputError
-    from optimizer.nightly import parse_duration
+    from optimizer.nightly.night import parse_duration
 
     with pytest.raises(InputError, match="--time-limit"):
         parse_duration(text)
 
 
 def test_time_limits_are_read_in_their_unit():
-    from optimizer.nightly import parse_duration
+    from optimizer.nightly.night import parse_duration
 
     assert [parse_duration(text) for text in ("90m", "8h", "3600s", "45", " 2H ")] == [5400, 28800, 3600, 45, 7200]
 
 
 def test_a_usd_budget_needs_a_price_for_every_model_it_limits():
-    from optimizer.config import Settings
+    from optimizer.settings.config import Settings
     from optimizer.errors import InputError
     from optimizer.ledger import Budget
-    from optimizer.nightly import NightlyLimits, _check_budget_can_bind
+    from optimizer.nightly.night import NightlyLimits, _check_budget_can_bind
 
     limits = NightlyLimits(budget=Budget(usd=1.0))
     priced = Settings(agent_model="openai/gpt-4o-mini", judge_model="mock/sim", patcher_model="mock/patcher")

@@ -4,10 +4,10 @@ server's lock keeps the second job out until the first lets go, then the night r
 from __future__ import annotations
 
 from optimizer import gitops
-from optimizer.lock import repository_identity
+from optimizer.nightly.lock import repository_identity
 from tests.end_to_end.test_nightly import nightly
 from tests.helpers import FACT_RULE, after_data_line, optimizer_branches, script
-from tests.optimizer.test_lock import hold_in_store
+from tests.optimizer.nightly.test_lock import hold_in_store
 
 
 def test_a_job_on_another_machine_holding_the_store_lock_keeps_the_night_out(cli, repo, isolated, tmp_path,

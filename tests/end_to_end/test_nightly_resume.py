@@ -113,7 +113,7 @@ def test_a_night_killed_in_its_baseline_resumes_with_every_setting_it_started_wi
 def crash_every_iteration(monkeypatch) -> list:
     """Every iteration of a night crashes at once, leaving the night resumable; the returned list
     collects the settings each one started with."""
-    from optimizer import nightly as nightly_module
+    from optimizer.nightly import night as nightly_module
 
     seen = []
 
@@ -236,7 +236,7 @@ def test_a_decision_made_by_an_iteration_a_kill_interrupted_keeps_its_share_of_n
     """Killed after its first candidate's decision and before its second: the iteration runs
     again, and its decisions are tested at the levels after that one (2nd, 3rd), not from the
     first again; the summary's bound counts all three."""
-    from optimizer import loop
+    from optimizer.loop import iteration as loop
 
     monkeypatch.setenv("OPTIMIZER_CANDIDATES", "2")
     script(tmp_path, monkeypatch, *[after_data_line(FACT_RULE)] * 4)

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.config import load_settings
+from optimizer.settings.config import load_settings
 from optimizer.models import routing
 from optimizer.store import open_store
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import FACT_RULE, git, optimizer_branches
-from tests.optimizer.test_proposer_isolation import APPEND_RULE, propose_with
+from tests.optimizer.proposal.test_proposer_isolation import APPEND_RULE, propose_with
 
 STUB = PROJECT_ROOT / "tests" / "openai_stub_server.py"
 TARGET = "template_quote"

@@ -1,4 +1,4 @@
-"""The watch (`optimizer.watch`): a merged patch keeps being tested on later merging nights, and
+"""The watch (`optimizer.nightly.watch`): a merged patch keeps being tested on later merging nights, and
 one shown harmful is reverted by a commit that carries the evidence."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from optimizer import gitops
-from optimizer.watch import GroupEvidence, Watched, judge, patches_in, revert_message, without_patch
+from optimizer.nightly.watch import GroupEvidence, Watched, judge, patches_in, revert_message, without_patch
 from tests.end_to_end.test_nightly import nightly
 from tests.helpers import DATA_LINE, FACT_RULE, LINK_HARM, PROMPT, git, script
 
@@ -113,8 +113,8 @@ def test_a_resumed_nights_watch_is_the_same_as_an_uninterrupted_one(cli, repo, i
     and prompt), with each pair counted once."""
     import copy
 
-    import optimizer.loop
-    from optimizer.watch import run_watch
+    import optimizer.loop.iteration
+    from optimizer.nightly.watch import run_watch
 
     git(repo, "stash", "-u")
     merged_patch(repo, FACT_RULE)
@@ -127,10 +127,10 @@ def test_a_resumed_nights_watch_is_the_same_as_an_uninterrupted_one(cli, repo, i
         seen.append(copy.deepcopy([entry.as_dict() for entry in night.entries]))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(optimizer.loop, "run_watch", interrupted)
+    monkeypatch.setattr(optimizer.loop.iteration, "run_watch", interrupted)
     code, _, output = nightly(cli, tmp_path, "--max-iterations", "1", "--patience", "1", "--merge")
     assert code != 0 and seen, output
-    monkeypatch.setattr(optimizer.loop, "run_watch", run_watch)
+    monkeypatch.setattr(optimizer.loop.iteration, "run_watch", run_watch)
     code, resumed, output = nightly(cli, tmp_path, "--resume")
     assert code == 0, output
     (uninterrupted,) = seen

@@ -12,7 +12,7 @@ from prompt_optimizer_agents.pkm.sandbox import Sandbox
 from prompt_optimizer_agents.pkm.state import build_state, snapshot
 from prompt_optimizer_agents.pkm.tools import PKMTools
 from optimizer import Outcome, Task, Trial
-from optimizer.judging import JudgeSettings, judging
+from optimizer.trials.judging import JudgeSettings, judging
 from optimizer.registry import get_grader
 
 FACT_ID = "2026/05/25.md#ts_1"
@@ -178,8 +178,8 @@ def test_a_paragraph_dropped_into_a_bullet_list_gets_half_coherence(tmp_path):
 
 
 def test_a_judge_that_answers_garbage_makes_the_grader_errored_not_failed(tmp_path, monkeypatch):
-    from optimizer import judging
-    from optimizer.runner import Runner
+    from optimizer.trials import judging
+    from optimizer.trials.runner import Runner
 
     judge = judging.get_judge("pkm_insight_quality")
     monkeypatch.setitem(judging._registry, judge.name, dataclasses.replace(

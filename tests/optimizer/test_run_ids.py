@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from optimizer import runner
+from optimizer.trials import runner
 from optimizer.run_ids import RUN_ID, new_run_id
-from optimizer.weak_patcher import draw
+from optimizer.proposal.weak_patcher import draw
 
 
 def test_a_fresh_run_id_matches_the_run_id_pattern():

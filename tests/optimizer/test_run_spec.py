@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from optimizer import judging
+from optimizer.trials import judging
 from optimizer.provenance import RunSpec
-from optimizer.recorded_spec import SPEC_PARTS, changed_parts, short_spec
+from optimizer.reporting.recorded_spec import SPEC_PARTS, changed_parts, short_spec
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import git, project_repo
 
@@ -164,7 +164,7 @@ def test_changed_parts_name_each_differing_leaf_and_parts_on_one_side_only():
 
 def test_a_field_changed_in_many_entries_of_one_kind_is_shown_once_with_how_many():
     """A new `--trials` changes every task's `trials`: `optimizer history` shows one line, not 25."""
-    from optimizer.history import summarized
+    from optimizer.reporting.history import summarized
 
     parts = [f"tasks.card_agent/card_{name}.trials" for name in ("a", "b", "c")]
     parts += ["agents.card_agent.code", "packages.dspy", "tasks.card_agent/card_a.fixture"]
@@ -182,7 +182,7 @@ def test_a_recorded_spec_reads_back_whole():
 
 
 def test_history_reads_a_recorded_spec_by_its_parts_without_the_models():
-    """`optimizer history` shows a spec's line from the stored JSON (`optimizer.recorded_spec`):
+    """`optimizer history` shows a spec's line from the stored JSON (`optimizer.reporting.recorded_spec`):
     the parts it checks are the model's, and a stored dict of another shape shows nothing."""
     assert SPEC_PARTS == set(RunSpec.model_fields)
     spec = {"git": {"commit": "0123456789abcdef", "dirty": True, "changes": "c"},

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.config import Settings
+from optimizer.settings.config import Settings
 from tests.conftest import PROJECT_ROOT
 
 PAGES = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]

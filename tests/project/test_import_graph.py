@@ -19,8 +19,8 @@
 * Nothing outside `optimizer/cli/` imports it (not even inside a function): the library returns
   text and data, and the command prints them.
 * The layers below the loop (the runner, the comparison and the gate, the proposers, the model
-  layer, the simulators) are handed their part of the settings (`optimizer.settings_parts`),
-  never the whole `optimizer.config.Settings`, and the parts' module stands on nothing.
+  layer, the simulators) are handed their part of the settings (`optimizer.settings.parts`),
+  never the whole `optimizer.settings.config.Settings`, and the parts' module stands on nothing.
 * The `optimizer` modules import each other without a cycle. Only module-level imports count
   for this check (those run when a module is imported; a function-level import runs later,
   once every module involved has loaded, and one under `if TYPE_CHECKING:` never runs).
@@ -201,8 +201,8 @@ def test_nothing_below_the_cli_imports_it():
     assert not callers, sorted(callers)
 
 
-PART_TAKERS = ("optimizer.runner", "optimizer.compare", "optimizer.comparison", "optimizer.gate",
-               "optimizer.proposers", "optimizer.models", "optimizer.sim", "optimizer.weak_patcher")
+PART_TAKERS = ("optimizer.trials.runner", "optimizer.comparison.compare", "optimizer.comparison", "optimizer.gate",
+               "optimizer.proposal.proposers", "optimizer.models", "optimizer.trials.sim", "optimizer.proposal.weak_patcher")
 """The layers handed a part of the settings rather than the whole."""
 
 
@@ -215,12 +215,12 @@ def imported_names(name: str) -> set[str]:
 
 
 def test_the_layers_below_the_loop_take_their_part_of_the_settings():
-    assert "optimizer.settings_parts.RunnerSettings" in imported_names("optimizer.runner")
+    assert "optimizer.settings.parts.RunnerSettings" in imported_names("optimizer.trials.runner")
     whole = {f"{name} -> {target}" for name in MODULES if any(within(name, layer) for layer in PART_TAKERS)
              for target in imported_names(name) | imports(name)
-             if target in ("optimizer.config.Settings", "optimizer.config.load_settings")}
+             if target in ("optimizer.settings.config.Settings", "optimizer.settings.config.load_settings")}
     assert not whole, sorted(whole)
-    assert not {target for target in imports("optimizer.settings_parts") if within(target, "optimizer")}
+    assert not {target for target in imports("optimizer.settings.parts") if within(target, "optimizer")}
 
 
 def test_optimizer_modules_import_each_other_without_a_cycle():

@@ -103,14 +103,14 @@ def test_the_core_imports_without_the_bundled_packages():
     assert done.returncode == 0, done.stderr[-3000:]
     public, modules, home = done.stdout.split()
     assert int(public) >= 40 and int(modules) >= 80
-    assert home == "optimizer.tool_loop"
+    assert home == "optimizer.trials.tool_loop"
 
 
 def test_a_project_without_a_prompt_manual_sends_the_one_that_ships(tmp_path):
     """A project of its own (no prompt_manual/) still sends the general rules and the agent's
     section; a project with a manual sends only its own files."""
-    from optimizer.manual import shipped_manual
-    from optimizer.request import load_manual
+    from optimizer.proposal.manual import shipped_manual
+    from optimizer.proposal.request import load_manual
 
     assert shipped_manual() == PROJECT_ROOT / "prompt_manual"  # a checkout: no copy inside the package
     bare, checkout = load_manual(tmp_path, "card_agent"), load_manual(PROJECT_ROOT, "card_agent")

@@ -63,7 +63,7 @@ def test_the_sdk_and_the_optimizer_import_side_by_side(venv, tmp_path):
     sdk, core, loop, *names, graders = done.stdout.split()
     site = next((venv / "lib").glob("python3*/site-packages"))
     assert Path(sdk) == site / "agents" / "__init__.py" and Path(core) == site / "optimizer" / "__init__.py"
-    assert loop == "optimizer.tool_loop" and names == ["card_agent", "pkm_agent"] and int(graders) >= 10
+    assert loop == "optimizer.trials.tool_loop" and names == ["card_agent", "pkm_agent"] and int(graders) >= 10
     owners = {path.name for path in (site / "agents").iterdir()}
     assert "card" not in owners and "prompts" not in owners  # nothing of this project landed in the SDK's folder
 
@@ -85,9 +85,9 @@ def test_the_installed_optimizer_reads_the_prompt_manual_it_ships(venv, tmp_path
     code = textwrap.dedent("""
         import sys
         from pathlib import Path
-        from optimizer.contrast import FOLDER, instructions
-        from optimizer.manual import shipped_manual
-        from optimizer.request import load_manual
+        from optimizer.proposal.contrast import FOLDER, instructions
+        from optimizer.proposal.manual import shipped_manual
+        from optimizer.proposal.request import load_manual
 
         folder = shipped_manual()
         assert FOLDER == folder / "patcher_contrast" and instructions()
@@ -106,6 +106,6 @@ def test_the_installed_optimizer_reads_the_prompt_manual_it_ships(venv, tmp_path
     source = PROJECT_ROOT / "prompt_manual"
     assert Path(folder) == site / "optimizer" / "prompt_manual"
     assert files == sorted(path.relative_to(source).as_posix() for path in source.rglob("*") if path.is_file())
-    from optimizer.request import load_manual
+    from optimizer.proposal.request import load_manual
 
     assert sha256 == load_manual(PROJECT_ROOT, "card_agent").sha256

@@ -72,7 +72,7 @@ def test_calibration_reports_correlation_and_later_runs_show_it(cli, isolated, t
 def test_a_bad_calibration_file_is_an_input_error_naming_the_line(cli, monkeypatch, tmp_path):
     import dataclasses
 
-    from optimizer import judging
+    from optimizer.trials import judging
 
     bad = tmp_path / "labels.jsonl"
     bad.write_text('{"id": "a", "inputs": {"note": "x"}, "label": 0.5}\n{"id": "b", "inputs": {}, "label": 3}\n')
@@ -111,7 +111,7 @@ def test_every_simulated_trial_passes_exactly_when_the_sim_decides_it_does(cli, 
     """The failing behaviour of each bucket really fails its task's graders, and the passing one
     passes them: so a rule that raises a bucket's pass probability raises its measured score."""
     from prompt_optimizer_agents.pkm.sim import PROFILE
-    from optimizer.sim import decide
+    from optimizer.trials.sim import decide
     from optimizer.suites import load_suite
 
     out_json = tmp_path / "pkm.json"

@@ -158,7 +158,7 @@ def test_output_path_is_checked_before_any_trial(cli, isolated, tmp_path, where,
 
 
 def test_unexpected_exception_is_a_harness_error(cli, isolated, monkeypatch):
-    from optimizer import history
+    from optimizer.reporting import history
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
@@ -289,7 +289,7 @@ def test_an_unknown_optimizer_variable_is_refused_by_a_command_that_reads_no_set
 
 
 def test_the_optimizer_variables_that_are_not_settings_are_accepted(cli, isolated, monkeypatch, tmp_path):
-    from optimizer.config import NOT_SETTINGS
+    from optimizer.settings.config import NOT_SETTINGS
 
     monkeypatch.setenv("OPTIMIZER_MODEL_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("OPTIMIZER_PLAIN", "1")
@@ -313,7 +313,7 @@ def test_the_removed_processes_setting_is_refused_with_what_replaced_it(cli, iso
 
 def bounded_settings() -> list[tuple[str, str]]:
     """(setting, a value past its upper bound) for every number a user sets."""
-    from optimizer.config import Settings
+    from optimizer.settings.config import Settings
 
     rows = []
     for name, field in Settings.model_fields.items():
@@ -325,7 +325,7 @@ def bounded_settings() -> list[tuple[str, str]]:
 
 
 def test_every_number_a_user_sets_has_an_upper_bound():
-    from optimizer.config import Settings
+    from optimizer.settings.config import Settings
 
     numeric = {name for name, field in Settings.model_fields.items()
                if any(kind in str(field.annotation) for kind in ("int", "float")) and name != "model_prices"}

@@ -3,7 +3,7 @@ trials, takes the results back, and ends the comparison or hands over to the nex
 
 from __future__ import annotations
 
-from optimizer.compare import compare
+from optimizer.comparison.compare import compare
 from optimizer.comparison.phases import Comparing, HarmPhase, RestPhase, TargetPhase
 from optimizer.comparison.plan import PairPlan
 from optimizer.gate import GatePolicy, PairTable

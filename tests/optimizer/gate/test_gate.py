@@ -8,10 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from optimizer.compare import buckets_named, compare
+from optimizer.comparison.compare import buckets_named, compare
 from optimizer.gate import (CLEARED_BELOW, NAMED_SHARE, GatePolicy, GroupStats, PairTable, decide, groups_of,
                             harm_thresholds, named_buckets, suspicious)
-from optimizer.runner import PlannedTrial, plan
+from optimizer.trials.runner import PlannedTrial, plan
 from optimizer.stats import (HARM_GRID, IMPROVE_GRID, anytime_p, clopper_pearson, detectable_share, evalue, holm,
                              sign_test_p, signs, wealth_path)
 from optimizer.types import GraderResult, Suite, SuiteSpec, Task, Trial
@@ -508,11 +508,11 @@ def test_the_sign_bets_keep_their_level_exactly_over_every_sign_sequence():
 
 
 def test_uncalibrated_judges_do_not_vote_until_calibrated_and_the_request_says_so(tmp_path):
-    from optimizer.calibration import CALIBRATION_BAR
-    from optimizer.evaluate import non_voting_graders
-    from optimizer.judging import get_judge
+    from optimizer.trials.calibration import CALIBRATION_BAR
+    from optimizer.trials.evaluate import non_voting_graders
+    from optimizer.trials.judging import get_judge
     from optimizer.registry import get_grader
-    from optimizer.request import Selection, Target, render_request
+    from optimizer.proposal.request import Selection, Target, render_request
     from optimizer.store import Store
     from optimizer.suites import load_suite
     from tests.helpers import PROJECT_ROOT
@@ -530,7 +530,7 @@ def test_uncalibrated_judges_do_not_vote_until_calibrated_and_the_request_says_s
     assert non_voting_graders(store, [suite], "mock/sim") == []
     assert non_voting_graders(store, [suite], "local/other") == flagged  # calibration is per model
 
-    from optimizer.request import load_manual
+    from optimizer.proposal.request import load_manual
 
     selection = Selection("pkm_agent", ["pkm_agent"], [Target("pkm_agent", "skip_trivial", 2, 4, 0.5)], [])
     text, _ = render_request(selection=selection, failures=[], prompt="p", prompt_file="agents/prompts/pkm_agent.md",

@@ -10,8 +10,8 @@ import time
 import httpx
 import pytest
 
-from optimizer.config import load_settings
-from optimizer.evaluate import execute, prepare
+from optimizer.settings.config import load_settings
+from optimizer.trials.evaluate import execute, prepare
 from optimizer.store import open_store
 from optimizer.models import register_provider
 from tests.conftest import PROJECT_ROOT
@@ -178,8 +178,8 @@ def _trials_by_task(tmp_path, tasks, agent_name: str, release: threading.Event) 
 def test_a_trial_that_hangs_is_given_up_and_the_others_finish(tmp_path, monkeypatch):
     """An agent that blocks past its timeout does not hold the other trials up, and the runner
     records the hung trial as errored after its timeout and grace."""
-    from optimizer import runner
-    from optimizer.agent_run import AgentRun
+    from optimizer.trials import runner
+    from optimizer.trials.agent_run import AgentRun
     from optimizer.registry import agent
     from optimizer.types import Outcome, Transcript
 
@@ -206,8 +206,8 @@ def test_slow_graders_have_a_timeout_of_their_own_after_the_agent_ends(tmp_path,
     """A slow judge on a slow machine is not the agent's time: an agent that ends in time is graded
     even when its graders take longer than what the agent left of `timeout_seconds`; graders that
     never finish are given up `timeout_seconds` (and the grace) after they began, and say so."""
-    from optimizer import runner
-    from optimizer.agent_run import AgentRun
+    from optimizer.trials import runner
+    from optimizer.trials.agent_run import AgentRun
     from optimizer.registry import agent, grader
     from optimizer.types import GraderResult, Outcome, Transcript
 
@@ -242,7 +242,7 @@ def test_a_sigterm_in_the_first_seconds_of_an_eval_leaves_no_run_running(cli, is
     import signal
     import sqlite3
 
-    from optimizer import runner
+    from optimizer.trials import runner
 
     def stopped():
         os.kill(os.getpid(), signal.SIGTERM)  # the command's handler raises where Ctrl-C would

@@ -14,9 +14,9 @@ import threading
 import pytest
 
 import optimizer
-from optimizer.config import load_settings
+from optimizer.settings.config import load_settings
 from optimizer.errors import ModelConfigError
-from optimizer.evaluate import execute, prepare
+from optimizer.trials.evaluate import execute, prepare
 from optimizer.store import open_store
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import event_task, tool_call_reply, write_suite

@@ -9,11 +9,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import create_engine, update
 
-from optimizer.history import load_history
+from optimizer.reporting.history import load_history
 from optimizer.store import Store, default_url, schema
 from optimizer.store.migrations import migrate
 from optimizer.store.quick import read_quickly
-from tests.optimizer.test_history import add_iteration, add_nightly, add_run, ledger_entry
+from tests.optimizer.reporting.test_history import add_iteration, add_nightly, add_run, ledger_entry
 
 
 def filled_store(url: str) -> Store:
@@ -118,8 +118,8 @@ def test_the_store_address_read_without_the_settings_model_is_the_validated_one(
     """`store_url_as_given` (history's fast path) finds the store where the validated settings
     do: the default, the file's `state_dir`, the environment over the file, `database_url` over
     both; a value that is no string is left to the validation (None)."""
-    from optimizer.config import load_settings
-    from optimizer.settings_sources import store_url_as_given
+    from optimizer.settings.config import load_settings
+    from optimizer.settings.sources import store_url_as_given
     from optimizer.store.address import store_url
 
     for variable in ("OPTIMIZER_STATE_DIR", "OPTIMIZER_DATABASE_URL"):

@@ -252,7 +252,7 @@ def test_processes_opening_a_blank_sqlite_store_at_once_all_succeed(tmp_path):
 
 
 def test_a_store_that_fails_once_open_is_not_blamed_on_its_folder(tmp_path, monkeypatch):
-    from optimizer.config import load_settings
+    from optimizer.settings.config import load_settings
 
     def fails(conn):
         raise OperationalError("CREATE TABLE runs", {}, Exception("table runs already exists"))
@@ -266,7 +266,8 @@ def test_a_store_that_fails_once_open_is_not_blamed_on_its_folder(tmp_path, monk
 
 @pytest.mark.skipif(ownership.MACHINE is None, reason="needs /proc")
 def test_a_process_named_with_spaces_and_parentheses_is_read_alike_by_ownership_and_the_reaper():
-    from optimizer import procfs, reaper
+    from optimizer import procfs
+    from optimizer.nightly import reaper
 
     rename = "open('/proc/self/comm', 'w').write('x) (1 2 Z'); import time; time.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", rename])

@@ -2,7 +2,7 @@
 that rewrites them stops the iteration (exit 3) before anything is accepted.
 
 End to end with the unconfined `command` proposer on a throw-away repository (see
-tests/end_to_end/test_loop.py and tests/optimizer/test_proposer_isolation.py)."""
+tests/end_to_end/test_loop.py and tests/optimizer/proposal/test_proposer_isolation.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.helpers import optimizer_branches
-from tests.optimizer.test_proposer_isolation import APPEND_RULE, propose_with
+from tests.optimizer.proposal.test_proposer_isolation import APPEND_RULE, propose_with
 
 REWRITE_BASELINE = ("update trials set status = 'failed', score = 0 "
                     "where run_id in (select run_id from runs where kind = 'baseline')")
@@ -34,7 +34,7 @@ def sql_command(database, statement: str) -> str:
 
 @pytest.fixture
 def unconfined(monkeypatch):
-    monkeypatch.setattr("optimizer.box.find_bwrap", lambda: None)
+    monkeypatch.setattr("optimizer.proposal.box.find_bwrap", lambda: None)
 
 
 @pytest.mark.parametrize("statement", [REWRITE_BASELINE, FORGE_TRIAL], ids=["rewrites-baseline", "forges-a-trial"])
@@ -63,7 +63,7 @@ def test_a_proposer_that_only_reads_the_store_is_gated_as_usual(cli, repo, tmp_p
 
 def test_recorded_trials_changed_during_the_gate_stop_it_before_it_decides(cli, repo, tmp_path, monkeypatch,
                                                                           isolated, unconfined):
-    from optimizer import loop
+    from optimizer.loop import iteration as loop
 
     compare = loop.compare
 

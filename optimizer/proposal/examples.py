@@ -1,0 +1,98 @@
+"""Worked examples: a patch kind that shows the agent one note of a targeted bucket and the calls
+that handle it, taken from that task's reference solution.
+
+A small model imitates a demonstration more reliably than it follows a rule, and a rule written
+by a small patcher is often scoped to the failing notes' surface; an example carries the whole
+decision. The examples are labelled demonstrations, chosen as DSPy's `LabeledFewShot` chooses
+them (from the train set's own labels), one per proposal:
+
+* from the train tasks of the targeted bucket that have a reference solution and an input of at
+  least `patch.RUN_LENGTH` words, not already shown by the base prompt, the task the baseline
+  passed most often first (the failing ones stay as the gate's evidence);
+* an example whose calls hold another task's answer (an expected path shared with a task the
+  prompt does not show) is passed over, as the hard-coding lint would refuse it;
+* only while another train task of the bucket stays unshown: a task whose input the prompt shows
+  never counts in the gate's pairs (`Iteration._compare` leaves it out, `patch.lint` lets its own
+  words and answer keys through), so the bucket's improvement must show on a note the prompt does
+  not contain.
+
+The example's wording is the agent's `<prompt>.example.md` beside its prompt file (prompt text
+lives in prompt files): `{note}` becomes the task's input and `{calls}` its reference calls, one
+per line as `name {arguments as JSON}`. With `patch_format = "example"` a target with no example
+left gets what `auto` would ask the patcher for (`proposers.make_proposer`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from optimizer.proposal.patch import RUN_LENGTH, WORD, LintIndex, lint
+from optimizer.types import Suite, Task, Trial
+
+LONG_ARGUMENT = 400
+"""String arguments longer than this are cut (with an ellipsis) in an example: a file's whole
+new content teaches the call, not the file."""
+
+
+@dataclass(frozen=True)
+class Example:
+    suite: str
+    task_id: str
+    text: str
+
+
+def template_path(prompt_file: Path) -> Path:
+    """The example wording beside a prompt file: `card_agent.md` -> `card_agent.example.md`."""
+    return prompt_file.with_name(prompt_file.stem + ".example.md")
+
+
+def render(template: str, task: Task) -> str:
+    calls = "\n".join(f"{call.name} {json.dumps(_cut(call.arguments), ensure_ascii=False)}"
+                      for call in task.reference_solution.tool_calls)
+    return template.replace("{note}", task.input.content.strip()).replace("{calls}", calls).strip("\n")
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > LONG_ARGUMENT:
+        return value[:LONG_ARGUMENT].rstrip() + " …"
+    if isinstance(value, dict):
+        return {key: _cut(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_cut(item) for item in value]
+    return value
+
+
+def showable(task: Task) -> bool:
+    return bool(task.reference_solution and task.reference_solution.tool_calls
+                and len(WORD.findall(task.input.content)) >= RUN_LENGTH)
+
+
+def choose(suites: Iterable[Suite], targets: Iterable[tuple[str, str]], baseline: Iterable[Trial],
+           base_prompt: str, template: str) -> list[Example]:
+    """The examples a proposal may add for `targets` (see the module docstring), one target's
+    best after another's."""
+    suites = list(suites)
+    index = LintIndex.from_suites(suites)
+    shown = index.shown(base_prompt)
+    passes: dict[tuple[str, str], list[bool]] = {}
+    for trial in baseline:
+        if trial.status != "errored":
+            passes.setdefault((trial.suite, trial.task_id), []).append(trial.status == "passed")
+    per_target = []
+    for suite_name, bucket in sorted(set(targets)):
+        suite = next((s for s in suites if s.name == suite_name), None)
+        if suite is None:
+            continue
+        unshown = [task for task in suite.tasks
+                   if task.split == "train" and task.bucket == bucket and task.id not in shown]
+        if len(unshown) < 2:
+            continue
+        rate = {task.id: sum(p) / len(p) if (p := passes.get((suite_name, task.id))) else 0.0 for task in unshown}
+        ranked = sorted((task for task in unshown if showable(task)), key=lambda task: (-rate[task.id], task.id))
+        examples = [Example(suite_name, task.id, render(template, task)) for task in ranked]
+        per_target.append([example for example in examples if lint(base_prompt, example.text, index).passed])
+    return [example for rank in range(max(map(len, per_target), default=0))
+            for examples in per_target if rank < len(examples) for example in [examples[rank]]]

@@ -1,0 +1,431 @@
+"""Settings: `[tool.optimizer]` in pyproject.toml (or optimizer.toml), then `OPTIMIZER_*`
+environment variables, then command-line flags, each overriding the one before."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from optimizer.errors import ConfigError
+from optimizer.settings.parts import (LoopSettings, ModelSettings, NightlySettings, ProposalSettings, ProviderSettings,
+                                      RunnerSettings, SimSettings)
+from optimizer.settings.sources import (DEFAULT_STATE_DIR, ENVIRONMENT, NOT_SETTINGS, REMOVED_SETTINGS,  # noqa: F401
+                                        env_settings, file_settings, find_project_root, removed)
+
+if TYPE_CHECKING:
+    from optimizer.gate.policy import GatePolicy
+
+DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
+"""The embedded model (`optimizer model install`): every role works with no key and no network."""
+DEFAULT_MODELS_FILE = "models.yaml"
+MAX_TRIALS = 1000
+"""Trials per task (`trials`, `loop_trials`): pass^k and the gate's pairs need tens; a thousand
+per task is a study, and the largest plan (times `lone_task_factor`) still fits in memory."""
+MAX_PAIRS = 10_000
+"""Pairs of one bucket (`min_bucket_pairs`, `max_bucket_pairs`, `max_target_pairs`): the gate
+decides on tens; the bound keeps its plans small (each pair is a planned trial of each prompt)."""
+MAX_ROLLOUTS = 100_000
+"""Trials of one proposal's gate or one search (`max_rollouts`, `extra_target_rollouts`,
+`search_rollouts`): 400 times the default gate."""
+MAX_PRICE = 10_000.0
+"""USD per million tokens: the dearest hosted models cost well under a thousand."""
+Price = Annotated[float, Field(ge=0.0, le=MAX_PRICE, allow_inf_nan=False)]
+"""One price of `model_prices`: non-negative and finite (a negative one would make spending look
+like income, and a budget never stop)."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent_model: str = DEFAULT_MODEL
+    """Model that runs the agents."""
+    judge_model: str = DEFAULT_MODEL
+    """Model behind the LLM graders."""
+    patcher_model: str = DEFAULT_MODEL
+    """Model that proposes prompt patches."""
+    patcher_temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    """Sampling temperature of the llm proposer when an iteration asks for several proposals (a
+    search's candidates, `candidates` > 1), each drawn with a seed of its own so they differ and
+    a rerun reproduces them; a single proposal is greedy (temperature 0)."""
+    suites: list[str] = Field(default_factory=lambda: ["card_agent"], min_length=1)
+    """Suites evaluated when no --suite is given (names under suites/ or paths)."""
+    concurrency: int = Field(default=8, ge=1, le=256)
+    """Trials run at once."""
+    trials: int | None = Field(default=None, ge=1, le=MAX_TRIALS)
+    """Trials per task, overriding the task and suite defaults."""
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    """Seed passed to models that accept one (and to mock/sim)."""
+    sim_noise: Literal["paired", "independent"] = "paired"
+    """Where `mock/sim` draws a trial's outcome from (see `optimizer.trials.sim`). `paired`: seed, task
+    and trial index only, so a baseline and a candidate prompt share their randomness (an
+    easier comparison than any real model gives). `independent`: the system prompt's hash too,
+    so a changed prompt gets independent outcomes at its own rate, as a model sampled at
+    temperature > 0 would; the same prompt still reproduces."""
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """Sampling temperature of the agent model; the provider default when unset."""
+    state_dir: str = DEFAULT_STATE_DIR
+    """Where the store, the response cache and run artifacts live (relative to the project root)."""
+    database_url: str | None = None
+    """SQLAlchemy URL of the store; default sqlite:///<state_dir>/optimizer.db."""
+    workspace_dir: str | None = None
+    """Parent folder of trial workspaces; default /dev/shm when writable (in memory), else the
+    system temp folder."""
+    local_slots: int = Field(default=1, ge=1, le=64)
+    """Sequences the embedded model's server decodes at once, and so the trials that run at once
+    on it. Each slot holds a context of its own (~340 MB of memory). On 2 cores one slot runs the
+    card suite fastest; more pay on more cores (see docs/scale-out.md)."""
+    local_threads: int = Field(default=0, ge=0, le=256)
+    """Threads the embedded model's server generates with; 0 (the default): every core but one
+    (one on a one- or two-core machine), which keeps its speed beside other busy processes. On a
+    machine with nothing else running, every core generates faster (docs/models.md, Threads)."""
+    retry_attempts: int = Field(default=4, ge=1, le=20)
+    retry_base_delay: float = Field(default=1.0, ge=0.0, le=30.0)
+    """Base of the exponential backoff, in seconds; a delay is never longer than 30 s (`RetryPolicy`)."""
+    cache: bool = True
+    """Serve identical requests from the response cache."""
+
+    # ---- the loop (`optimizer run`, `optimizer noise`)
+    loop_trials: int = Field(default=4, ge=1, le=MAX_TRIALS)
+    """Trials per task in `optimizer run` and `optimizer noise` unless `trials` is set: the gate
+    pairs trials, and one trial per task is too few pairs to show a bucket improved."""
+    lone_task_factor: int = Field(default=5, ge=1, le=20)
+    """In `optimizer run` and `optimizer noise`, a train task alone in its bucket runs this many
+    times the trials of the others in the baseline (20 for 4): that bucket's score is one task's,
+    so a drop shows only in its pairs, and the harm test needs about 40 of them to catch a large
+    one. The extra trials are the comparison's reserve: paired only when a harm check asks for
+    more of the task's pairs, at the cost of the candidate's trial alone (docs/gate.md)."""
+    batch_pairs: int = Field(default=8, ge=1, le=1000)
+    """Fresh pairs per targeted bucket between two looks of the gate's sequential test (spread
+    evenly over the bucket's train tasks); a harm group that needs more pairs gets half as many
+    at a time. See docs/gate.md."""
+    max_target_pairs: int = Field(default=64, ge=1, le=MAX_PAIRS)
+    """Fresh pairs per targeted bucket after which the improvement test stops, shown or not."""
+    min_bucket_pairs: int = Field(default=8, ge=0, le=MAX_PAIRS)
+    """Pairs every other bucket, the holdout split and each regression suite get before the harm
+    test looks (a group with fewer baseline trials gets fresh pairs for both prompts)."""
+    max_bucket_pairs: int = Field(default=48, ge=1, le=MAX_PAIRS)
+    """Pairs after which a harm group still open (its drop bets have not lost half their stake)
+    gets no more."""
+    max_rollouts: int = Field(default=250, ge=2, le=MAX_ROLLOUTS)
+    """Trials the gate may run per proposal, both prompts counted (cached base-prompt trials
+    excepted). About twice a full staged rerun of the card suite."""
+    extra_target_rollouts: int = Field(default=50, ge=0, le=MAX_ROLLOUTS)
+    """Trials added to a proposal's `max_rollouts` for each targeted bucket after the first."""
+    target_buckets: int = Field(default=1, ge=1, le=20)
+    """Failure buckets targeted per iteration (each must improve)."""
+    target_order: Literal["auto", "changeable", "headroom"] = "auto"
+    """How target selection ranks buckets: `headroom`, the most tasks failing per round first;
+    `changeable`, those failing on a confusion a grader names (template X chosen where Y was
+    expected) counted twice (`optimizer.proposal.targets`). `auto`: `changeable` for the embedded
+    (`local/*`) agent models, else `headroom`."""
+    models_file: str = DEFAULT_MODELS_FILE
+    """litellm `model_list` file (relative to the project root) whose `model_name`s are served by
+    several deployments through a litellm Router: llama-server, vLLM, any OpenAI-compatible
+    endpoint, hosted APIs (see docs/models.md). A missing default file routes nothing; any other
+    missing file is an error."""
+    model_prices: dict[str, tuple[Price, Price]] = Field(default_factory=dict)
+    """USD per million input and output tokens, by model string (overrides litellm's price map;
+    how a self-hosted model gets a price). Environment: JSON, e.g. '{"mock/sim": [1, 2]}'."""
+    bucket_patience: int = Field(default=2, ge=1, le=100)
+    """Rejected proposals for a bucket at the same base commit after which the loop targets the
+    next failing bucket instead (the prompt must change before it tries that bucket again). A
+    search that promoted no candidate counts as one rejected proposal for its targets."""
+    proposer: Literal["llm", "command"] = "llm"
+    proposer_command: str | None = None
+    """Coding-agent command line for `--proposer command`; `{request}` and `{workdir}` are
+    replaced by the (shell-quoted) request file and worktree paths."""
+    proposer_timeout: float = Field(default=900.0, gt=0, le=86400.0)
+    proposer_env: list[str] = Field(default_factory=list)
+    """Names of further environment variables the `command` proposer gets, beside the ones it
+    always gets (`proposers.proposer_environment`: the system's, and the providers' keys and
+    bases). Never `OPTIMIZER_*` or a database's (`proposers.NEVER_PASSED`)."""
+    patch_format: Literal["auto", "edits", "rule", "contrast", "example"] = "auto"
+    """What the `llm` proposer asks the patcher for: exact search/replace `edits`, or one new
+    `rule` appended to the prompt; `contrast` asks for one rule from a short request of
+    contrastive cases (what the agent did, what was expected; `optimizer.proposal.contrast`), a form for
+    small patcher models. `auto`: `contrast` for the embedded (`local/*`) models, else `edits`.
+    `example`: a worked example of a targeted bucket from its reference solution, no patcher
+    (`optimizer.proposal.examples`); a target with none to show gets what `auto` asks for."""
+    candidates: int = Field(default=1, ge=1, le=20)
+    """Proposals per iteration (the best accepted one is kept); with a search, how many of its
+    candidates go to the gate at most (up to 2)."""
+    search_rollouts: int = Field(default=0, ge=0, le=MAX_ROLLOUTS)
+    """Screening budget of an iteration, in trials: when above 0 the loop runs a search on the
+    `gepa` engine over the targeted buckets first (a pool of candidates from the proposer,
+    screened on minibatches at trial indexes of their own) and sends only its best one or two
+    to the gate, which judges them on fresh trials (see docs/search.md). 0: one proposal per
+    `candidates`, straight to the gate. A budget too small to screen anything is refused."""
+    confirm_trials: int | None = Field(default=None, ge=0, le=1000)
+    """Fresh base-prompt trials of a target's train tasks run before anything is proposed for
+    it (screening trials, never seen by the gate): when none fails, the target is skipped for the
+    next failing bucket in the same iteration (the baseline's failure was noise, or the rule is
+    already in). Unset: `batch_pairs` when `search_rollouts` is on, else 0 (no check)."""
+    gate: Literal["strict", "lenient"] = "strict"
+    max_bucket_drop: float = Field(default=0.10, ge=0.0, le=1.0)
+    """The drop of a bucket's mean score the harm test should detect: a group whose detectable
+    drop at its pairs is larger, and that is still open at the end, is reported as not shown safe."""
+    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    """Level of the improvement test (anytime-valid; each targeted bucket at this level: an
+    intersection-union test, docs/gate.md)."""
+    night_alpha: float = Field(default=0.10, gt=0.0, lt=1.0)
+    """Family-wise level of a nightly's accepts: its j-th gated candidate is tested at
+    min(`alpha`, night_alpha / (j (j + 1))), so the chance that a night merges any patch that
+    changes nothing is at most this (`optimizer.nightly.spending`)."""
+    alpha_harm: float = Field(default=0.10, gt=0.0, lt=1.0)
+    """Family-wise level of the harm tests: the chance that noise vetoes a patch that harms
+    nothing, over every bucket, the holdout split and the regression suites together."""
+    refuse_unsafe: Literal["never", "pooled", "any"] = "never"
+    """Reject a candidate when a harm group is still *not shown safe* when the comparison ends:
+    `never`, `pooled` (only the group of all non-target tasks together) or `any` group
+    (`optimizer.gate.GatePolicy`, docs/gate.md#trade-off-budget-refusal-and-harm)."""
+    clear_after: int = Field(default=16, ge=0, le=100000)
+    """Pairs a harm group needs before its bets falling to 1/2 clear it."""
+    refuse_beyond_margin: bool = True
+    """Reject when a group's 95% interval of change lies wholly below `-max_bucket_drop`."""
+    margin_min_pairs: int = Field(default=8, ge=2, le=100000)
+    """Pairs a group needs before its interval is read for `refuse_beyond_margin`."""
+    name_weighting: bool = False
+    """Weight the harm tests toward the buckets a patch's lines name (docs/gate.md)."""
+    propose_open: Literal["leaning", "any"] = "leaning"
+    """Which harm groups still open at an accept make it a proposal for a reviewer instead of a
+    merge (`nightly --merge` merges only merges): `leaning`, an open group whose mean score or
+    pass rate fell by more than `max_bucket_drop` with its own harm test below `alpha_harm`, or
+    `any` open group."""
+    holdout_rule: Literal["harm", "no_fall"] = "no_fall"
+    """How the holdout split confirms an accept: `harm`, as every harm group; `no_fall`, besides,
+    an accept whose holdout fell (score or pass rate) by more than `max_bucket_drop` is a proposal,
+    never merged, whatever its harm test says (docs/gate.md#the-holdout-confirms)."""
+    safety_rollouts: int = Field(default=100, ge=0, le=100000)
+    """Trials an accepted candidate may run past `max_rollouts` on the harm groups that would make
+    it a proposal (the safety stage, docs/gate.md#merge-or-propose). 0: off."""
+    max_changed_lines: int = Field(default=40, ge=1, le=10000)
+    ablation_trials: int = Field(default=16, ge=0, le=1000)
+    """Screening trials per variant when a patch changes several parts of the prompt: the whole
+    patch and the patch without each part, on the targeted buckets' train tasks; a part whose
+    removal does not lower the targets is dropped before the gate (`optimizer.proposal.ablation`). 0: off."""
+    watch_rounds: int = Field(default=1, ge=0, le=100)
+    """Pairs per task of every harm group of each merged patch under watch, run by every merging
+    night before its iterations (`optimizer.nightly.watch`): the prompt with and without the patch. 0: no watch."""
+    watch_nights: int = Field(default=10, ge=1, le=1000)
+    """Nights a merged patch is watched at most, when its harm is neither shown nor cleared."""
+    request_token_budget: int = Field(default=12000, ge=1000, le=1000000)
+    """Size cap of request.md, in tokens (estimated as characters / 4)."""
+    mock_patcher_script: str | None = None
+    """JSON file of scripted proposals answered by the `mock/patcher` model (tests, demos)."""
+    mock_patcher_skill: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Makes `mock/patcher` a weak patcher that needs no script (see `optimizer.proposal.weak_patcher`):
+    for the targeted bucket of a `mock/sim` agent it proposes the rule the sim recognises with
+    this probability, that rule plus a rule contradicting another bucket with probability
+    (1 - skill) / 4, and else a plausible rule that changes nothing. Draws are seeded by `seed`,
+    the request and the proposal, so reruns reproduce. For measuring the loop against a patcher
+    that is not always right."""
+
+    # ---- the parts handed to each layer (optimizer.settings.parts); built afresh on each read,
+    # so a `model_copy(update=...)` of these settings is seen in its parts
+    @property
+    def sim(self) -> SimSettings:
+        """The simulator's knobs, read by the mock models alone."""
+        return _part(SimSettings, self)
+
+    @property
+    def models(self) -> ModelSettings:
+        """Which models play each role, and how they are called."""
+        return _part(ModelSettings, self)
+
+    @property
+    def provider(self) -> ProviderSettings:
+        """What every model provider's `configure` hook is handed."""
+        return _part(ProviderSettings, self, models=self.models)
+
+    @property
+    def runner(self) -> RunnerSettings:
+        """What `optimizer.trials.runner.Runner` needs, with these settings as the run's record."""
+        return _part(RunnerSettings, self, models=self.models, sim=self.sim, record=self.model_dump())
+
+    @property
+    def proposal(self) -> ProposalSettings:
+        """What `optimizer.proposal.proposers.make_proposer` needs."""
+        return _part(ProposalSettings, self, sim=self.sim, proposer_env=tuple(self.proposer_env))
+
+    @property
+    def gate_policy(self) -> GatePolicy:
+        """The gate's mode, levels and pair budget (`optimizer.gate.GatePolicy`)."""
+        from optimizer.gate.policy import GatePolicy
+
+        return GatePolicy(mode=self.gate, alpha=self.alpha, alpha_harm=self.alpha_harm,
+                          max_bucket_drop=self.max_bucket_drop, batch_pairs=self.batch_pairs,
+                          max_target_pairs=self.max_target_pairs, min_bucket_pairs=self.min_bucket_pairs,
+                          max_bucket_pairs=self.max_bucket_pairs, max_rollouts=self.max_rollouts,
+                          extra_target_rollouts=self.extra_target_rollouts, refuse_unsafe=self.refuse_unsafe,
+                          clear_after=self.clear_after, refuse_beyond_margin=self.refuse_beyond_margin,
+                          margin_min_pairs=self.margin_min_pairs, name_weighting=self.name_weighting,
+                          propose_open=self.propose_open, safety_rollouts=self.safety_rollouts,
+                          holdout_rule=self.holdout_rule)
+
+    @property
+    def loop(self) -> LoopSettings:
+        """What an iteration of the loop needs, with the parts it hands on; its trials per task
+        (and so its runs' records) are `trials` when set, else `loop_trials`."""
+        resolved = self.model_copy(update={"trials": self.trials or self.loop_trials})
+        confirm = self.confirm_trials
+        if confirm is None:
+            confirm = self.batch_pairs if self.search_rollouts else 0
+        return _part(LoopSettings, resolved, runner=resolved.runner, proposal=resolved.proposal,
+                     gate_policy=resolved.gate_policy, suites=tuple(self.suites), confirm_trials=confirm)
+
+    @property
+    def nightly(self) -> NightlySettings:
+        """What `optimizer.nightly.night` reads itself (it stores and restores the whole settings)."""
+        return _part(NightlySettings, self, models=self.models)
+
+
+def _part(kind: type, settings: Settings, **given: Any) -> Any:
+    """The part `kind` (a dataclass of `optimizer.settings.parts`) of `settings`: each of its
+    fields from the setting of the same name, unless `given`."""
+    names = [name for name in kind.__dataclass_fields__ if name not in given]
+    return kind(**{name: getattr(settings, name) for name in names}, **given)
+
+
+MIN_SEARCH_ROLLOUTS = 12
+"""The least screening budget that can hold gepa's first screen of the base prompt and one
+proposal's minibatch (`optimizer.proposal.search`)."""
+
+
+def check_search_budget(settings: Settings) -> None:
+    """Refuse a screening budget that is on but too small to screen one proposal."""
+    if 0 < settings.search_rollouts < MIN_SEARCH_ROLLOUTS:
+        raise ConfigError(f"search_rollouts = {settings.search_rollouts} cannot screen a single proposal",
+                          field="search_rollouts",
+                          fix=f"set 0 (no search) or at least {MIN_SEARCH_ROLLOUTS}; see docs/search.md")
+
+
+MOCK_PREFIX = "mock/"
+MOCK_JUDGE = "mock/sim"
+"""The judge of a run whose agent model is a mock and whose judge model nobody set: the default
+judge, the embedded model, would start (or join) a real server and take minutes per judged trial."""
+
+
+def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settings:
+    """Merge file, environment and flag settings; errors name the source and the field."""
+    file_values, file_path = file_settings(root)
+    layers = [(file_values, str(file_path) if file_path else "settings file"),
+              (env_settings(), ENVIRONMENT),
+              ({k: v for k, v in (overrides or {}).items() if v is not None}, "command line")]
+    merged: dict[str, Any] = {}
+    for values, source in layers:
+        for key, value in values.items():
+            if key in REMOVED_SETTINGS:
+                raise removed(key, source, key)
+            if key not in Settings.model_fields:
+                raise ConfigError(f"unknown setting {key!r}", path=source, field=key,
+                                  fix=f"known settings: {', '.join(Settings.model_fields)}")
+        candidate = {**merged, **values}
+        try:
+            Settings.model_validate(candidate)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(p) for p in error["loc"])
+            if source == "command line":
+                field = "--" + field.split(".")[0].replace("_", "-")
+            elif source.startswith("environment"):
+                field = f"OPTIMIZER_{field.split('.')[0].upper()}"
+            raise ConfigError(error["msg"], path=source, field=field, fix=_fix(error)) from None
+        merged = candidate
+    if "judge_model" not in merged and str(merged.get("agent_model", DEFAULT_MODEL)).startswith(MOCK_PREFIX):
+        merged["judge_model"] = MOCK_JUDGE  # a mock run's judges are mocks unless a judge model is asked for
+    return put_in_use(Settings.model_validate(merged), root)
+
+
+def _fix(error: dict[str, Any]) -> str:
+    """The fix of a setting's validation `error`: its whole range when a bound refused it."""
+    name = str(error["loc"][0])
+    if name == "model_prices":
+        return (f"give each model [input, output] prices in USD per million tokens, each from 0 to "
+                f"{MAX_PRICE:,.0f}")
+    if error["type"] == "too_short":
+        return "name at least one (or unset it for the default)"
+    allowed = _allowed(name)
+    if error["type"] in ("greater_than", "greater_than_equal", "less_than", "less_than_equal") and allowed:
+        return f"use a value {allowed} (docs/settings.md#bounds says why)"
+    return "correct the value (see `optimizer --help`)"
+
+
+def _allowed(name: str) -> str | None:
+    """The range of setting `name` in words ("at least 1 and at most 1,000"); None when it has no
+    upper bound."""
+    words = {"ge": "at least", "gt": "above", "le": "at most", "lt": "below"}
+    parts = [(key, f"{words[key]} {_number(value)}") for rule in Settings.model_fields[name].metadata
+             for key in words if (value := getattr(rule, key, None)) is not None]
+    return " and ".join(text for _, text in parts) if any(key in ("le", "lt") for key, _ in parts) else None
+
+
+def _number(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def put_in_use(settings: Settings, root: Path) -> Settings:
+    """Make the checks validation alone cannot, and apply what is shared by the whole process:
+    for settings `load_settings` read, and for a resumed night's stored ones."""
+    _check_workspace_dir(settings)
+    _check_proposer_env(settings)
+    check_search_budget(settings)
+    from optimizer.models import configure_providers  # e.g. the embedded model's slots, shared by the whole process
+
+    configure_providers(settings.provider)
+    _use_models_file(settings, root)
+    _check_model_strings(settings)
+    return settings
+
+
+def _check_model_strings(settings: Settings) -> None:
+    """Every model setting names a model some provider knows, whether or not this command uses it
+    (`--judge-model nope/x` on a suite without judges is a typo all the same). Plugins load first
+    when a model's provider is not known yet, since a plugin may register one; a command on the
+    built-in models (`optimizer history`) does not import them."""
+    from optimizer.models import check_model_string, provider_of, routing
+
+    models = {field: getattr(settings, field) for field in ("agent_model", "judge_model", "patcher_model")}
+    if any(provider_of(model) is None and not routing.routes(model) for model in models.values()):
+        from optimizer.registry import load_plugins
+
+        load_plugins()
+    for field, model in models.items():
+        check_model_string(model, field=field)
+
+
+def _use_models_file(settings: Settings, root: Path) -> None:
+    """Check the models file now (a bad one is refused before anything runs) and route its names."""
+    from optimizer.models import routing
+
+    path = Path(settings.models_file)
+    routing.use_models_file(path if path.is_absolute() else root / path,
+                            required=settings.models_file != DEFAULT_MODELS_FILE)
+
+
+def _check_proposer_env(settings: Settings) -> None:
+    """`proposer_env` names variables, none of them one the proposer is never given."""
+    if not settings.proposer_env:
+        return
+    from optimizer.proposal.box import ENV_NAME, NEVER_PASSED, never_passed
+
+    for name in settings.proposer_env:
+        if not ENV_NAME.match(name):
+            raise ConfigError(f"{name!r} is not an environment variable's name", field="proposer_env",
+                              fix="name variables (letters, digits and _), e.g. proposer_env = [\"MY_AGENT_TOKEN\"]")
+        if never_passed(name):
+            raise ConfigError(f"{name} is never passed to a proposer (the harness's settings, the store's address, "
+                              f"the database client's and git's variables: {', '.join(NEVER_PASSED)})",
+                              field="proposer_env", fix=f"remove {name}; a proposer has no use for the store "
+                                                        "(docs/trust.md)")
+
+
+def _check_workspace_dir(settings: Settings) -> None:
+    """Trial workspaces are made in `workspace_dir`: it must be an existing, writable folder."""
+    folder = settings.workspace_dir
+    if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)):
+        problem = "is not a writable folder" if os.path.isdir(folder) else "does not exist or is not a folder"
+        raise ConfigError(f"{folder!r} {problem}", field="workspace_dir",
+                          fix="create the folder, or unset workspace_dir to use the default")

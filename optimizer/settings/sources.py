@@ -1,0 +1,139 @@
+"""Where settings come from, read as raw values: `[tool.optimizer]` in pyproject.toml (or
+optimizer.toml) and `OPTIMIZER_*` environment variables. `optimizer.settings.config` validates them into
+`Settings`; this module builds no model, so a command that needs only where the store is
+(`optimizer history`) and the check every command makes on the environment do not pay for
+importing and building the settings models."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from optimizer.errors import ConfigError
+from optimizer.files import parse_json, read_input
+from optimizer.settings.parts import DEFAULT_STATE_DIR
+
+ENVIRONMENT = "environment (OPTIMIZER_*)"
+ENV_PREFIX = "OPTIMIZER_"
+SETTING_NAMES = frozenset({
+    "ablation_trials", "agent_model", "alpha", "alpha_harm", "batch_pairs", "bucket_patience", "cache",
+    "candidates", "clear_after", "concurrency", "confirm_trials", "database_url", "extra_target_rollouts", "gate",
+    "holdout_rule", "judge_model", "local_slots", "local_threads", "lone_task_factor", "loop_trials", "margin_min_pairs",
+    "max_bucket_drop", "max_bucket_pairs", "max_changed_lines", "max_rollouts", "max_target_pairs",
+    "min_bucket_pairs", "mock_patcher_script", "mock_patcher_skill", "model_prices", "models_file",
+    "name_weighting", "night_alpha", "patch_format", "patcher_model", "patcher_temperature", "proposer",
+    "proposer_command", "proposer_env", "proposer_timeout", "propose_open", "refuse_beyond_margin", "refuse_unsafe",
+    "safety_rollouts",
+    "request_token_budget", "retry_attempts", "retry_base_delay", "search_rollouts", "seed", "sim_noise",
+    "state_dir", "suites", "target_buckets", "target_order", "temperature", "trials", "watch_nights",
+    "watch_rounds", "workspace_dir",
+})
+"""The names of `Settings`' fields (a test holds the two equal): what the environment may set."""
+NOT_SETTINGS = {
+    "OPTIMIZER_ROOT": "the project folder (`find_project_root`)",
+    "OPTIMIZER_MODEL_DIR": "where the embedded model is kept (`optimizer.engines.llamacpp.install`)",
+    "OPTIMIZER_PLAIN": "plain progress lines instead of live bars (`optimizer.cli._common`)",
+    "OPTIMIZER_AIDER_VENV": "the aider install `make aider` made, for its end-to-end test (`tests/optimizer/proposal/test_aider_proposer.py`)",
+}
+"""The `OPTIMIZER_*` environment variables the project reads that are not settings. Every other
+`OPTIMIZER_<NAME>` must name a setting: an unknown one is a typo, refused rather than ignored."""
+
+REMOVED_SETTINGS = {
+    "processes": "trials run on threads in one process (forked worker processes made no run measurably "
+                 "faster, docs/benchmarks.md#harness-overhead); delete the setting",
+}
+"""Settings that existed once, with what to do instead: setting one is an error that says so."""
+
+
+def removed(name: str, source: str, field: str) -> ConfigError:
+    return ConfigError(f"the setting {name!r} was removed", path=source, field=field, fix=REMOVED_SETTINGS[name])
+
+
+def find_project_root(start: Path | None = None) -> Path:
+    """The nearest folder holding optimizer.toml or a pyproject.toml with [tool.optimizer]."""
+    if os.environ.get("OPTIMIZER_ROOT"):
+        root = Path(os.environ["OPTIMIZER_ROOT"]).resolve()
+        if not root.is_dir():
+            raise ConfigError(f"{root} is not a folder", path=ENVIRONMENT, field="OPTIMIZER_ROOT",
+                              fix="point it at the project folder, or unset it to use the current folder")
+        return root
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "optimizer.toml").is_file():
+            return folder
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and "[tool.optimizer" in pyproject.read_text(encoding="utf-8", errors="replace"):
+            return folder
+    return here
+
+
+def file_settings(root: Path) -> tuple[dict[str, Any], Path | None]:
+    """The settings file's values and its path: optimizer.toml, else pyproject.toml's
+    [tool.optimizer]; ({}, None) when neither sets anything."""
+    for name, section in (("optimizer.toml", None), ("pyproject.toml", ("tool", "optimizer"))):
+        path = root / name
+        if not path.is_file():
+            continue
+        try:
+            data = tomllib.loads(read_input(path, ConfigError))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"not valid TOML: {exc}", path=path, fix="fix the TOML syntax") from None
+        for key in section or ():
+            data = data.get(key, {})
+            if not isinstance(data, dict):
+                raise ConfigError(f"[{'.'.join(section)}] must be a table of settings, not {type(data).__name__}",
+                                  path=path, field=".".join(section),
+                                  fix="write it as a [tool.optimizer] section with key = value lines")
+        if data:
+            return dict(data), path
+    return {}, None
+
+
+def check_environment() -> None:
+    """Refuse an `OPTIMIZER_*` variable that names neither a setting nor one of `NOT_SETTINGS`
+    (set to nothing, it is unset, as a setting is). Run by every command, including those that
+    read no settings (`OPTIMIZER_MODEL_DIRR` would otherwise install the model elsewhere)."""
+    known = sorted({ENV_PREFIX + name.upper() for name in SETTING_NAMES} | set(NOT_SETTINGS))
+    for variable in sorted(os.environ):
+        if variable.startswith(ENV_PREFIX) and os.environ[variable] and variable not in known:
+            if variable.removeprefix(ENV_PREFIX).lower() in REMOVED_SETTINGS:
+                raise removed(variable.removeprefix(ENV_PREFIX).lower(), ENVIRONMENT, variable)
+            names = {name.removeprefix(ENV_PREFIX): name for name in known}  # the shared prefix is no likeness
+            close = [names[name] for name in difflib.get_close_matches(variable.removeprefix(ENV_PREFIX), names, n=3)]
+            hint = f"did you mean {' or '.join(close)}? Else unset it" if close else "unset it"
+            raise ConfigError("unknown variable: no setting has this name", path=ENVIRONMENT, field=variable,
+                              fix=f"{hint}; known: {', '.join(known)}")
+
+
+def env_settings(names: frozenset[str] = SETTING_NAMES) -> dict[str, Any]:
+    """The settings the environment sets, of `names`; a variable set to nothing is unset."""
+    check_environment()
+    values: dict[str, Any] = {}
+    for name in sorted(names):
+        raw = os.environ.get(f"{ENV_PREFIX}{name.upper()}")
+        if raw is None or raw == "":
+            continue
+        if name in ("suites", "proposer_env"):
+            values[name] = [part.strip() for part in raw.split(",") if part.strip()]
+        elif name == "model_prices":
+            values[name] = parse_json(raw, ENVIRONMENT, ConfigError, field="OPTIMIZER_MODEL_PRICES",
+                                      fix='e.g. OPTIMIZER_MODEL_PRICES=\'{"openai/gpt-4.1-mini": [0.4, 1.6]}\'')
+        else:
+            values[name] = raw
+    return values
+
+
+def store_url_as_given(root: Path) -> str | None:
+    """The store's URL as the settings file and the environment give `database_url` and
+    `state_dir`, the other settings neither read nor checked; None when either is not a plain
+    string (the caller then loads the whole `Settings`, whose validation reports it)."""
+    from optimizer.store.address import url_of
+
+    values = {**file_settings(root)[0], **env_settings(frozenset({"database_url", "state_dir"}))}
+    url, state_dir = values.get("database_url"), values.get("state_dir", DEFAULT_STATE_DIR)
+    if not isinstance(url, (str, type(None))) or not isinstance(state_dir, str):
+        return None
+    return url_of(url, state_dir, root)[0]

@@ -1,0 +1,124 @@
+"""The tool loop's harness for small models (optimizer/trials/tool_loop.py), through the real runner on a
+scripted model: the turn budget announced as it runs down, the wrap-up phase that offers only the
+finishing tools, what a finishing tool says when the job is not done yet, and tools withheld while
+they cannot help."""
+
+from __future__ import annotations
+
+import json
+
+from optimizer.models import register_provider
+from tests.conftest import PROJECT_ROOT
+from tests.helpers import run_pkm_task as run_task
+from tests.helpers import tool_call_reply
+
+FACT_ID = "2026/05/25.md#ts_1"
+SEEN: list[dict] = []
+"""What the scripted model was offered on each call: tool names, and the messages it saw."""
+
+
+def _scripted_model():
+    """`scripted/pkm` looks around with a different Glob each turn until the loop offers only the
+    finishing tools, then files the note with `file_note` but leaves the insight empty, then saves
+    the insight."""
+    from litellm import CustomLLM
+
+    class Scripted(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            tools = (kwargs.get("optional_params") or {}).get("tools") or []
+            offered = {tool["function"]["name"] for tool in tools}
+            SEEN.append({"offered": offered, "messages": [dict(m) for m in messages]})
+            if offered == {"update_timeline_card_insight"}:
+                name, arguments = "update_timeline_card_insight", {"fact_id": FACT_ID,
+                                                                   "insight_text": "The user ran a tempo 5k."}
+            elif "Glob" not in offered:
+                name, arguments = "file_note", {"folder": "Areas", "file": "Health/running.md",
+                                                "entry": "- Tempo 5k in 24:10", "insight": ""}
+            else:
+                name, arguments = "Glob", {"pattern": f"**/*{len(SEEN)}*.md"}
+            return tool_call_reply(model, f"call{len(SEEN)}", name, json.dumps(arguments))
+
+    return Scripted()
+
+
+def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_tools(tmp_path):
+    SEEN.clear()
+    task = {"id": "pkm_harness", "metadata": {"failure_bucket": "harness", "max_turns": "10"},
+            "input": {"content": "Tempo 5k in 24:10 today.", "base_fixture": "fresh",
+                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
+            "graders": [{"name": "pkm_completion"}]}
+    trial = run_task(tmp_path, task, "scripted/pkm")
+    assert trial.status == "passed", trial.error
+
+    every_tool = {"file_note", "Read", "BatchRead", "Write", "Edit", "Move", "Remove", "LS", "Glob", "Grep",
+                  "update_timeline_card_insight", "skip_pkm_organization"}
+    # 10 turns, wrap-up in the last 3. Calls 1-7 are offered every tool but the insight (nothing
+    # is written yet; file_note takes the insight itself); call 8 (the wrap-up) only what files
+    # the note in one call or skips it; call 9 (filed, insight empty) only the insight, which ends it
+    looking = every_tool - {"update_timeline_card_insight"}
+    assert [seen["offered"] for seen in SEEN] == [looking] * 7 + [
+        {"file_note", "skip_pkm_organization"}, {"update_timeline_card_insight"}]
+
+    def system_notes(call: int) -> list[str]:
+        return [m["content"] for m in SEEN[call - 1]["messages"][2:] if m["role"] == "system"]
+
+    assert system_notes(4) == []
+    assert system_notes(5) == ["Turns left: 6 of 10. Finish this note before they run out."]
+    assert system_notes(7)[-1] == "Turns left: 4 of 10. Finish this note before they run out."
+    wrap_up = ("Only 3 turns are left, so only the tools that finish the job are offered now: "
+               "file_note, skip_pkm_organization. Use them to complete this note.")
+    assert system_notes(8)[-1] == wrap_up
+    assert system_notes(9)[-2:] == [wrap_up, "Turns left: 2 of 10. Finish this note before they run out."]
+
+    # a note filed without its insight says what is still missing, and names no marker to echo
+    filed = trial.transcript.tool_calls[-2]
+    assert filed.name == "file_note" and not filed.is_error
+    assert filed.result == ("filed in Areas/Health/running.md; the insight was empty\n"
+                            "This note is not finished yet:\n- the timeline card insight was not updated")
+    assert trial.transcript.tool_calls[-1].result == "insight saved on the timeline card"
+
+
+LOOKED: list[dict] = []
+
+
+def _looking_model():
+    """`scripted/look` records the tools it is offered, then skips the note."""
+    from litellm import CustomLLM
+
+    class Looking(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            LOOKED.append({tool["function"]["name"]: tool["function"]["parameters"]
+                           for tool in (kwargs.get("optional_params") or {}).get("tools") or []})
+            return tool_call_reply(model, "skip", "skip_pkm_organization", json.dumps({"evidence": "a test"}))
+
+    return Looking()
+
+
+register_provider("scripted", _scripted_model, ["scripted/pkm"])
+register_provider("scripted_look", _looking_model, ["scripted_look/pkm"])
+
+
+def test_paths_are_narrowed_to_the_ones_that_exist(tmp_path):
+    LOOKED.clear()
+    task = {"id": "pkm_look", "metadata": {"failure_bucket": "harness"},
+            "input": {"content": "hello", "base_fixture": "_starter_pkm",
+                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
+            "graders": [{"name": "pkm_completion"}]}
+    trial = run_task(tmp_path, task, "scripted_look/pkm")
+    assert trial.status != "errored", trial.error
+
+    fixture = PROJECT_ROOT / "fixtures" / "_starter_pkm" / "PKM"
+    files = sorted(path.relative_to(fixture).as_posix() for path in fixture.rglob("*.md"))
+    folders = sorted({path.relative_to(fixture).as_posix() for path in fixture.rglob("*") if path.is_dir()})
+    offered = LOOKED[0]
+    assert offered["Read"] == {"type": "object", "properties": {"path": {"enum": files}}, "required": ["path"]}
+    assert offered["BatchRead"]["properties"]["paths"]["items"] == {"enum": files}
+    assert offered["Edit"]["properties"]["path"] == {"enum": files}
+    assert set(offered["Edit"]["required"]) == {"path", "old_string", "new_string"}
+    assert offered["LS"]["properties"]["path"]["enum"] == ["", *folders]
+    assert "enum" not in json.dumps(offered["Write"]), "a new file may have any name"
+    roots = ["Projects", "Areas", "Resources", "Archives"]
+    para = sorted(folders, key=lambda folder: (roots.index(folder.split("/")[0]), folder))
+    assert offered["file_note"]["properties"]["folder"] == {"enum": para}, "a folder of the list, PARA first"
+    assert "enum" not in json.dumps(offered["file_note"]["properties"]["file"]), "a new file may have any name"
+    assert "update_timeline_card_insight" not in offered, "no insight before anything is written"
