@@ -18,7 +18,7 @@ trials run in `optimizer.loop.staging`, and what it writes for people in `optimi
 from __future__ import annotations
 
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -86,19 +86,9 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     root = ctx.project_root
     repo = gitops.open_repo(root)
     base = gitops.resolve_base(repo, base_ref)
-    suites = with_regression_suites(load_suites(suite_names or list(settings.suites), root), root)
-    entries = {suite.spec.agent_name: get_agent(suite.spec.agent_name) for suite in suites}
-    if agent is not None and agent not in entries:
-        raise ConfigError(f"agent {agent!r} has no suite in this run (agents here: {', '.join(sorted(entries))})",
-                          field="--agent", fix="name one of those agents, or add a --suite of that agent")
-    prompt_paths = {name: _rel(repo, root, entry.prompt_file) for name, entry in entries.items()}
-    prompt_files = {entry.prompt_file: prompt_paths[name] for name, entry in entries.items()}
-    gitops.require_files(repo, base, list(prompt_paths.values()))
-    validate_model(settings.models.agent_model, field="agent_model")
-    if judges_used(suites):
-        validate_model(settings.models.judge_model, field="judge_model")
-    if not dry_run and hand_edit is None:
-        _check_proposer(settings.proposal)
+    suites, prompt_paths = _prepare(repo, base, root, settings, suite_names, agent,
+                                    check_proposer=not dry_run and hand_edit is None)
+    prompt_files = {get_agent(name).prompt_file: path for name, path in prompt_paths.items()}
     planned = plan(suites, trials=settings.trials, lone_task_factor=settings.lone_task_factor)
 
     state_dir = root / settings.state_dir
@@ -119,11 +109,9 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     try:
         with tempfile.TemporaryDirectory(prefix="optimizer-base-") as folder:
             base_root = export_prompts(repo, base.commit, prompt_files, Path(folder))
-            iteration = _Iteration(ctx, settings, repo, suites, prompt_paths, prompt_files, planned, result, base_root)
-            iteration.search_dir = search_dir or state_dir / "search"
-            iteration.night_decisions = night_decisions
-            iteration.night = night
-            iteration.hand_edit = hand_edit
+            options = IterationOptions(search_dir or state_dir / "search", night_decisions, night, hand_edit)
+            iteration = _Iteration(ctx, settings, repo, suites, prompt_paths, prompt_files, planned, result, base_root,
+                                   options)
             if watch is None:
                 iteration.run(dry_run=dry_run, agent=agent)
             else:
@@ -138,6 +126,36 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
             iteration_id, status, {"stop_reason": reason}))
         raise
     return result
+
+
+@dataclass(frozen=True)
+class IterationOptions:
+    """How `run_iteration` was asked to run, fixed when the iteration is made."""
+
+    search_dir: Path
+    night_decisions: int | None = None
+    """Inside a night, the candidates it gated before this iteration."""
+    night: NightScope | None = None
+    hand_edit: HandEdit | None = None
+
+
+def _prepare(repo, base: gitops.Base, root: Path, settings: LoopSettings, suite_names: list[str] | None,
+             agent: str | None, *, check_proposer: bool) -> tuple[list[Suite], dict[str, str]]:
+    """The run's suites (with their regression suites) and each agent's prompt path in the
+    repository, every input checked before anything runs."""
+    suites = with_regression_suites(load_suites(suite_names or list(settings.suites), root), root)
+    entries = {suite.spec.agent_name: get_agent(suite.spec.agent_name) for suite in suites}
+    if agent is not None and agent not in entries:
+        raise ConfigError(f"agent {agent!r} has no suite in this run (agents here: {', '.join(sorted(entries))})",
+                          field="--agent", fix="name one of those agents, or add a --suite of that agent")
+    prompt_paths = {name: _rel(repo, root, entry.prompt_file) for name, entry in entries.items()}
+    gitops.require_files(repo, base, list(prompt_paths.values()))
+    validate_model(settings.models.agent_model, field="agent_model")
+    if judges_used(suites):
+        validate_model(settings.models.judge_model, field="judge_model")
+    if check_proposer:
+        _check_proposer(settings.proposal)
+    return suites, prompt_paths
 
 
 def _check_proposer(settings: ProposalSettings) -> None:
@@ -162,7 +180,7 @@ def _check_proposer(settings: ProposalSettings) -> None:
 class _Iteration:
     def __init__(self, ctx: LoopContext, settings: LoopSettings, repo, suites: list[Suite],
                  prompt_paths: dict[str, str], prompt_files: dict[str, str], planned: list[PlannedTrial],
-                 result: IterationResult, base_root: Path):
+                 result: IterationResult, base_root: Path, options: IterationOptions):
         self.ctx, self.settings, self.repo, self.suites = ctx, settings, repo, suites
         self.prompt_paths, self.prompt_files = prompt_paths, prompt_files
         self.planned, self.result = planned, result
@@ -177,12 +195,12 @@ class _Iteration:
         self.policy = settings.gate_policy
         judge = settings.models.judge_model
         self.non_voting = non_voting_graders(ctx.store, suites, judge) if judges_used(suites) else []
-        self.search_dir: Path = ctx.project_root / settings.state_dir / "search"
+        self.search_dir = options.search_dir
         self.adapter: ScreeningAdapter | None = None
-        self.night_decisions: int | None = None
-        self.night: NightScope | None = None
+        self.night_decisions = options.night_decisions
         """Inside a night, the candidates gated before this one (this iteration's own included)."""
-        self.hand_edit: HandEdit | None = None
+        self.night = options.night
+        self.hand_edit = options.hand_edit
 
     def run(self, *, dry_run: bool, agent: str | None) -> None:
         result, store = self.result, self.store

@@ -351,18 +351,9 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
     """Agents with nothing to try at the current tip."""
     turn = len(result.iterations)
     while True:
-        if len(result.iterations) >= limits.max_iterations:
-            result.stop_reason = f"max_iterations ({limits.max_iterations})"
-            return
-        if limits.time_limit_s is not None and time.time() - result.started_epoch >= limits.time_limit_s:
-            result.stop_reason = f"time limit ({limits.time_limit_s:.0f} s)"
-            return
-        if rejections >= limits.patience:
-            result.stop_reason = f"{rejections} consecutive rejected iterations"
-            return
         candidates = [agent for agent in agents if agent not in resting]
-        if not candidates:
-            result.stop_reason = "nothing left to try at the current prompt"
+        result.stop_reason = _stop_reason(result, limits, rejections, candidates)
+        if result.stop_reason:
             return
         agent = None
         if limits.order == "alternate":
@@ -404,6 +395,17 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
         result.iterations.append(row)
         result.current = None
         _save(ctx, result, ledger)
+
+
+def _stop_reason(result: NightlyResult, limits: NightlyLimits, rejections: int, candidates: list[str]) -> str:
+    """Why the night stops before another iteration, or the empty string."""
+    if len(result.iterations) >= limits.max_iterations:
+        return f"max_iterations ({limits.max_iterations})"
+    if limits.time_limit_s is not None and time.time() - result.started_epoch >= limits.time_limit_s:
+        return f"time limit ({limits.time_limit_s:.0f} s)"
+    if rejections >= limits.patience:
+        return f"{rejections} consecutive rejected iterations"
+    return "" if candidates else "nothing left to try at the current prompt"
 
 
 def _finished(result: NightlyResult) -> list[str]:
