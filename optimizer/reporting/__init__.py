@@ -1,1 +1,2 @@
-"""Reporting: a run's report, an iteration's review (console, Markdown, HTML), the decision's table, trends and history."""
+"""Reporting: a run's report, an iteration's review (console, Markdown, HTML), the decision's
+table, trends and history."""

@@ -74,7 +74,7 @@ def test_targets_are_compared_on_fresh_pairs_in_batches_and_the_rest_on_the_base
 
 def test_run_and_noise_decide_through_the_same_comparison(cli, repo, tmp_path, monkeypatch):
     from optimizer.comparison import compare as comparison
-    from optimizer.loop import iteration as loop
+    from optimizer.loop import candidate as loop
     from optimizer.loop import noise
 
     calls = []
@@ -240,6 +240,7 @@ def test_the_command_proposer_patch_is_its_git_diff(cli, repo, tmp_path, monkeyp
 
 
 def test_the_checkout_is_untouched_after_a_crash_mid_iteration(repo, tmp_path, monkeypatch):
+    from optimizer.loop import candidate
     from optimizer.loop import iteration as loop
     from optimizer.settings.config import load_settings
     from optimizer.store import open_store
@@ -251,7 +252,7 @@ def test_the_checkout_is_untouched_after_a_crash_mid_iteration(repo, tmp_path, m
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash while gating")
 
-    monkeypatch.setattr(loop, "compare", crash)
+    monkeypatch.setattr(candidate, "compare", crash)
     store = open_store(settings, repo)
     with pytest.raises(RuntimeError, match="simulated crash"):
         loop.run_iteration(loop.LoopContext(settings=settings, project_root=repo, store=store, log=lambda m: None))

@@ -236,20 +236,20 @@ def test_a_decision_made_by_an_iteration_a_kill_interrupted_keeps_its_share_of_n
     """Killed after its first candidate's decision and before its second: the iteration runs
     again, and its decisions are tested at the levels after that one (2nd, 3rd), not from the
     first again; the summary's bound counts all three."""
-    from optimizer.loop import iteration as loop
+    from optimizer.loop import candidate as loop
 
     monkeypatch.setenv("OPTIMIZER_CANDIDATES", "2")
     script(tmp_path, monkeypatch, *[after_data_line(FACT_RULE)] * 4)
-    gate_one = loop._Iteration._gate_one
+    gate_one = loop.Candidates.gate_one
 
     def killed_after_the_first_decision(self, *args, **kwargs):
         record = gate_one(self, *args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(loop._Iteration, "_gate_one", killed_after_the_first_decision)
+    monkeypatch.setattr(loop.Candidates, "gate_one", killed_after_the_first_decision)
     code, _, output = nightly(cli, tmp_path, "--max-iterations", "1")
     assert code != 0 and "gate: decision 1 of the night, improvement test at alpha 0.0500" in output, output
-    monkeypatch.setattr(loop._Iteration, "_gate_one", gate_one)
+    monkeypatch.setattr(loop.Candidates, "gate_one", gate_one)
     code, summary, output = nightly(cli, tmp_path, "--resume")
     assert code == 0, output
     assert "iteration 1 was interrupted; it runs again" in output

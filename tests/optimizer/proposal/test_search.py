@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.loop import iteration as loop_module
+from optimizer.loop import candidate as loop_module
 from optimizer.proposal.search import (COMPONENT, SCREEN_INDEX, Candidate, Example, ScreeningAdapter, SearchProposer,
                               load_records, parent_selector, promote_candidates, run_search, screening_sets,
                               text_sha)

@@ -63,7 +63,7 @@ def test_a_proposer_that_only_reads_the_store_is_gated_as_usual(cli, repo, tmp_p
 
 def test_recorded_trials_changed_during_the_gate_stop_it_before_it_decides(cli, repo, tmp_path, monkeypatch,
                                                                           isolated, unconfined):
-    from optimizer.loop import iteration as loop
+    from optimizer.loop import candidate as loop
 
     compare = loop.compare
 

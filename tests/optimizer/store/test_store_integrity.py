@@ -210,6 +210,7 @@ def test_a_run_stopped_by_a_budget_is_stopped_with_the_reason(database):
     (KeyboardInterrupt(), "interrupted", "KeyboardInterrupt"),
 ])
 def test_an_iteration_that_ends_early_says_how(repo, tmp_path, monkeypatch, database, ending, status, reason):
+    from optimizer.loop import candidate
     from optimizer.loop import iteration as loop
     from optimizer.settings.config import load_settings
     from optimizer.store import open_store
@@ -220,7 +221,7 @@ def test_an_iteration_that_ends_early_says_how(repo, tmp_path, monkeypatch, data
     def ended(*args, **kwargs):
         raise ending
 
-    monkeypatch.setattr(loop, "compare", ended)
+    monkeypatch.setattr(candidate, "compare", ended)
     store = open_store(settings, repo)
     with pytest.raises(type(ending)):
         loop.run_iteration(loop.LoopContext(settings=settings, project_root=repo, store=store, log=lambda m: None))
