@@ -40,7 +40,8 @@ from optimizer.settings.config import load_settings  # noqa: E402
 from optimizer.proposal.contrast import rule_to_complete  # noqa: E402
 from optimizer.models import is_embedded  # noqa: E402
 from optimizer.proposal.patch import LintIndex, check_prompt_text  # noqa: E402
-from optimizer.proposal.proposers import LLMProposer, ProposalRequest  # noqa: E402
+from optimizer.proposal.llm import LLMProposer  # noqa: E402
+from optimizer.proposal.proposers import ProposalRequest  # noqa: E402
 from optimizer.registry import get_agent  # noqa: E402
 from optimizer.proposal.request import Selection, failure_records, load_manual, render_request, select_targets  # noqa: E402
 from optimizer.trials.runner import Runner, plan  # noqa: E402

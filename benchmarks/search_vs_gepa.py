@@ -169,7 +169,8 @@ saved_env = set(os.environ)
 def gepa_arm(budget: int, skill: float, seed: int, truth: Truth, log) -> Arm:
     from optimizer.proposal import gepa_adapter
     from optimizer.settings.config import Settings
-    from optimizer.proposal.proposers import LLMProposer, ProposalRequest
+    from optimizer.proposal.llm import LLMProposer
+    from optimizer.proposal.proposers import ProposalRequest
     from optimizer.proposal.request import failure_records, load_manual, render_request, select_targets
     from optimizer.trials.runner import Runner, plan
     from optimizer.proposal.search import COMPONENT, Example, ScreeningAdapter

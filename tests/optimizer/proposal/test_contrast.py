@@ -8,7 +8,8 @@ import pytest
 
 from prompt_optimizer_agents.card.sim import PROFILE
 from optimizer.proposal.contrast import action, pieces, rule_to_complete
-from optimizer.proposal.proposers import LLMProposer, ProposalRequest
+from optimizer.proposal.llm import LLMProposer
+from optimizer.proposal.proposers import ProposalRequest
 from optimizer.proposal.request import Selection, Target, load_manual, render_request
 from optimizer.proposal.targets import Confusion
 from optimizer.proposal.weak_patcher import targeted_buckets

@@ -132,7 +132,7 @@ def test_the_checkout_state_names_every_kind_of_change_a_proposer_could_make(tmp
 @needs_bwrap
 def test_a_proposer_command_kept_under_tmp_runs_under_bubblewrap(tmp_path):
     """bwrap's private /tmp would hide a script, a venv or a checkout kept under the host's /tmp."""
-    from optimizer.proposal.proposers import CommandProposer
+    from optimizer.proposal.command import CommandProposer
 
     agent = tmp_path / "tools" / "agent.sh"
     agent.parent.mkdir()

@@ -393,7 +393,7 @@ def test_the_gate_never_judges_on_a_screening_trial(cli, repo, tmp_path, monkeyp
                 return sides.ran()
         return real_compare(Spy(), **kwargs)
 
-    from optimizer.proposal.proposers import LLMProposer
+    from optimizer.proposal.llm import LLMProposer
 
     real_propose, sampled = LLMProposer.propose, []
 

@@ -306,7 +306,8 @@ def first_ordinal(kind: str, skill: float) -> int:
 
 @pytest.mark.parametrize("patch_format", ["edits", "rule"])
 def test_a_weak_patcher_reply_goes_through_the_real_proposer(tmp_path, patch_format):
-    from optimizer.proposal.proposers import LLMProposer, ProposalRequest
+    from optimizer.proposal.llm import LLMProposer
+    from optimizer.proposal.proposers import ProposalRequest
 
     workdir = tmp_path / "work"
     workdir.mkdir()
