@@ -173,7 +173,7 @@ def gepa_arm(budget: int, skill: float, seed: int, truth: Truth, log) -> Arm:
     from optimizer.proposal.proposers import ProposalRequest
     from optimizer.proposal.request import failure_records, load_manual, render_request, select_targets
     from optimizer.trials.runner import Runner, plan
-    from optimizer.proposal.search import COMPONENT, Example, ScreeningAdapter
+    from optimizer.proposal.screening import COMPONENT, Example, ScreeningAdapter
     from optimizer.store import Store
     from optimizer.suites import load_suites
 

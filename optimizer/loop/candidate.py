@@ -27,7 +27,7 @@ from optimizer.proposal.examples import choose as choose_examples
 from optimizer.proposal.patch import LintIndex, check_change, check_prompt_text
 from optimizer.proposal.proposers import Proposal, ProposalRequest, patch_format
 from optimizer.proposal.request import Selection
-from optimizer.proposal.search import text_sha
+from optimizer.proposal.screening import text_sha
 from optimizer.registry import get_agent
 from optimizer.scoring import trial_value
 from optimizer.trials.evaluate import finish

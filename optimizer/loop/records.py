@@ -12,7 +12,7 @@ from optimizer.settings.config import Settings
 from optimizer.files import write_json
 from optimizer.gate import Decision
 from optimizer.proposal.request import Selection
-from optimizer.proposal.search import SearchOutcome, save_records
+from optimizer.proposal.pool import SearchOutcome, save_records
 from optimizer.settings.parts import ProposalSettings
 from optimizer.store import ProposalRow, Store
 from optimizer.types import Trial, Usage

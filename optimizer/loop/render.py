@@ -10,7 +10,7 @@ from optimizer.files import write_text
 from optimizer.gate import Decision
 from optimizer.loop.records import IterationResult, ProposalRecord
 from optimizer.proposal.request import Selection
-from optimizer.proposal.search import SearchOutcome
+from optimizer.proposal.pool import SearchOutcome
 
 
 def commit_message(selection: Selection, decision: Decision | None, record: ProposalRecord,

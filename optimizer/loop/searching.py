@@ -16,8 +16,9 @@ from optimizer.proposal.diffs import unified as text_diff
 from optimizer.proposal.patch import LintIndex
 from optimizer.proposal.proposers import FixedProposer, ProposalRequest
 from optimizer.proposal.request import Selection, failure_records, render_request
-from optimizer.proposal.search import (PROMOTE, SearchProposer, load_records, pool_folder, run_search,
-                                       screening_sets)
+from optimizer.proposal.pool import PROMOTE, load_records, pool_folder
+from optimizer.proposal.screening import screening_sets
+from optimizer.proposal.search import SearchProposer, run_search
 
 
 class Search:

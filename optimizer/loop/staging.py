@@ -17,7 +17,7 @@ from optimizer.files import write_text
 from optimizer.loop.records import IterationResult, LoopContext
 from optimizer.registry import get_agent
 from optimizer.trials.runner import PlannedTrial, Runner, fingerprints, new_run_id
-from optimizer.proposal.search import SCREEN_INDEX, text_sha
+from optimizer.proposal.screening import SCREEN_INDEX, text_sha
 from optimizer.settings.parts import RunnerSettings
 from optimizer.store.runs import UNFINISHED, task_without_count
 from optimizer.types import RunResult, Suite, Trial

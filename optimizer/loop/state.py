@@ -17,7 +17,7 @@ from optimizer.loop.render import write_report
 from optimizer.loop.staging import Stage, unseen_from
 from optimizer.proposal.proposers import LOG_TAIL_LINES, Proposal
 from optimizer.proposal.request import Manual, Selection
-from optimizer.proposal.search import SCREEN_INDEX, ScreeningAdapter
+from optimizer.proposal.screening import SCREEN_INDEX, ScreeningAdapter
 from optimizer.settings.parts import LoopSettings
 from optimizer.store.digest import NightScope, StoreChanged, StoreWatch
 from optimizer.trials.evaluate import judges_used, non_voting_graders

@@ -41,7 +41,7 @@ from optimizer.gitops import AUTHOR_NAME
 
 WATCH_INDEX = 2_000_000
 """First trial index of watch trials: past the gate's (a few per task) and the screening ones
-(`optimizer.proposal.search.SCREEN_INDEX`, one million up), so no pair is ever counted twice."""
+(`optimizer.proposal.screening.SCREEN_INDEX`, one million up), so no pair is ever counted twice."""
 TARGETS = re.compile(r"^Targeted buckets: (.+)$", re.MULTILINE)
 ITERATION = re.compile(r"^Iteration: (\S+)$", re.MULTILINE)
 REVERTS = re.compile(r"^Reverts: ([0-9a-f]{40})$", re.MULTILINE)

@@ -15,7 +15,7 @@ target to improve). A fixed margin on the difference of two 16-trial means kept 
 does nothing 38-44% of the time (the difference's spread is about 0.1); the test keeps one at
 most `KEEP_BELOW` of the time (3.8-5.7% measured, `benchmarks/ablation_keep.py`). The gate
 then judges what is left on fresh pairs, as any patch: the screening trials are
-at indexes of their own (`optimizer.proposal.search.SCREEN_INDEX` and up), which the gate never reads,
+at indexes of their own (`optimizer.proposal.screening.SCREEN_INDEX` and up), which the gate never reads,
 so choosing the parts on them leaves its levels as they were. The decision is kept in a file
 named by the base, the patch, the targets and the trials, so a resumed iteration that gets the
 same patch again reuses it instead of screening again.

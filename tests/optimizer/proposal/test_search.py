@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from optimizer.loop import candidate as loop_module
-from optimizer.proposal.search import (COMPONENT, SCREEN_INDEX, Candidate, Example, ScreeningAdapter, SearchProposer,
-                              load_records, parent_selector, promote_candidates, run_search, screening_sets,
-                              text_sha)
+from optimizer.proposal.pool import Candidate, load_records, promote_candidates
+from optimizer.proposal.screening import (COMPONENT, SCREEN_INDEX, Example, ScreeningAdapter, screening_sets,
+                                          text_sha)
+from optimizer.proposal.search import SearchProposer, parent_selector, run_search
 from optimizer.suites import load_suites
 from optimizer.trials.runner import plan
 from optimizer.types import Trial
@@ -208,7 +209,7 @@ def test_a_promoted_candidate_is_gated_only_on_the_targets_its_screening_shows_g
     judged on the one that comes closest."""
     from types import SimpleNamespace
 
-    from optimizer.proposal.search import gate_targets
+    from optimizer.proposal.pool import gate_targets
 
     items = card_items()
     targets = {("card_agent", "fact_preservation"), ("card_agent", "template_metric")}
