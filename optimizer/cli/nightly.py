@@ -54,7 +54,8 @@ def nightly_command(
     """Unattended optimization: iterations until a limit, accepted patches stacked on optimizer/nightly-<date>."""
     from optimizer.cli._common import err_console, interactive, loop_context, project_settings
     from optimizer.ledger import Budget
-    from optimizer.nightly.night import NightlyLimits, parse_duration, run_nightly
+    from optimizer.nightly.night import run_nightly
+    from optimizer.nightly.results import NightlyLimits, parse_duration
 
     when = _checked_date(order, day)
     if plain:
@@ -90,7 +91,8 @@ def _report(ctx, result, json_path: Optional[Path]) -> None:
     """The night's summary on the console (and as JSON), with the bound on its false accepts."""
     from optimizer.cli._common import console
     from optimizer.files import write_json
-    from optimizer.nightly.night import decisions, split_changes
+    from optimizer.nightly.night import decisions
+    from optimizer.nightly.results import split_changes
     from optimizer.nightly.spending import spent
 
     summary = result.as_dict()

@@ -28,9 +28,7 @@ runs an interrupted iteration again, keeping every trial already recorded (see
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
 from datetime import date as Date
 from pathlib import Path
 from typing import Any, Collection
@@ -39,103 +37,19 @@ from optimizer import gitops
 from optimizer.proposal.box import remove_stray_boxes
 from optimizer.settings.config import put_in_use
 from optimizer.errors import InputError
-from optimizer.ledger import Budget, BudgetExceeded, Ledger, charging
-from optimizer.models import answered_in_process, is_embedded
+from optimizer.ledger import BudgetExceeded, Ledger, charging
+from optimizer.nightly.checks import branch_name, check_night
 from optimizer.nightly.lock import repository_identity, repository_lock
+from optimizer.nightly.results import NightlyLimits, NightlyResult, iteration_row, limits_of, limits_values
 from optimizer.loop.iteration import LoopContext, run_iteration
 from optimizer.settings.night import (night_values, override_names, owned, restore, resumable, settings_of,
                                       stored_values)
 from optimizer.registry import get_agent
 from optimizer.trials.runner import new_run_id
-from optimizer.settings.parts import NightlySettings
 from optimizer.nightly.witness import check_witness, ended_iterations, write_witness
 from optimizer.store.digest import night_scope
 from optimizer.store.iterations import VERDICTS
-from optimizer.suites import load_suite, project_suites
 from optimizer.nightly.watch import Watched, WatchNight, patches_in, revert_message, without_patch
-
-
-@dataclass(frozen=True)
-class NightlyLimits:
-    max_iterations: int = 10
-    time_limit_s: float | None = None
-    budget: Budget = field(default_factory=Budget)
-    patience: int = 3
-    """Consecutive rejected iterations after which the night stops."""
-    order: str = "worst-first"
-    """`worst-first` or `alternate`."""
-
-
-@dataclass
-class NightlyResult:
-    nightly_id: str
-    branch: str
-    base_ref: str
-    base_commit: str
-    tip_commit: str
-    status: str = "running"
-    stop_reason: str = ""
-    iterations: list[dict[str, Any]] = field(default_factory=list)
-    merged: bool = False
-    spent_usd: float = 0.0
-    spent_tokens: int = 0
-    started_epoch: float = field(default_factory=time.time)
-    current: dict[str, Any] | None = None
-    """The iteration under way: {number, iteration_id, agent}."""
-    suites: list[str] = field(default_factory=list)
-    merge: bool = False
-    resumed: int = 0
-    interrupted: list[str] = field(default_factory=list)
-    """Iterations a kill ended before they finished: run again, but the candidates they had put
-    to the gate spent their share of `night_alpha` all the same (`decisions`)."""
-    watch: list[dict[str, Any]] | None = None
-    """The watch of merged patches after this night's (`optimizer.nightly.watch.Watched`); None until it ran."""
-    watch_iteration: str | None = None
-    reverts: list[str] = field(default_factory=list)
-    """Commits the watch added to the branch, each reverting a patch shown harmful."""
-
-    @property
-    def accepted(self) -> list[dict[str, Any]]:
-        return [row for row in self.iterations if row["status"] == "accepted"]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"nightly_id": self.nightly_id, "branch": self.branch, "base_ref": self.base_ref,
-                "base_commit": self.base_commit, "tip_commit": self.tip_commit, "status": self.status,
-                "stop_reason": self.stop_reason, "merged": self.merged, "iterations": self.iterations,
-                "accepted": len(self.accepted), "spent_usd": self.spent_usd, "spent_tokens": self.spent_tokens,
-                "started_epoch": self.started_epoch, "current": self.current, "suites": self.suites,
-                "merge": self.merge, "resumed": self.resumed, "interrupted": self.interrupted, "watch": self.watch,
-                "watch_iteration": self.watch_iteration, "reverts": self.reverts}
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> "NightlyResult":
-        state = record.get("state") or {}
-        fields = {name: state[name] for name in ("status", "stop_reason", "iterations", "merged", "spent_usd",
-                                                  "spent_tokens", "started_epoch", "current", "suites", "merge",
-                                                  "resumed", "interrupted", "watch", "watch_iteration", "reverts")
-                  if name in state}
-        return cls(nightly_id=record["nightly_id"], branch=record["branch"], base_ref=record["base_ref"],
-                   base_commit=record["base_commit"], tip_commit=record["tip_commit"], **fields)
-
-
-def capability_suites(root) -> list[str]:
-    """Every capability suite under `suites/`: by default the night works on all agents."""
-    names = [folder for folder, data in project_suites(root) if data.get("kind", "capability") == "capability"]
-    if not names:
-        raise InputError("no capability suite under suites/", path=root / "suites",
-                         fix="add suites/<name>/suite.json or pass --suite")
-    return names
-
-
-def branch_name(day: Date, repo) -> str:
-    """`optimizer/nightly-<date>`, with `-2`, `-3`... when that name is taken here or on a remote
-    this clone knows (a CI job run again the same day starts from a fresh clone, where the first
-    run's branch is only a remote-tracking one; pushing the same name would be refused)."""
-    name = f"optimizer/nightly-{day.isoformat()}"
-    number = 1
-    while gitops.branch_taken(repo, name if number == 1 else f"{name}-{number}"):
-        number += 1
-    return name if number == 1 else f"{name}-{number}"
 
 
 def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_ref: str | None = None,
@@ -154,44 +68,25 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
                          fix="add --resume, or drop --override")
     overrides = override_names(overrides)
     requested = night_values(ctx.settings, {"suite": suite_names, "merge": merge, "base": base_ref,
-                                            "date": day.isoformat() if day else None, **_limits_values(limits)})
+                                            "date": day.isoformat() if day else None, **limits_values(limits)})
     identity = repository_identity(repo)
     with repository_lock(ctx.store, state_dir / "nightly.lock", identity, "optimizer nightly", ctx.log):
         result, values = _resume(ctx, repo, identity, requested, given, overrides) if resume else (None, requested)
-        limits, merge = _limits_of(values), values["merge"]
+        limits, merge = limits_of(values), values["merge"]
         base = gitops.Base(ref=result.base_ref, commit=result.base_commit) if result else \
             gitops.resolve_base(repo, base_ref)
-        names, agents = _check_night(ctx, repo, base, values["suite"], limits, merge)
+        names, agents = check_night(ctx, repo, base, values["suite"], limits, merge)
         stray = gitops.remove_stray_worktrees(repo, state_dir / "worktrees") + remove_stray_boxes(state_dir / "boxes")
         if stray:
             ctx.log(f"removed {len(stray)} proposer folder(s) left by an earlier process")
         if result is None:
             result = _start(ctx, repo, base, identity, {**values, "suite": list(names), "base": base.ref,
-                                                         "date": (day or Date.today()).isoformat()})
+                                                        "date": (day or Date.today()).isoformat()})
         else:
             _reopen(ctx, repo, result)
         result.suites, result.merge = list(names), merge
         _work(ctx, repo, result, limits, names, agents)
         return result
-
-
-def _check_night(ctx: LoopContext, repo, base: gitops.Base, suites: list[str] | None, limits: NightlyLimits,
-                 merge: bool) -> tuple[list[str], list[str]]:
-    """The night's suites and agents, after the checks that can refuse it before anything is
-    created: a merge needs the base branch checked out and the strict gate, every agent must be
-    registered, and a USD budget must be able to bind."""
-    root = ctx.project_root
-    if merge:
-        gitops.require_checked_out(repo, base.ref)
-    if merge and ctx.settings.nightly.gate != "strict":
-        raise InputError("--merge needs the strict gate", field="--merge",
-                         fix="drop --gate lenient, or merge by hand after review")
-    names = suites or capability_suites(root)
-    agents = sorted({load_suite(name, root).spec.agent_name for name in names})
-    for agent in agents:
-        get_agent(agent)
-    _check_budget_can_bind(ctx.settings.nightly, limits)
-    return names, agents
 
 
 def _reopen(ctx: LoopContext, repo, result: NightlyResult) -> None:
@@ -253,25 +148,6 @@ def _resume(ctx: LoopContext, repo, identity: str, requested: dict[str, Any], gi
     return NightlyResult.from_record(record), values
 
 
-def _check_budget_can_bind(settings: NightlySettings, limits: NightlyLimits) -> None:
-    """A USD budget counts dollars, and a model without a price spends none on paper: refuse a
-    budget that such a model could overrun unnoticed."""
-    if limits.budget.usd is None:
-        return
-    ledger = Ledger(None, prices=dict(settings.model_prices))
-    models = settings.models
-    roles = {"agent_model": models.agent_model, "judge_model": models.judge_model}
-    if settings.proposer == "llm":
-        roles["patcher_model"] = models.patcher_model
-    free = {model for model in roles.values() if answered_in_process(model) or is_embedded(model)}
-    unpriced = [f"{role} {model}" for role, model in roles.items() if model not in free and not ledger.has_price(model)]
-    if unpriced:
-        raise InputError(f"--budget-usd cannot limit {', '.join(unpriced)}: litellm has no price for it",
-                         field="model_prices",
-                         fix='give its price per million tokens, e.g. model_prices = {"<model>": [0.4, 1.6]}, '
-                             "or use --budget-tokens")
-
-
 def _reconcile(ctx: LoopContext, repo, result: NightlyResult) -> None:
     """Settle the iteration a killed process was in: finish its bookkeeping if it had decided,
     otherwise clear what it left so that it runs again."""
@@ -293,7 +169,7 @@ def _reconcile(ctx: LoopContext, repo, result: NightlyResult) -> None:
                 + (f" (removed {', '.join(deleted)})" if deleted else ""))
         result.current = None
         return
-    row, accepted = _row(ctx.store, current["number"], iteration_id, status, current.get("agent"))
+    row, accepted = iteration_row(ctx.store, current["number"], iteration_id, status, current.get("agent"))
     _settle(ctx, repo, result, row, accepted)
     result.iterations.append(row)
     result.current = None
@@ -378,7 +254,7 @@ def _iterate(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimit
             result.stop_reason = f"budget: {exc}"
             ctx.log(f"stopping: {exc}")
             return
-        row, accepted = _row(ctx.store, number, iteration.iteration_id, iteration.status, agent)
+        row, accepted = iteration_row(ctx.store, number, iteration.iteration_id, iteration.status, agent)
         if _settle(ctx, repo, result, row, accepted):
             rejections = 0
             resting.clear()
@@ -462,46 +338,12 @@ def _revert(ctx: LoopContext, repo, result: NightlyResult, entry: Watched, path:
     ctx.log(f"watch: reverted {entry.headline} ({entry.commit[:12]}) by {commit[:12]}: {entry.reason}")
 
 
-
 def decisions(store, result: NightlyResult) -> int:
     """The candidates the night's ended iterations put to the gate, read from the store (a
     resumed night counts what its killed process decided, in an iteration it ran again too):
     each spent its share of `night_alpha`."""
     return sum(1 for iteration_id in _finished(result)
                for proposal in store.proposals.rows(iteration_id=iteration_id) if proposal.get("decision"))
-
-
-def _row(store, number: int, iteration_id: str, status: str, agent: str | None) -> tuple[dict[str, Any], dict | None]:
-    """The night's record of a finished iteration, read from the store (so an iteration settled
-    after a resume reads exactly like one that ran through), and its accepted proposal if any."""
-    record = store.iterations.get(iteration_id) or {}
-    proposals = store.proposals.rows(iteration_id=iteration_id)
-    accepted = next((p for p in proposals if p["status"] == "accepted"), None)
-    row = {"number": number, "iteration_id": iteration_id, "status": status,
-           "agent": record.get("agent") or agent, "targets": record.get("targets") or [],
-           "commit": accepted["commit_sha"] if accepted else None,
-           "gate": (accepted.get("decision") or {}).get("mode") if accepted else None,
-           "verdict": (accepted.get("decision") or {}).get("verdict") or "merge" if accepted else None,
-           "reason": accepted["reason"] if accepted else "; ".join(p["reason"] for p in proposals),
-           "rollouts": (record.get("summary") or {}).get("rollouts")}
-    decision = (accepted or {}).get("decision") or {}
-    for split, key in (("train", "overall"), ("holdout", "holdout")):
-        if (decision.get(key) or {}).get("pairs"):
-            row[split] = {name: decision[key].get(name) for name in ("before", "after", "pass_change", "pairs")}
-    return row, accepted
-
-
-def split_changes(row: dict[str, Any]) -> str:
-    """`train 0.61 -> 0.66, holdout 0.70 -> 0.68 (pass -0.05, 20 pairs)` for an accepted
-    iteration's record: the train split (described, not tested) beside the holdout, whose pass
-    rate a reviewer checks did not fall (mean scores; the pass rate's change in brackets)."""
-    parts = []
-    for split in ("train", "holdout"):
-        if row.get(split):
-            change = row[split]
-            passed = f"pass {change['pass_change']:+.2f}, " if change.get("pass_change") is not None else ""
-            parts.append(f"{split} {change['before']:.2f} -> {change['after']:.2f} ({passed}{change['pairs']} pairs)")
-    return ", ".join(parts)
 
 
 def _merge(repo, result: NightlyResult, ctx: LoopContext) -> None:
@@ -529,31 +371,5 @@ def _save(ctx: LoopContext, result: NightlyResult, ledger: Ledger) -> None:
 
 def _state_dir(ctx: LoopContext) -> Path:
     return ctx.project_root / ctx.settings.loop.state_dir
-
-
-def _limits_values(limits: NightlyLimits) -> dict[str, Any]:
-    return {"max_iterations": limits.max_iterations, "time_limit": limits.time_limit_s,
-            "budget_usd": limits.budget.usd, "budget_tokens": limits.budget.tokens, "patience": limits.patience,
-            "order": limits.order}
-
-
-def _limits_of(values: dict[str, Any]) -> NightlyLimits:
-    return NightlyLimits(max_iterations=values["max_iterations"], time_limit_s=values["time_limit"],
-                         budget=Budget(usd=values["budget_usd"], tokens=values["budget_tokens"]),
-                         patience=values["patience"], order=values["order"])
-
-
-def parse_duration(text: str) -> float:
-    """`90m`, `8h`, `3600s` or plain seconds -> seconds (more than zero)."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    raw = text.strip().lower()
-    try:
-        seconds = float(raw[:-1]) * units[raw[-1]] if raw and raw[-1] in units else float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not seconds > 0 or math.isinf(seconds):
-        raise InputError(f"{text!r} is not a duration above zero", field="--time-limit",
-                         fix="e.g. 90m, 8h or 3600s")
-    return seconds
 
 

@@ -327,14 +327,14 @@ def test_two_real_nightly_processes_on_one_repository(repo, tmp_path):
 @pytest.mark.parametrize("text", ["-5m", "0s", "0", "abc", "", "inf", "nan"])
 def test_a_time_limit_must_be_a_duration_above_zero(text):
     from optimizer.errors import InputError
-    from optimizer.nightly.night import parse_duration
+    from optimizer.nightly.results import parse_duration
 
     with pytest.raises(InputError, match="--time-limit"):
         parse_duration(text)
 
 
 def test_time_limits_are_read_in_their_unit():
-    from optimizer.nightly.night import parse_duration
+    from optimizer.nightly.results import parse_duration
 
     assert [parse_duration(text) for text in ("90m", "8h", "3600s", "45", " 2H ")] == [5400, 28800, 3600, 45, 7200]
 
@@ -343,22 +343,23 @@ def test_a_usd_budget_needs_a_price_for_every_model_it_limits():
     from optimizer.settings.config import Settings
     from optimizer.errors import InputError
     from optimizer.ledger import Budget
-    from optimizer.nightly.night import NightlyLimits, _check_budget_can_bind
+    from optimizer.nightly.checks import check_budget_can_bind
+    from optimizer.nightly.results import NightlyLimits
 
     limits = NightlyLimits(budget=Budget(usd=1.0))
     priced = Settings(agent_model="openai/gpt-4o-mini", judge_model="mock/sim", patcher_model="mock/patcher")
-    _check_budget_can_bind(priced, limits)  # litellm's map prices it; mock models are entered at zero
+    check_budget_can_bind(priced, limits)  # litellm's map prices it; mock models are entered at zero
     from optimizer.ledger import Ledger
 
     price_in, price_out = Ledger(None).price("openai/gpt-4o-mini")  # mapped without its provider prefix
     assert 0 < price_in < price_out
     unknown = priced.model_copy(update={"agent_model": "openai/house-model-7"})
     with pytest.raises(InputError, match="agent_model openai/house-model-7"):
-        _check_budget_can_bind(unknown, limits)
-    _check_budget_can_bind(unknown.model_copy(update={"model_prices": {"openai/house-model-7": [1.0, 2.0]}}), limits)
-    _check_budget_can_bind(unknown, NightlyLimits(budget=Budget(tokens=1000)))  # a token budget binds anyway
+        check_budget_can_bind(unknown, limits)
+    check_budget_can_bind(unknown.model_copy(update={"model_prices": {"openai/house-model-7": [1.0, 2.0]}}), limits)
+    check_budget_can_bind(unknown, NightlyLimits(budget=Budget(tokens=1000)))  # a token budget binds anyway
     in_process = priced.model_copy(update={"agent_model": "mock/oracle@50ms", "judge_model": "local/qwen2.5-coder-1.5b"})
-    _check_budget_can_bind(in_process, limits)  # answered here or embedded: free, whatever litellm's map says
+    check_budget_can_bind(in_process, limits)  # answered here or embedded: free, whatever litellm's map says
 
 
 def test_a_proposal_is_kept_for_review_with_its_body_and_never_merged(cli, repo, isolated, tmp_path, monkeypatch):
