@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--patience", type=int, default=3, help="stop after this many rejections in a row")
     args = parser.parse_args()
 
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.store import open_store
     from optimizer.loop.iteration import LoopContext, run_iteration
     from optimizer.reporting.review import review

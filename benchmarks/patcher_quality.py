@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.settings.config import load_settings  # noqa: E402
+from optimizer.settings.loading import load_settings  # noqa: E402
 from optimizer.proposal.contrast import rule_to_complete  # noqa: E402
 from optimizer.models import is_embedded  # noqa: E402
 from optimizer.proposal.patch import LintIndex, check_prompt_text  # noqa: E402

@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.settings.config import DEFAULT_MODEL, load_settings  # noqa: E402
+from optimizer.settings.config import DEFAULT_MODEL
+from optimizer.settings.loading import load_settings  # noqa: E402
 from optimizer.trials.runner import PlannedTrial, Runner  # noqa: E402
 from optimizer.store import Store  # noqa: E402
 from optimizer.suites import load_suite  # noqa: E402

@@ -99,7 +99,7 @@ class Truth:
 def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> Arm:
     from optimizer import gitops
     from optimizer.cli._common import console
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.loop.iteration import LoopContext, run_iteration
     from optimizer.reporting.review import review
     from optimizer.proposal.diffs import size as changed_lines

@@ -117,7 +117,7 @@ def task_rates(trials: list) -> dict[str, float]:
 def measure(agent: str, before: str, after: str, trials: int, overrides: dict) -> dict:
     """Both sides on the agent's sealed suite; the summaries and the paired change."""
     from optimizer import gitops
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.loop.staging import export_prompts
     from optimizer.registry import get_agent
     from optimizer.trials.runner import Runner, plan

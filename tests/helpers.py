@@ -147,7 +147,7 @@ def stopped_by(stop: int, args: list[str], cwd: Path, started: Callable[[subproc
 
 def run_pkm_task(tmp_path, task: dict, model: str):
     """Run one PKM task, once, on `model` (the response cache off); its trial."""
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.trials.evaluate import execute, prepare
     from optimizer.store import open_store
     from tests.conftest import PROJECT_ROOT

@@ -20,7 +20,8 @@ def project_settings(**flags):
     """The project folder (`find_project_root`) and its settings, with the flags given on the
     command line over the settings file and the environment (`load_settings`): every command that
     reads settings starts here."""
-    from optimizer.settings.config import find_project_root, load_settings
+    from optimizer.settings.loading import load_settings
+    from optimizer.settings.sources import find_project_root
 
     root = find_project_root()
     return root, load_settings(root, flags)

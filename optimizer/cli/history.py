@@ -30,7 +30,7 @@ def history_command(
     url = store_url_as_given(root)
     history = read_quickly(url, lambda quick: load_history(quick, limit)) if url else None
     if history is None:  # PostgreSQL, no store yet, one to migrate, or a fault the Store reports
-        from optimizer.settings.config import load_settings
+        from optimizer.settings.loading import load_settings
         from optimizer.store import open_store
 
         settings = load_settings(root)

@@ -16,7 +16,7 @@ def validate_command(
 ) -> None:
     """Load every suite, check graders and fixtures, and replay each task with mock/oracle (must score 1.0)."""
     from optimizer.cli._common import console
-    from optimizer.settings.config import find_project_root
+    from optimizer.settings.sources import find_project_root
     from optimizer.errors import EXIT_FAILED
     from optimizer.validate import validate_suites
 

@@ -47,7 +47,7 @@ from optimizer.proposal.patch import LintIndex
 from optimizer.proposal.proposers import make_proposer
 from optimizer.proposal.request import load_manual
 from optimizer.registry import get_agent
-from optimizer.settings.config import check_search_budget
+from optimizer.settings.loading import check_search_budget
 from optimizer.settings.parts import LoopSettings, ProposalSettings
 from optimizer.store.digest import NightScope, StoreChanged
 from optimizer.suites import load_suites, with_regression_suites

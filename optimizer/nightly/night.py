@@ -35,7 +35,7 @@ from typing import Any, Collection
 
 from optimizer import gitops
 from optimizer.proposal.box import remove_stray_boxes
-from optimizer.settings.config import put_in_use
+from optimizer.settings.loading import put_in_use
 from optimizer.errors import InputError
 from optimizer.ledger import BudgetExceeded, Ledger, charging
 from optimizer.nightly.checks import branch_name, check_night

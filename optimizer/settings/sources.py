@@ -21,8 +21,9 @@ ENV_PREFIX = "OPTIMIZER_"
 SETTING_NAMES = frozenset({
     "ablation_trials", "agent_model", "alpha", "alpha_harm", "batch_pairs", "bucket_patience", "cache",
     "candidates", "clear_after", "concurrency", "confirm_trials", "database_url", "extra_target_rollouts", "gate",
-    "holdout_rule", "judge_model", "local_slots", "local_threads", "lone_task_factor", "loop_trials", "margin_min_pairs",
-    "max_bucket_drop", "max_bucket_pairs", "max_changed_lines", "max_rollouts", "max_target_pairs",
+    "holdout_rule", "judge_model", "local_slots", "local_threads", "lone_task_factor", "loop_trials",
+    "margin_min_pairs", "max_bucket_drop", "max_bucket_pairs", "max_changed_lines", "max_rollouts",
+    "max_target_pairs",
     "min_bucket_pairs", "mock_patcher_script", "mock_patcher_skill", "model_prices", "models_file",
     "name_weighting", "night_alpha", "patch_format", "patcher_model", "patcher_temperature", "proposer",
     "proposer_command", "proposer_env", "proposer_timeout", "propose_open", "refuse_beyond_margin", "refuse_unsafe",
@@ -36,7 +37,8 @@ NOT_SETTINGS = {
     "OPTIMIZER_ROOT": "the project folder (`find_project_root`)",
     "OPTIMIZER_MODEL_DIR": "where the embedded model is kept (`optimizer.engines.llamacpp.install`)",
     "OPTIMIZER_PLAIN": "plain progress lines instead of live bars (`optimizer.cli._common`)",
-    "OPTIMIZER_AIDER_VENV": "the aider install `make aider` made, for its end-to-end test (`tests/optimizer/proposal/test_aider_proposer.py`)",
+    "OPTIMIZER_AIDER_VENV": "the aider install `make aider` made, for its end-to-end test "
+                            "(`tests/optimizer/proposal/test_aider_proposer.py`)",
 }
 """The `OPTIMIZER_*` environment variables the project reads that are not settings. Every other
 `OPTIMIZER_<NAME>` must name a setting: an unknown one is a typo, refused rather than ignored."""

@@ -22,7 +22,7 @@ from queue import Empty, SimpleQueue
 from typing import Callable
 
 from optimizer.trials.agent_run import AgentContext
-from optimizer.settings.config import find_project_root
+from optimizer.settings.sources import find_project_root
 from optimizer.errors import (DeadlinePassed, InputError, ModelCallError, OptimizerError, StoreError, TrialCutShort,
                               TrialTimeout, first_line)
 from optimizer.trials.judging import JudgeSettings, judging

@@ -47,7 +47,7 @@ def test_a_general_rule_for_the_failing_bucket_is_accepted(cli, repo, tmp_path, 
 
 def test_targets_are_compared_on_fresh_pairs_in_batches_and_the_rest_on_the_baselines(cli, repo, tmp_path,
                                                                                         monkeypatch):
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.store import open_store
 
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
@@ -120,7 +120,7 @@ def test_a_patch_that_harms_another_bucket_is_rejected_naming_it(cli, repo, tmp_
 
 
 def test_a_second_iteration_on_the_same_base_reuses_its_fresh_base_prompt_trials(cli, repo, tmp_path, monkeypatch):
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.store import open_store
 
     monkeypatch.setenv("OPTIMIZER_ABLATION_TRIALS", "0")  # two gated proposals, each rejected by the gate
@@ -242,7 +242,7 @@ def test_the_command_proposer_patch_is_its_git_diff(cli, repo, tmp_path, monkeyp
 def test_the_checkout_is_untouched_after_a_crash_mid_iteration(repo, tmp_path, monkeypatch):
     from optimizer.loop import candidate
     from optimizer.loop import iteration as loop
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.store import open_store
 
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
@@ -282,7 +282,7 @@ def test_dry_run_writes_a_request_without_holdout_tasks(cli, repo, tmp_path, mon
 def test_the_baseline_runs_a_task_alone_in_its_bucket_lone_task_factor_times(cli, repo, tmp_path, monkeypatch):
     from collections import Counter
 
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.store import open_store
 
     monkeypatch.setenv("OPTIMIZER_LONE_TASK_FACTOR", "3")
@@ -352,7 +352,7 @@ def test_mock_patcher_without_a_script_is_a_configuration_error(cli, repo):
 @pytest.mark.slow
 def test_the_gate_false_accept_rate_on_mock_sim_is_at_most_five_percent(repo, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_SIM_NOISE", "independent")
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.store import open_store
     from optimizer.loop.iteration import LoopContext
     from optimizer.loop.noise import measure_noise
@@ -468,7 +468,7 @@ def test_a_mock_patcher_script_that_does_not_exist_is_named(cli, repo, tmp_path,
 
 
 def test_every_run_of_an_iteration_ends_completed_with_a_summary_of_all_its_trials(cli, repo, tmp_path, monkeypatch):
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.store import open_store
 
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.settings.config import load_settings
+from optimizer.settings.loading import load_settings
 from optimizer.models import routing
 from optimizer.store import open_store
 from tests.conftest import PROJECT_ROOT

@@ -289,7 +289,7 @@ def test_an_unknown_optimizer_variable_is_refused_by_a_command_that_reads_no_set
 
 
 def test_the_optimizer_variables_that_are_not_settings_are_accepted(cli, isolated, monkeypatch, tmp_path):
-    from optimizer.settings.config import NOT_SETTINGS
+    from optimizer.settings.sources import NOT_SETTINGS
 
     monkeypatch.setenv("OPTIMIZER_MODEL_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("OPTIMIZER_PLAIN", "1")

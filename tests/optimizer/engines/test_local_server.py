@@ -169,7 +169,7 @@ def test_a_state_file_whose_pid_now_names_another_process_is_stale():
 def test_a_card_trial_on_a_server_too_slow_to_finish_one_reply_is_errored_as_the_infrastructures(fake, monkeypatch,
                                                                                                  tmp_path):
     """A busy machine: the first reply is still streaming at the deadline. Not the agent's failure."""
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.trials.evaluate import execute, prepare
     from optimizer.store import open_store
     from tests.helpers import event_task, write_suite
@@ -197,7 +197,7 @@ def test_the_server_generates_on_all_cores_but_one(monkeypatch, cores, generatin
 def test_local_threads_sets_the_generating_threads_and_tells_the_server_apart(monkeypatch):
     """`local_threads` (through the provider's configure hook) overrides the default; a server
     with other threads is another server (its own state file), never one found running."""
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     default = llamacpp.spec()

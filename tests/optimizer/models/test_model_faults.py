@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from optimizer.settings.config import load_settings
+from optimizer.settings.loading import load_settings
 from optimizer.trials.evaluate import execute, prepare
 from optimizer.store import open_store
 from optimizer.models import register_provider

@@ -14,7 +14,7 @@ import threading
 import pytest
 
 import optimizer
-from optimizer.settings.config import load_settings
+from optimizer.settings.loading import load_settings
 from optimizer.errors import ModelConfigError
 from optimizer.trials.evaluate import execute, prepare
 from optimizer.store import open_store

@@ -72,7 +72,7 @@ def run_with_aider(cli, tmp_path, monkeypatch, base_url: str, model: str) -> tup
     assert code in (0, 1), out + err[-3000:]
     summary = json.loads((tmp_path / "run.json").read_text())
     assert snapshot(root) == before, "the user's checkout changed"
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.store import open_store
 
     recorded = open_store(load_settings(root), root).proposals.rows(branch=summary["proposals"][0]["branch"])[-1]

@@ -250,7 +250,7 @@ def test_targets_rank_on_every_recorded_trial_of_the_base_prompt(tmp_path):
     from datetime import datetime, timezone
     from types import SimpleNamespace
 
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.loop.staging import Stage
     from optimizer.proposal.request import select_targets
     from optimizer.trials.runner import fingerprints
@@ -430,7 +430,7 @@ def test_after_an_accept_the_baseline_takes_in_the_gates_trials_and_fresh_trials
     trial of the base prompt that the next iteration's screening or gate runs is at an index no
     recorded trial of it holds, so none is an answer target selection saw served again by the
     response cache (each makes its own model call)."""
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.store import open_store
 
     monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SKILL", "1.0")
@@ -472,7 +472,7 @@ def test_a_sampled_proposal_draws_at_the_patcher_temperature_with_a_seed_of_its_
     """Several proposals for one iteration are sampled (`patcher_temperature`), each with its own
     seed from the settings' seed, the request and its ordinal: they differ, and a rerun of the same
     request draws the same. A single proposal is greedy."""
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.proposal.proposers import ProposalRequest, make_proposer
 
     settings = load_settings(PROJECT_ROOT).model_copy(update={"patcher_temperature": 0.9, "seed": 3})

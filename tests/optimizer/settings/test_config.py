@@ -2,7 +2,8 @@
 
 def test_a_mock_run_judges_with_a_mock_unless_a_judge_model_is_asked_for(tmp_path, monkeypatch):
     """The PKM suite on mock/sim used to start (or join) the embedded model for its judges."""
-    from optimizer.settings.config import DEFAULT_MODEL, load_settings
+    from optimizer.settings.config import DEFAULT_MODEL
+    from optimizer.settings.loading import load_settings
 
     for name in ("OPTIMIZER_AGENT_MODEL", "OPTIMIZER_JUDGE_MODEL"):
         monkeypatch.delenv(name, raising=False)

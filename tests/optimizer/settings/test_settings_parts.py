@@ -115,7 +115,7 @@ POLICY_SETTINGS = {"refuse_unsafe": ("pooled", "pooled"), "clear_after": ("5", 5
 
 
 def test_every_gate_policy_choice_the_docs_offer_is_a_setting_of_pyproject_and_the_environment(tmp_path, monkeypatch):
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
 
     gate_doc = (Path(__file__).resolve().parents[3] / "docs" / "gate.md").read_text()
     assert all(f"`{name}`" in gate_doc for name in POLICY_SETTINGS)

@@ -118,7 +118,7 @@ def test_the_store_address_read_without_the_settings_model_is_the_validated_one(
     """`store_url_as_given` (history's fast path) finds the store where the validated settings
     do: the default, the file's `state_dir`, the environment over the file, `database_url` over
     both; a value that is no string is left to the validation (None)."""
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.settings.sources import store_url_as_given
     from optimizer.store.address import store_url
 

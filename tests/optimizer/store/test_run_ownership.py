@@ -252,7 +252,7 @@ def test_processes_opening_a_blank_sqlite_store_at_once_all_succeed(tmp_path):
 
 
 def test_a_store_that_fails_once_open_is_not_blamed_on_its_folder(tmp_path, monkeypatch):
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
 
     def fails(conn):
         raise OperationalError("CREATE TABLE runs", {}, Exception("table runs already exists"))

@@ -190,7 +190,7 @@ def test_ctrl_c_sigterm_or_sighup_in_eval_leaves_the_run_interrupted_not_running
 
 def test_a_run_stopped_by_a_budget_is_stopped_with_the_reason(database):
     from optimizer.trials import evaluate
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.ledger import Budget, BudgetExceeded, Ledger, charging
     from optimizer.store import open_store
 
@@ -212,7 +212,7 @@ def test_a_run_stopped_by_a_budget_is_stopped_with_the_reason(database):
 def test_an_iteration_that_ends_early_says_how(repo, tmp_path, monkeypatch, database, ending, status, reason):
     from optimizer.loop import candidate
     from optimizer.loop import iteration as loop
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from optimizer.store import open_store
 
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.settings.config import load_settings
+from optimizer.settings.loading import load_settings
 from optimizer.errors import DeadlinePassed, TrialTimeout
 from optimizer.trials.evaluate import execute, prepare
 from optimizer.gate import PairTable, decide

@@ -263,7 +263,7 @@ def test_a_reviewer_clicks_from_the_runs_to_the_changed_pairs_and_a_transcript(c
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
 
     # the demo's stand-in coding agent: it appends the rule mock/sim rewards for the targeted bucket
     monkeypatch.setenv("OPTIMIZER_PROPOSER", "command")
@@ -420,7 +420,7 @@ def test_a_reviewer_goes_from_a_night_to_a_fallen_buckets_pairs_and_searches_the
     the first ran (the case the changed-pairs page once showed as 0 pairs)."""
     from selenium.webdriver.common.by import By
 
-    from optimizer.settings.config import load_settings
+    from optimizer.settings.loading import load_settings
     from tests.helpers import FACT_RULE, LINK_HARM, after_data_line, script
 
     both = f"{FACT_RULE} {LINK_HARM.removeprefix('- ')}"  # one line: the ablation keeps it whole
