@@ -168,6 +168,23 @@ def _diff(repo, *args: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+WATCH_REVERT = "(optimizer watch)"
+"""The mark in the subject of a commit by which the nightly's watch reverted a patch shown harmful."""
+
+
+def reverted_lines(repo, commit: str, path: str) -> frozenset[str]:
+    """The lines of `path` that the watch's revert commits reachable from `commit` took out
+    (stripped, blank ones left out): a patch shown harmful must not come back in a later one."""
+    from optimizer.proposal.diffs import changed_lines
+
+    found = repo.git.log("--format=%H", "--fixed-strings", f"--grep={WATCH_REVERT}", commit, "--", path)
+    lines: set[str] = set()
+    for sha in found.split():
+        removed = changed_lines(repo.git.show("--format=", sha, "--", path))[1]
+        lines.update(line.strip() for line in removed if line.strip())
+    return frozenset(lines)
+
+
 def file_at(repo, tree: str, path: str) -> bytes | None:
     """The content of the regular file at `path` in `tree`; None when there is none (deleted, or a
     link, folder or submodule in its place)."""

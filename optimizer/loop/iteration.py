@@ -216,6 +216,8 @@ def propose(state: IterationState) -> str | None:
     prompt = state.base_prompt(selection.agent)
     lint_index = LintIndex.from_suites(state.suites)
     candidates = Candidates(state)
+    if state.hand_edit is None:  # a proposer may not bring back what the watch took out; a person may
+        lint_index.reverted = gitops.reverted_lines(state.repo, state.result.base.commit, prompt_path)
     if state.hand_edit is not None:
         candidates.gate_one(HandEditProposer(state.hand_edit), selection, prompt, prompt_path, lint_index,
                             state.manual.sha256, name=f"{selection.agent}-{PROPOSER}", note="a hand edit")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.gate import CLEARED_BELOW, GroupStats
-from optimizer.gitops import AUTHOR_NAME
+from optimizer.gitops import AUTHOR_NAME, WATCH_REVERT
 
 WATCH_INDEX = 2_000_000
 """First trial index of watch trials: past the gate's (a few per task) and the screening ones
@@ -167,7 +167,7 @@ def judge(entry: Watched, thresholds: dict[str, float], *, clear_after: int, wat
 
 def revert_message(entry: Watched, night: str) -> str:
     """The revert commit's message: what is reverted and the evidence."""
-    lines = [f"Revert \"{entry.headline}\" (optimizer watch)", "",
+    lines = [f"Revert \"{entry.headline}\" {WATCH_REVERT}", "",
              f"The watch shows this patch harmful after {entry.nights} night(s) of paired trials of the prompt with "
              "and without it (anytime-valid harm bets, Bonferroni over its harm groups):", f"  {entry.reason}", "",
              "Pairs per harm group (mean change with the patch, pass-rate change):"]

@@ -7,6 +7,7 @@ Checks, in order (the first that fails rejects the patch, with the offending tex
   UTF-8 text;
 * **empty**: the patch changes something;
 * **size**: added + removed lines within `max_changed_lines`;
+* **reverted**: no added line is one the nightly's watch reverted as harmful (`LintIndex.reverted`);
 * **hard-coding lint**: added text may not copy, unless the base prompt already had it
   (case-insensitive, whole words),
   - a task id of any suite,
@@ -91,6 +92,9 @@ class LintIndex:
     """4-word runs of eval inputs -> the ids of the tasks whose inputs hold them."""
     inputs: dict[str, str] = field(default_factory=dict)
     """Task id -> its input, whitespace-folded (`folded`), for inputs of `RUN_LENGTH` words or more."""
+    reverted: frozenset[str] = frozenset()
+    """Lines the nightly's watch reverted as harmful (`gitops.reverted_lines`), stripped: a patch
+    may not add one again."""
 
     @classmethod
     def from_suites(cls, suites: Iterable[Suite]) -> "LintIndex":
@@ -216,4 +220,8 @@ def _content_checks(base_prompt: str, diff: str, max_changed_lines: int, index: 
     if len(added) + len(removed) > max_changed_lines:
         return PatchCheck(False, "size", f"{len(added)} added + {len(removed)} removed lines exceed the budget "
                                          f"of {max_changed_lines}")
+    again = sorted({line.strip() for line in added} & index.reverted)
+    if again:
+        return PatchCheck(False, "reverted", "the patch adds again what the nightly's watch reverted as harmful: "
+                                             + "; ".join(repr(line) for line in again[:3]), again)
     return lint(base_prompt, "\n".join(added), index)

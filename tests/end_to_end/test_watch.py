@@ -11,7 +11,7 @@ import pytest
 from optimizer import gitops
 from optimizer.nightly.watch import GroupEvidence, Watched, judge, patches_in, revert_message, without_patch
 from tests.end_to_end.test_nightly import nightly
-from tests.helpers import DATA_LINE, FACT_RULE, LINK_HARM, PROMPT, git, script
+from tests.helpers import DATA_LINE, FACT_RULE, LINK_HARM, PROMPT, after_data_line, git, script
 
 HEADLINE = "card_agent: prompt patch for fact_preservation"
 
@@ -99,11 +99,16 @@ def test_a_merged_patch_shown_harmful_is_reverted_on_main_with_its_evidence(cli,
     prompt = (repo / PROMPT).read_text()
     assert LINK_HARM not in prompt and FACT_RULE not in prompt
     assert "watch: reverted" in output
-    # the next night finds nothing to watch: the patch is reverted
+    # the next night finds nothing to watch: the patch is reverted; and a proposal that brings the
+    # reverted line back is refused before any trial
+    script(tmp_path, monkeypatch, *[after_data_line(FACT_RULE, LINK_HARM)] * 3)  # whatever ordinal comes next
     code, summary, output = nightly(cli, tmp_path, "--date", "2026-11-24", "--max-iterations", "1", "--merge",
                                     "--patience", "1")
     assert code == 0, output
     assert summary["watch"] == [] and "watch:" not in output
+    (row,) = summary["iterations"]
+    assert row["status"] == "rejected" and "reverted: the patch adds again what the nightly's watch reverted" \
+        in row["reason"] and LINK_HARM.strip() in row["reason"], row
 
 
 def test_a_resumed_nights_watch_is_the_same_as_an_uninterrupted_one(cli, repo, isolated, tmp_path, monkeypatch):

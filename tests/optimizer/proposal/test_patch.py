@@ -105,3 +105,15 @@ def test_a_diffs_headers_are_neither_added_nor_removed_lines():
     added, removed = changed_lines(diff)
     assert added == ["+++ three pluses", ""] and removed == ["--- a rule that starts with dashes"]
     assert added_lines(diff) == ["+++ three pluses"] and size(diff) == 3
+
+
+def test_a_line_the_watch_reverted_may_not_be_added_again():
+    base = "# Prompt\n"
+    index = LintIndex(reverted=frozenset({"Never use link for a web page."}))
+    again = unified_diff(base, base + "  Never use link for a web page.\n", "p.md")
+    check = check_patch(changed_files=["p.md"], allowed_file="p.md", base_prompt=base, diff=again,
+                        max_changed_lines=40, index=index)
+    assert not check.passed and check.rule == "reverted" and "Never use link" in check.reason
+    other = unified_diff(base, base + "Keep every number.\n", "p.md")
+    assert check_patch(changed_files=["p.md"], allowed_file="p.md", base_prompt=base, diff=other,
+                       max_changed_lines=40, index=index).passed
