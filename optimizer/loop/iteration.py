@@ -191,6 +191,7 @@ def target(state: IterationState) -> str | None:
     state.log("no train trial failed: nothing to fix" if not set_aside and not result.skipped else
               "every failing bucket already had its rejected proposals at this base, or passed its fresh "
               "confirmation: nothing new to try")
+    result.status = "nothing_to_fix"
     state.store.iterations.finish(result.iteration_id, "nothing_to_fix", iteration_summary(result),
                                   baseline_run_id=result.baseline_run_id)
     return "nothing_to_fix"
@@ -204,6 +205,7 @@ def request(state: IterationState) -> str | None:
     write_request(state, selection, state.base_prompt(selection.agent), prompt_path, state.manual, state.rejected)
     if not state.options.dry_run:
         return None
+    result.status = "dry_run"
     state.store.iterations.finish(result.iteration_id, "dry_run", iteration_summary(result))
     return "dry_run"
 

@@ -277,6 +277,11 @@ def test_dry_run_writes_a_request_without_holdout_tasks(cli, repo, tmp_path, mon
     assert "Edit only `agents/prompts/card_agent.md`" in request
     assert "## Prompt manual" in request and "Never write to the test" in request
     assert optimizer_branches(repo) == []
+    import os
+    import sqlite3
+    with sqlite3.connect(Path(os.environ["OPTIMIZER_STATE_DIR"]) / "optimizer.db") as db:
+        status, stored = db.execute("select status, summary_json from iterations").fetchone()
+    assert status == "dry_run" and json.loads(stored)["status"] == "dry_run"  # the record says what ended it
 
 
 def test_the_baseline_runs_a_task_alone_in_its_bucket_lone_task_factor_times(cli, repo, tmp_path, monkeypatch):
@@ -492,6 +497,11 @@ def test_an_agent_that_passes_every_train_trial_ends_the_iteration_with_nothing_
     assert code == 0, out + err
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "nothing_to_fix"
     assert "no train trial failed: nothing to fix" in err
+    import os
+    import sqlite3
+    with sqlite3.connect(Path(os.environ["OPTIMIZER_STATE_DIR"]) / "optimizer.db") as db:
+        (stored,) = db.execute("select summary_json from iterations").fetchone()
+    assert json.loads(stored)["status"] == "nothing_to_fix"
 
 
 def test_the_example_patch_format_shows_a_targets_note_and_the_gate_leaves_that_task_out(cli, repo, tmp_path,
