@@ -58,7 +58,7 @@ def decide(table: PairTable, *, targets: Iterable[tuple[str, str]], policy: Gate
                     excluded_pairs=unscored.excluded, rollouts=rollouts, capped=capped, non_voting=sorted(table.non_voting),
                     verdict=verdict_of(open_rows, policy) if accepted else "",
                     open_groups=[f"{_label(row)} ({_unsure(row)})" for row in open_rows
-                                 if row.verdict == "not shown safe" or leans(row.fell, math.inf, policy, row.kind)])
+                                 if row.verdict == "not shown safe" or holdout_fell(row.kind, row.fell, policy)])
 
 
 def verdict_of(open_rows: list[BucketChange], policy: GatePolicy) -> str:
@@ -83,8 +83,14 @@ def leans(fell: float, harm_evalue: float, policy: GatePolicy, kind: str = "buck
     or below `alpha_harm` (its e-value at least 1 / `alpha_harm`). With `holdout_rule = no_fall`
     the holdout leans on its fall alone."""
     if kind == "holdout" and policy.holdout_rule == "no_fall":
-        return fell > policy.max_bucket_drop
+        return holdout_fell(kind, fell, policy)
     return fell > policy.max_bucket_drop and harm_evalue >= 1 / policy.alpha_harm
+
+
+def holdout_fell(kind: str, fell: float, policy: GatePolicy) -> bool:
+    """Under `holdout_rule = no_fall`: the group is the holdout and it fell (mean score or pass
+    rate) by more than `max_bucket_drop`, whatever its harm test says."""
+    return kind == "holdout" and policy.holdout_rule == "no_fall" and fell > policy.max_bucket_drop
 
 
 def _summary(row: BucketChange | None) -> dict[str, Any]:

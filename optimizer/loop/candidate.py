@@ -110,7 +110,7 @@ class Candidates:
         if not found.passed:
             record.status, record.reason = "rejected_check", f"{found.rule}: {found.reason}"
             return
-        change = self._ablate(selection, prompt, prompt_path, change, workdir, record)
+        change = self._ablate(selection, prompt, prompt_path, change, workdir, record, lint_index)
         headline = f"{selection.agent}: prompt patch for {', '.join(t.bucket for t in selection.targets)}"
         request = shown_path(result.request_path, Path(self.state.repo.working_tree_dir),
                              self.state.ctx.project_root / self.state.settings.state_dir)
@@ -119,7 +119,8 @@ class Candidates:
                                                                 request=request))
         with tempfile.TemporaryDirectory(prefix="optimizer-candidate-") as folder:
             decision = self._compare(record, selection,
-                                     export_prompts(state.repo, record.commit_sha, state.prompt_files, Path(folder)))
+                                     export_prompts(state.repo, record.commit_sha, state.prompt_files, Path(folder)),
+                                     prompt, lint_index)
         self.state.check_store("before the gate decided", confined=proposer.confined)
         record.decision = decision
         record.status = "accepted" if decision.accepted else "rejected_gate"
@@ -156,28 +157,23 @@ class Candidates:
         skip = skip % len(chosen) if chosen else 0
         return chosen[skip:] + chosen[:skip]
 
-    def _shown(self, agent: str, prompt_root: Path) -> set[tuple[str, str]]:
-        """The (suite, task) of the agent's tasks whose whole input its base or candidate prompt
-        shows: worked examples, never counted in the gate's pairs."""
-        suites = [suite for suite in self.state.suites if suite.spec.agent_name == agent]
-        index = LintIndex.from_suites(suites)
-        state = self.state
-        texts = gitops.read_at(state.repo, state.result.base.commit, state.prompt_paths[agent]) + "\n" + \
-            (prompt_root / get_agent(agent).prompt_file).read_text(encoding="utf-8")
-        ids = index.shown(texts)
-        return {(suite.name, task.id) for suite in suites for task in suite.tasks if task.id in ids}
+    def _shown(self, agent: str, prompt: str, prompt_root: Path, index: LintIndex) -> set[tuple[str, str]]:
+        """The (suite, task) of the agent's tasks whose whole input its base prompt (`prompt`) or
+        candidate prompt shows: worked examples, never counted in the gate's pairs."""
+        ids = index.shown(prompt + "\n" + (prompt_root / get_agent(agent).prompt_file).read_text(encoding="utf-8"))
+        return {(suite.name, task.id) for suite in self.state.suites if suite.spec.agent_name == agent
+                for task in suite.tasks if task.id in ids}
 
     def _ablate(self, selection: Selection, prompt: str, prompt_path: str, change, workdir: Path,
-                record: ProposalRecord):
+                record: ProposalRecord, index: LintIndex):
         """The change less the parts that did nothing for the targets (`optimizer.proposal.ablation`),
         made again from the box; the change as it was when nothing is dropped. A change that shows
         a worked example is judged whole: its lines are one example, not parts."""
         trials = self.state.settings.ablation_trials
         if not trials or self.state.hand_edit is not None:  # a person's edit is judged whole
             return change
-        patched_text = gitops.file_at(self.state.repo, change.tree, prompt_path).decode("utf-8")
-        index = LintIndex.from_suites(self.state.suites)
-        if index.shown(patched_text) - index.shown(prompt):
+        patched = gitops.file_at(self.state.repo, change.tree, prompt_path).decode("utf-8")  # checked as text
+        if index.shown(patched) - index.shown(prompt):
             self.state.log("ablation: none, the patch adds a worked example (judged whole)")
             return change
         targets = {(t.suite, t.bucket) for t in selection.targets}
@@ -198,7 +194,6 @@ class Candidates:
                     (trial_value(trial.score, trial.status), float(trial.status == "passed")))
             return by_bucket
 
-        patched = gitops.file_at(self.state.repo, change.tree, prompt_path).decode("utf-8")  # checked as text
         ablation = ablate(prompt, patched, score, kept_file=self.state.search_dir / "ablation" / (
             text_sha("\0".join([prompt, patched, repr(sorted(buckets)), str(trials)])) + ".json"))
         if ablation is None:
@@ -212,8 +207,10 @@ class Candidates:
         record.diff = change.diff
         return change
 
-    def _compare(self, record: ProposalRecord, selection: Selection, prompt_root: Path) -> Decision:
-        """The candidate (its prompts under `prompt_root`) against the base, recorded in a run of its own."""
+    def _compare(self, record: ProposalRecord, selection: Selection, prompt_root: Path, prompt: str,
+                 index: LintIndex) -> Decision:
+        """The candidate (its prompts under `prompt_root`) against the base (`prompt` is the base
+        prompt of the changed agent), recorded in a run of its own."""
         result = self.state.result
         targets = {(t.suite, t.bucket) for t in selection.targets}
         asked = {(t.suite, t.bucket) for t in result.selection.targets}
@@ -226,7 +223,7 @@ class Candidates:
                                                           self.state.night_decisions))
             self.state.log(f"gate: decision {self.state.night_decisions} of the night, improvement test at "
                            f"alpha {policy.alpha:.4f}")
-        shown = self._shown(selection.agent, prompt_root)
+        shown = self._shown(selection.agent, prompt, prompt_root, index)
         if shown:
             self.state.log(f"gate: {len(shown)} task(s) left out of the pairs, their input shown in the prompt as a "
                            f"worked example: {', '.join('/'.join(key) for key in sorted(shown))}")

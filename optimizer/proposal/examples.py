@@ -94,5 +94,5 @@ def choose(suites: Iterable[Suite], targets: Iterable[tuple[str, str]], baseline
         ranked = sorted((task for task in unshown if showable(task)), key=lambda task: (-rate[task.id], task.id))
         examples = [Example(suite_name, task.id, render(template, task)) for task in ranked]
         per_target.append([example for example in examples if lint(base_prompt, example.text, index).passed])
-    return [example for rank in range(max(map(len, per_target), default=0))
-            for examples in per_target if rank < len(examples) for example in [examples[rank]]]
+    return [examples[rank] for rank in range(max(map(len, per_target), default=0))
+            for examples in per_target if rank < len(examples)]
