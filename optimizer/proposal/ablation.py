@@ -6,14 +6,17 @@ other buckets, where a harm spread over a one-task bucket takes many pairs to sh
 the gate, a patch of several changed parts (the non-equal blocks of a line diff of the prompt,
 each inserted line a part of its own) is screened part by part: the patched prompt and, for
 each part, the patched prompt with that part undone, each on `trials` screening trials per
-targeted bucket of its train tasks. A part is kept when its removal lowers some targeted
-bucket's screening pass rate or score *significantly* (`removal_p`: Fisher's exact test on the
-passes, the Mann-Whitney U test on the scores, both one-sided, Bonferroni over the two tests and
-the targets, at `KEEP_BELOW`); the others did nothing shown for the targets and are dropped,
-except that each target keeps the part whose removal lowers it most surely (the gate asks every
-target to improve). A fixed margin on the difference of two 16-trial means kept a part that
-does nothing 38-44% of the time (the difference's spread is about 0.1); the test keeps one at
-most `KEEP_BELOW` of the time (3.8-5.7% measured, `benchmarks/ablation_keep.py`). The gate
+targeted bucket of its train tasks. Each target keeps the part whose removal lowers it most
+surely (the gate asks every target to improve); any other part is kept only when its removal
+lowers some targeted bucket's screening pass rate or score *significantly* (`removal_p`:
+Fisher's exact test on the passes, the Mann-Whitney U test on the scores, both one-sided,
+Bonferroni over the two tests and the targets, at `KEEP_BELOW`); the others did nothing shown for
+the targets and are dropped. A fixed margin on the difference of two 16-trial means kept a part
+that does nothing 38-44% of the time (the difference's spread is about 0.1); the test at 0.10
+kept one 3.8-5.7% of the time, and more often beside a right rule, since every part's test
+shares the whole patch's trials: a lucky whole-patch sample makes every part look useful at
+once. So a part beside a target's surest one must pass at 0.02 (`benchmarks/ablation_keep.py`
+measures both levels). The gate
 then judges what is left on fresh pairs, as any patch: the screening trials are
 at indexes of their own (`optimizer.proposal.screening.SCREEN_INDEX` and up), which the gate never reads,
 so choosing the parts on them leaves its levels as they were. The decision is kept in a file
@@ -30,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-KEEP_BELOW = 0.10
-"""A part is kept when the p-value of its removal lowering a target (`removal_p`) is at most this."""
+KEEP_BELOW = 0.02
+"""A part that is no target's surest is kept when the p-value of its removal lowering a target
+(`removal_p`) is at most this."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +72,9 @@ class Ablation:
         if not self.dropped:
             return f"every one of {len(self.kept)} changed part(s) lowered the targets when undone; all kept"
         shown = "; ".join(part.describe() for part in self.dropped)
-        return (f"dropped {len(self.dropped)} of {len(self.kept) + len(self.dropped)} changed part(s) whose removal "
-                f"lowered no target's screening pass rate or score significantly (p > {KEEP_BELOW}, {self.trials} "
-                f"screening trials): {shown}")
+        return (f"dropped {len(self.dropped)} of {len(self.kept) + len(self.dropped)} changed part(s) that helped no "
+                f"target most surely and whose removal lowered no target's screening pass rate or score "
+                f"significantly (p > {KEEP_BELOW}, {self.trials} screening trials): {shown}")
 
 
 Screened = dict[str, list[tuple[float, float]]]
@@ -160,10 +164,10 @@ def ablate(base: str, patched: str, score: Callable[[str, str], Screened],
            kept_file: Path | None = None) -> Ablation | None:
     """Leave-one-out over the patch's parts (see the module docstring). `score(prompt, label)`
     runs the screening trials of one prompt and returns them by targeted bucket (`Screened`): a
-    part is kept when undoing it lowers *some* target significantly (`removal_p` at most
-    `KEEP_BELOW`: with two targets, each rule helps its own; a rule's effect on the pass rate can
-    be larger than on the score, where a failed trial keeps partial credit). None when the patch
-    has fewer than two parts (nothing to leave out)."""
+    target keeps the part whose removal lowers it most surely, and another part is kept when
+    undoing it lowers *some* target significantly (`removal_p` at most `KEEP_BELOW`; a rule's
+    effect on the pass rate can be larger than on the score, where a failed trial keeps partial
+    credit). None when the patch has fewer than two parts (nothing to leave out)."""
     found = parts(base, patched)
     if len(found) < 2:
         return None
@@ -189,11 +193,9 @@ def ablate(base: str, patched: str, score: Callable[[str, str], Screened],
         drops.append({bucket: max(whole[bucket][0] - without[bucket][0], whole[bucket][1] - without[bucket][1])
                       for bucket in per_part[-1]})
     p_values = {f"part {number}": any_bucket(found_p) for number, found_p in enumerate(per_part, 1)}
-    chosen = {i for i in range(len(found)) if p_values[f"part {i + 1}"] <= KEEP_BELOW}
-    for bucket in whole:  # each target keeps the part that helps it most: it must improve at the gate
-        if not any(per_part[i].get(bucket, 1.0) <= KEEP_BELOW for i in chosen):
-            chosen.add(min(range(len(found)), key=lambda i: (per_part[i].get(bucket, 1.0),
-                                                            -drops[i].get(bucket, 0.0))))
+    chosen = {min(range(len(found)), key=lambda i: (per_part[i].get(bucket, 1.0), -drops[i].get(bucket, 0.0)))
+              for bucket in whole}  # each target keeps the part that helps it most: it must improve at the gate
+    chosen |= {i for i in range(len(found)) if p_values[f"part {i + 1}"] <= KEEP_BELOW}
     kept = [part for i, part in enumerate(found) if i in chosen]
     dropped = [part for i, part in enumerate(found) if i not in chosen]
     if kept_file is not None:
