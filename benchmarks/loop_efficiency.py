@@ -69,7 +69,7 @@ def main() -> None:
                                           f"{{request}} {{workdir}} {PROMPT}"})
         settings = load_settings(repo)
         store = open_store(settings, repo)
-        ctx = LoopContext(settings=settings, project_root=repo, store=store, log=lambda message: None)
+        ctx = LoopContext(settings=settings.parts, project_root=repo, store=store, log=lambda message: None)
         full = None
         total = total_model = rejected_in_a_row = 0
         first_score = last_score = None
@@ -94,7 +94,8 @@ def main() -> None:
                   f"{result.rollouts / naive:>7.2f}x  {result.model_rollouts:>5}  "
                   f"{result.model_rollouts / naive:>7.2f}x  {batches:>7}  {reason[:90]}", flush=True)
             if result.status == "accepted":
-                review(settings, repo, result.accepted.branch, merge=True)
+                review(store, repo, settings.state_dir, result.accepted.branch,
+                       merge=True)
             rejected_in_a_row = 0 if result.status == "accepted" else rejected_in_a_row + 1
             if result.status == "nothing_to_fix" or rejected_in_a_row >= args.patience:
                 break

@@ -112,7 +112,8 @@ class Bench:
         (workdir / self.agent.prompt_file).write_text(self.base, encoding="utf-8")
         subprocess.run(["git", "init", "-q", str(workdir)], check=True)
         proposer = LLMProposer(self.args.patcher_model, skill=self.args.skill, seed=self.args.seed,
-                               sample_temperature=self.settings.patcher_temperature, patch_format=protocol)
+                               sample_temperature=self.settings.patcher_temperature, patch_format=protocol,
+                               retry_attempts=self.settings.retry_attempts)
         proposal = proposer.propose(ProposalRequest(
             request=request, request_path=workdir / "request.md", prompt_file=self.agent.prompt_file,
             workdir=workdir, ordinal=ordinal, sample=True, check=self.check))

@@ -112,7 +112,7 @@ def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> 
         os.environ.update({**env, "OPTIMIZER_ROOT": str(repo), "OPTIMIZER_STATE_DIR": str(Path(folder) / "state")})
         settings = load_settings(repo)
         store = open_store(settings, repo)
-        ctx = LoopContext(settings=settings, project_root=repo, store=store, log=lambda message: None)
+        ctx = LoopContext(settings=settings.parts, project_root=repo, store=store, log=lambda message: None)
         git = gitops.open_repo(repo)
         screened: set[tuple[str, int]] = set()
         gated = iterations = 0
@@ -126,7 +126,7 @@ def loop_arm(name: str, budget: int, env: dict[str, str], truth: Truth, log) -> 
                 screened |= {(str(result.search.folder), c.number) for c in result.search.candidates}
             gated += sum(1 for p in result.proposals if p.decision is not None)
             if result.status == "accepted":
-                review(settings, repo, result.accepted.branch, merge=True)
+                review(store, repo, settings.state_dir, result.accepted.branch, merge=True)
                 after = gitops.read_at(git, "HEAD", PROMPT)
                 arm.changes.append(truth.kind(before, after))
             targets = ", ".join(t.bucket for t in result.selection.targets) if result.selection else "-"
@@ -197,7 +197,7 @@ def gepa_arm(budget: int, skill: float, seed: int, truth: Truth, log) -> Arm:
         adapter = ScreeningAdapter(items, run, targets=set(), failures=lambda trials: trials)
         base = (ROOT / PROMPT).read_text(encoding="utf-8")
         manual = load_manual(ROOT, AGENT)
-        patcher = LLMProposer("mock/patcher", skill=skill, seed=seed, patch_format="edits")
+        patcher = LLMProposer("mock/patcher", skill=skill, seed=seed, patch_format="edits", retry_attempts=1)
         count = [0]
 
         def propose(candidate, reflective_dataset, components):

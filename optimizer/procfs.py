@@ -1,12 +1,13 @@
 """What the Linux kernel says about a process: its /proc/<pid>/stat line and prctl(2).
 
-The reaper (which processes a proposer left) and run ownership (whether a run's owner is alive)
-both read a process's stat line; the reaper and the local model's server both call prctl. They
-read and load them here, one way.
+The reaper (which processes a proposer left), run ownership (whether a run's owner is alive) and
+the local model's server (whether its supervisor still runs) read a process's stat line; the
+reaper and the server both call prctl. They read and load them here, one way.
 """
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +24,24 @@ def stat_fields(pid: int | str) -> list[str] | None:
         return None
     _, closing, rest = stat.rpartition(")")
     return rest.split() if closing else None
+
+
+def alive(pid: int, started: str | None = None) -> bool:
+    """Whether `pid` runs (a zombie, an exited child not yet reaped, does not) and, given
+    `started` (its start time in clock ticks, `stat_fields(pid)[19]`), is the process that started
+    then, not a later one given the same pid."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    fields = stat_fields(pid)
+    if fields is None:  # no /proc here, or it has just exited
+        return True
+    return fields[0] != "Z" and (started is None or fields[19] == started)
 
 
 @lru_cache(maxsize=1)

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from optimizer.settings.config import Settings
+from optimizer.settings.config import replay_settings
 from optimizer.errors import SuiteError
 from optimizer.trials.evaluate import prepare
 from optimizer.trials.runner import Runner
@@ -40,8 +40,7 @@ def validate_suites(project_root: Path, names: list[str] | None = None) -> list[
     names = names or suite_names(project_root)
     if not names:
         raise SuiteError("no suites found", path=project_root / "suites", fix="add suites/<name>/suite.json")
-    settings = Settings(agent_model="mock/oracle", judge_model="mock/oracle", trials=1, cache=False,
-                        concurrency=1, suites=names)
+    settings = replay_settings(names)
     plan = prepare(settings, project_root, names)
     report = []
     with tempfile.TemporaryDirectory(prefix="optimizer-validate-") as scratch:

@@ -154,5 +154,5 @@ def run_pkm_task(tmp_path, task: dict, model: str):
 
     suite = write_suite(tmp_path / "suite", [task], name="harness", agent_name="pkm_agent")
     settings = load_settings(PROJECT_ROOT, {"agent_model": model, "cache": False})
-    run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    run, _ = execute(prepare(settings.evaluation, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
     return run.trials[0]

@@ -33,7 +33,7 @@ def loop_context(settings, root, *, quiet: bool = False):
     from optimizer.store import open_store
 
     store = open_store(settings, root)
-    return LoopContext(settings=settings, project_root=root, store=store,
+    return LoopContext(settings=settings.parts, project_root=root, store=store,
                        log=(lambda message: None) if quiet else
                        (lambda message: err_console.print(message, highlight=False, markup=False, soft_wrap=True)),
                        make_progress=lambda total, label: TrialProgress(total, label))

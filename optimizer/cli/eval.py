@@ -15,7 +15,7 @@ def eval_command(
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders (env OPTIMIZER_JUDGE_MODEL)."),
     trials: Optional[int] = typer.Option(None, help="Trials per task (overrides task and suite defaults)."),
     task: Optional[list[str]] = typer.Option(None, "--task", help="Only tasks whose id matches this glob (repeatable)."),
-    concurrency: Optional[int] = typer.Option(None, help="Trials run at once (default 8)."),
+    concurrency: Optional[int] = typer.Option(None, help="Trials run at once (the `concurrency` setting)."),
     seed: Optional[int] = typer.Option(None, help="Seed passed to the models."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Call the model even for identical requests."),
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file, help="Write the summary as JSON here."),
@@ -31,7 +31,7 @@ def eval_command(
 
     root, settings = project_settings(agent_model=agent_model, judge_model=judge_model, trials=trials,
                                       concurrency=concurrency, seed=seed, cache=False if no_cache else None)
-    eval_plan = evaluate.prepare(settings, root, suite or None, task)
+    eval_plan = evaluate.prepare(settings.evaluation, root, suite or None, task)
     store = open_store(settings, root)
     with TrialProgress(len(eval_plan.trials)) as progress, recording(settings, store):
         run, summary = evaluate.execute(eval_plan, store, on_trial=progress.update)

@@ -97,7 +97,7 @@ def _report(ctx, result, json_path: Optional[Path]) -> None:
 
     summary = result.as_dict()
     gated = decisions(ctx.store, result)
-    bound = spent(ctx.settings.alpha, ctx.settings.night_alpha, gated)
+    bound = spent(ctx.settings.loop.gate_policy.alpha, ctx.settings.loop.night_alpha, gated)
     summary.update(gate_decisions=gated, false_accept_bound=bound)
     if json_path:
         write_json(json_path, summary)
@@ -107,7 +107,7 @@ def _report(ctx, result, json_path: Optional[Path]) -> None:
                   soft_wrap=True)
     console.print(f"the gate decided {gated} candidate(s), each at its share of night_alpha: the chance this night "
                   f"merged a patch that changes nothing is at most {bound:.3f} (night_alpha "
-                  f"{ctx.settings.night_alpha})", highlight=False, soft_wrap=True)
+                  f"{ctx.settings.loop.night_alpha})", highlight=False, soft_wrap=True)
     for row in result.iterations:
         console.print(f"  {row['number']:>2}. {row['status']:<16} {', '.join(row.get('targets') or []) or '-'}"
                       f"{'  ' + row['commit'][:12] if row.get('commit') else ''}"

@@ -32,6 +32,7 @@ def review_command(
     """Show a proposal: its git diff, the bucket table before/after, the gate's reasons, cost."""
     from optimizer.cli._common import project_settings
     from optimizer.reporting.review import review
+    from optimizer.store import open_store
 
     root, settings = project_settings()
     if night is not None:
@@ -41,9 +42,18 @@ def review_command(
         from optimizer.reporting.review import review_night
         from optimizer.reporting.review_markdown import render_night_markdown
 
-        typer.echo(render_night_markdown(review_night(settings, root, night), viewer=viewer_url), nl=False)
+        store = open_store(settings, root)
+        try:
+            found = review_night(store, root, settings.state_dir, night)
+        finally:
+            store.close()
+        typer.echo(render_night_markdown(found, viewer=viewer_url), nl=False)
         return
-    record = review(settings, root, branch, merge=merge)
+    store = open_store(settings, root)
+    try:
+        record = review(store, root, settings.state_dir, branch, merge=merge)
+    finally:
+        store.close()
     if format is Format.markdown:
         from optimizer.reporting.review_markdown import render_markdown
 

@@ -53,7 +53,7 @@ from optimizer.gate.groups import KIND_ORDER, POOLED, Groups, groups_of, harm_gr
 from optimizer.gate.harm import CLEARED_BELOW, NAMED_SHARE, harm_rows, harm_thresholds, suspicious
 from optimizer.gate.improvement import FUTILE_AFTER, improvement_status
 from optimizer.gate.pairs import Pair, PairTable, TaskKey
-from optimizer.gate.policy import GateMode, GatePolicy
+from optimizer.settings.parts import GateMode, GatePolicy
 from optimizer.gate.report import BucketChange, Decision, RuleResult, bucket_row
 from optimizer.gate.rules import decide, errored_rejects, leans
 from optimizer.gate.sequential import EPSILON, GroupStats, group_stats

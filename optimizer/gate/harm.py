@@ -8,7 +8,7 @@ import math
 
 from optimizer.gate.groups import Groups, is_named
 from optimizer.gate.pairs import PairTable
-from optimizer.gate.policy import GatePolicy
+from optimizer.settings.parts import GatePolicy
 from optimizer.gate.report import BucketChange, bucket_row
 from optimizer.gate.sequential import GroupStats, group_stats
 

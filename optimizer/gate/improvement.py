@@ -4,7 +4,7 @@ improvement test and its stopping rules (shown, capped at `max_target_pairs`, fu
 from __future__ import annotations
 
 from optimizer.gate.pairs import PairTable
-from optimizer.gate.policy import GatePolicy
+from optimizer.settings.parts import GatePolicy
 from optimizer.gate.report import BucketChange, bucket_row
 from optimizer.gate.sequential import EPSILON, group_stats
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from optimizer.gate.policy import GateMode
+from optimizer.settings.parts import GateMode
 from optimizer.gate.sequential import GroupStats, fell
 from optimizer.scoring import mean_interval
 

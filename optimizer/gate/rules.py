@@ -16,7 +16,7 @@ from optimizer.gate.groups import groups_of, is_named
 from optimizer.gate.harm import harm_rows, harm_thresholds
 from optimizer.gate.improvement import improvement_status
 from optimizer.gate.pairs import PairTable, Unscored
-from optimizer.gate.policy import GatePolicy
+from optimizer.settings.parts import GatePolicy
 from optimizer.gate.report import BucketChange, Decision, RuleResult, bucket_row
 from optimizer.gate.sequential import EPSILON, group_stats
 from optimizer.stats import HARM_GRID, anytime_p

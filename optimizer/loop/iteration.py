@@ -75,7 +75,7 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
     With `watch`, the iteration runs the night's watch of merged patches instead
     (`optimizer.nightly.watch.run_watch`) and ends `watched`. With `hand_edit`, the iteration gates that
     edit of its agent's prompt instead of asking a proposer (`optimizer.loop.hand_edit`)."""
-    check_search_budget(ctx.settings)
+    check_search_budget(ctx.settings.loop.search_rollouts)
     settings = ctx.settings.loop
     root = ctx.project_root
     repo = gitops.open_repo(root)

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from optimizer import gitops
-from optimizer.settings.config import Settings
 from optimizer.files import write_json
 from optimizer.gate import Decision
 from optimizer.proposal.request import Selection
 from optimizer.proposal.pool import SearchOutcome, save_records
-from optimizer.settings.parts import ProposalSettings
+from optimizer.settings.parts import ProposalSettings, SettingsParts
 from optimizer.store import ProposalRow, Store
 from optimizer.types import Trial, Usage
 
@@ -76,7 +75,9 @@ class IterationResult:
 
 @dataclass
 class LoopContext:
-    settings: Settings
+    settings: SettingsParts
+    """The parts of the settings the command read (`Settings.parts`); a resumed night swaps in
+    the ones it stored."""
     project_root: Path
     store: Store
     log: Log = print

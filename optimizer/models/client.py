@@ -48,15 +48,15 @@ class MalformedResponse(Exception):
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Backoff for transient faults: timeouts, 429 (honouring retry-after), 5xx, malformed replies."""
+    """Backoff for transient faults: timeouts, 429 (honouring retry-after), 5xx, malformed replies.
+    `max_attempts` and `base_delay_s` are the settings `retry_attempts` and `retry_base_delay`."""
 
-    max_attempts: int = 4
-    base_delay_s: float = 1.0
+    max_attempts: int
+    base_delay_s: float
     max_delay_s: float = 30.0
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
-        backoff = min(self.max_delay_s, self.base_delay_s * (2 ** attempt))
-        backoff *= 0.75 + 0.5 * random.random()
+        backoff = min(self.max_delay_s, self.base_delay_s * (2 ** attempt)) * (0.75 + 0.5 * random.random())
         if retry_after is not None:
             backoff = max(backoff, min(retry_after, self.max_delay_s))
         return backoff
@@ -125,7 +125,7 @@ class ModelClient:
     model: str
     role: str = "agent"
     cache: ResponseCache | None = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(1, 0.0))  # one try; the runner gives its own
     temperature: float | None = None
     seed: int | None = None
     trial_key: str | None = None

@@ -35,14 +35,13 @@ from typing import Any, Collection
 
 from optimizer import gitops
 from optimizer.proposal.box import remove_stray_boxes
-from optimizer.settings.loading import put_in_use
 from optimizer.errors import InputError
 from optimizer.ledger import BudgetExceeded, Ledger, charging
 from optimizer.nightly.checks import branch_name, check_night
 from optimizer.nightly.lock import repository_identity, repository_lock
 from optimizer.nightly.results import NightlyLimits, NightlyResult, iteration_row, limits_of, limits_values
 from optimizer.loop.iteration import LoopContext, run_iteration
-from optimizer.settings.night import (night_values, override_names, owned, restore, resumable, settings_of,
+from optimizer.settings.night import (night_values, override_names, owned, parts_of, restore, resumable,
                                       stored_values)
 from optimizer.registry import get_agent
 from optimizer.trials.runner import new_run_id
@@ -67,7 +66,7 @@ def run_nightly(ctx: LoopContext, *, suite_names: list[str] | None = None, base_
         raise InputError("--override changes a night being resumed", field="--override",
                          fix="add --resume, or drop --override")
     overrides = override_names(overrides)
-    requested = night_values(ctx.settings, {"suite": suite_names, "merge": merge, "base": base_ref,
+    requested = night_values(ctx.settings.values, {"suite": suite_names, "merge": merge, "base": base_ref,
                                             "date": day.isoformat() if day else None, **limits_values(limits)})
     identity = repository_identity(repo)
     with repository_lock(ctx.store, state_dir / "nightly.lock", identity, "optimizer nightly", ctx.log):
@@ -143,7 +142,7 @@ def _resume(ctx: LoopContext, repo, identity: str, requested: dict[str, Any], gi
     record = resumable(ctx.store.nightlies.rows(), repo, identity, ctx.project_root)
     check_witness(ctx.store, _state_dir(ctx), record, ctx.log)
     values = restore(stored_values(record), requested, given=given, overrides=overrides, log=ctx.log)
-    ctx.settings = put_in_use(settings_of(values), ctx.project_root)
+    ctx.settings = parts_of(values, ctx.project_root)
     ctx.store.nightlies.save_settings(record["nightly_id"], owned(values, identity, ctx.project_root))
     return NightlyResult.from_record(record), values
 
@@ -202,7 +201,7 @@ def _review_body(ctx: LoopContext, proposal: dict) -> str:
 
     path = _state_dir(ctx) / "review" / f"{proposal['iteration_id']}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_markdown(review(ctx.settings, ctx.project_root, proposal["branch"], store=ctx.store)),
+    path.write_text(render_markdown(review(ctx.store, ctx.project_root, ctx.settings.state_dir, proposal["branch"])),
                     encoding="utf-8")
     return str(path.relative_to(ctx.project_root) if path.is_relative_to(ctx.project_root) else path)
 
@@ -295,7 +294,7 @@ def _watch(ctx: LoopContext, repo, result: NightlyResult, names: list[str], agen
     iterations: the state goes on from the newest earlier night of this base branch that ran one,
     and a patch shown harmful is reverted by a commit on the night's branch. Once per night (a
     resumed night whose watch ended does not run it again)."""
-    settings = ctx.settings
+    settings = ctx.settings.nightly
     if not result.merge or not settings.watch_rounds or result.watch is not None:
         return
     earlier = [row for row in ctx.store.nightlies.rows() if row["nightly_id"] != result.nightly_id

@@ -45,7 +45,7 @@ class LLMProposer:
     confined = True
 
     def __init__(self, model: str, *, script: str | None = None, skill: float | None = None, seed: int = 0,
-                 temperature: float = 0.0, sample_temperature: float = 0.0, retry_attempts: int = 4,
+                 temperature: float = 0.0, sample_temperature: float = 0.0, retry_attempts: int,
                  patch_format: str = "edits"):
         """`script`, or `skill` and `seed`, are passed on to `mock/patcher` (other models ignore
         them). A proposal is greedy (`temperature`) unless the request asks for a sample

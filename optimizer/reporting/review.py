@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from optimizer import gitops
-from optimizer.settings.config import Settings
 from optimizer.errors import InputError
 from optimizer.files import shown_path
 
@@ -64,15 +63,12 @@ def find_proposal(store, branch: str | None) -> dict:
     return proposals[-1]
 
 
-def review(settings: Settings, root: Path, branch: str | None, *, merge: bool = False, store=None) -> Review:
-    """The proposal's record (default: the latest accepted one); with `merge`, merged into its base
-    branch (which must be checked out). `store`: the one open already (else the settings')."""
-    from optimizer.store import open_store
-
-    store = store or open_store(settings, root)
+def review(store, root: Path, state_dir: str, branch: str | None, *, merge: bool = False) -> Review:
+    """The proposal's record in `store` (default: the latest accepted one); with `merge`, merged
+    into its base branch (which must be checked out). `state_dir`: the setting, under `root`."""
     proposal = find_proposal(store, branch)
     repo = gitops.open_repo(root)
-    found = review_of(store, repo, proposal, root / settings.state_dir)
+    found = review_of(store, repo, proposal, root / state_dir)
     if merge:
         return Review(**{**found.__dict__, "merged": _merge(repo, proposal, found.iteration)})
     return found
@@ -116,11 +112,8 @@ class NightReview:
         return self.night.get("state") or {}
 
 
-def review_night(settings: Settings, root: Path, nightly_id: str, *, store=None) -> NightReview:
-    """The night `nightly_id` (`latest`: the last one started) as one review."""
-    from optimizer.store import open_store
-
-    store = store or open_store(settings, root)
+def review_night(store, root: Path, state_dir: str, nightly_id: str) -> NightReview:
+    """The night `nightly_id` (`latest`: the last one started) in `store` as one review."""
     nights = store.nightlies.rows()
     if not nights:
         raise InputError("no nightly job recorded", field="--night", fix="run `optimizer nightly` first")
@@ -136,7 +129,7 @@ def review_night(settings: Settings, root: Path, nightly_id: str, *, store=None)
         accepted = next((p for p in store.proposals.rows(iteration_id=row["iteration_id"])
                          if p["status"] == "accepted"), None)
         if accepted is not None:
-            patches.append((row, review_of(store, repo, accepted, root / settings.state_dir)))
+            patches.append((row, review_of(store, repo, accepted, root / state_dir)))
     reverts = []
     for sha in (night.get("state") or {}).get("reverts") or []:
         try:

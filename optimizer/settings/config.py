@@ -4,16 +4,13 @@ reading and checking them, `optimizer.settings.loading`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from optimizer.settings.parts import (LoopSettings, ModelSettings, NightlySettings, ProposalSettings, ProviderSettings,
-                                      RunnerSettings, SimSettings)
+from optimizer.settings.parts import (EvalSettings, GatePolicy, LoopSettings, ModelSettings, NightlySettings,
+                                      ProposalSettings, ProviderSettings, RunnerSettings, SettingsParts, SimSettings)
 from optimizer.settings.sources import DEFAULT_STATE_DIR
-
-if TYPE_CHECKING:
-    from optimizer.gate.policy import GatePolicy
 
 DEFAULT_MODEL = "local/qwen2.5-coder-1.5b"
 """The embedded model (`optimizer model install`): every role works with no key and no network."""
@@ -32,6 +29,8 @@ MAX_PRICE = 10_000.0
 Price = Annotated[float, Field(ge=0.0, le=MAX_PRICE, allow_inf_nan=False)]
 """One price of `model_prices`: non-negative and finite (a negative one would make spending look
 like income, and a budget never stop)."""
+GATE = GatePolicy()
+"""The shipped gate policy, whose defaults are the gate settings' (each written once, there)."""
 
 
 class Settings(BaseModel):
@@ -94,22 +93,22 @@ class Settings(BaseModel):
     so a drop shows only in its pairs, and the harm test needs about 40 of them to catch a large
     one. The extra trials are the comparison's reserve: paired only when a harm check asks for
     more of the task's pairs, at the cost of the candidate's trial alone (docs/gate.md)."""
-    batch_pairs: int = Field(default=8, ge=1, le=1000)
+    batch_pairs: int = Field(default=GATE.batch_pairs, ge=1, le=1000)
     """Fresh pairs per targeted bucket between two looks of the gate's sequential test (spread
     evenly over the bucket's train tasks); a harm group that needs more pairs gets half as many
     at a time. See docs/gate.md."""
-    max_target_pairs: int = Field(default=64, ge=1, le=MAX_PAIRS)
+    max_target_pairs: int = Field(default=GATE.max_target_pairs, ge=1, le=MAX_PAIRS)
     """Fresh pairs per targeted bucket after which the improvement test stops, shown or not."""
-    min_bucket_pairs: int = Field(default=8, ge=0, le=MAX_PAIRS)
+    min_bucket_pairs: int = Field(default=GATE.min_bucket_pairs, ge=0, le=MAX_PAIRS)
     """Pairs every other bucket, the holdout split and each regression suite get before the harm
     test looks (a group with fewer baseline trials gets fresh pairs for both prompts)."""
-    max_bucket_pairs: int = Field(default=48, ge=1, le=MAX_PAIRS)
+    max_bucket_pairs: int = Field(default=GATE.max_bucket_pairs, ge=1, le=MAX_PAIRS)
     """Pairs after which a harm group still open (its drop bets have not lost half their stake)
     gets no more."""
-    max_rollouts: int = Field(default=250, ge=2, le=MAX_ROLLOUTS)
+    max_rollouts: int = Field(default=GATE.max_rollouts, ge=2, le=MAX_ROLLOUTS)
     """Trials the gate may run per proposal, both prompts counted (cached base-prompt trials
     excepted). About twice a full staged rerun of the card suite."""
-    extra_target_rollouts: int = Field(default=50, ge=0, le=MAX_ROLLOUTS)
+    extra_target_rollouts: int = Field(default=GATE.extra_target_rollouts, ge=0, le=MAX_ROLLOUTS)
     """Trials added to a proposal's `max_rollouts` for each targeted bucket after the first."""
     target_buckets: int = Field(default=1, ge=1, le=20)
     """Failure buckets targeted per iteration (each must improve)."""
@@ -160,42 +159,42 @@ class Settings(BaseModel):
     it (screening trials, never seen by the gate): when none fails, the target is skipped for the
     next failing bucket in the same iteration (the baseline's failure was noise, or the rule is
     already in). Unset: `batch_pairs` when `search_rollouts` is on, else 0 (no check)."""
-    gate: Literal["strict", "lenient"] = "strict"
-    max_bucket_drop: float = Field(default=0.10, ge=0.0, le=1.0)
+    gate: Literal["strict", "lenient"] = GATE.mode
+    max_bucket_drop: float = Field(default=GATE.max_bucket_drop, ge=0.0, le=1.0)
     """The drop of a bucket's mean score the harm test should detect: a group whose detectable
     drop at its pairs is larger, and that is still open at the end, is reported as not shown safe."""
-    alpha: float = Field(default=0.05, gt=0.0, lt=1.0)
+    alpha: float = Field(default=GATE.alpha, gt=0.0, lt=1.0)
     """Level of the improvement test (anytime-valid; each targeted bucket at this level: an
     intersection-union test, docs/gate.md)."""
     night_alpha: float = Field(default=0.10, gt=0.0, lt=1.0)
     """Family-wise level of a nightly's accepts: its j-th gated candidate is tested at
     min(`alpha`, night_alpha / (j (j + 1))), so the chance that a night merges any patch that
     changes nothing is at most this (`optimizer.nightly.spending`)."""
-    alpha_harm: float = Field(default=0.10, gt=0.0, lt=1.0)
+    alpha_harm: float = Field(default=GATE.alpha_harm, gt=0.0, lt=1.0)
     """Family-wise level of the harm tests: the chance that noise vetoes a patch that harms
     nothing, over every bucket, the holdout split and the regression suites together."""
-    refuse_unsafe: Literal["never", "pooled", "any"] = "never"
+    refuse_unsafe: Literal["never", "pooled", "any"] = GATE.refuse_unsafe
     """Reject a candidate when a harm group is still *not shown safe* when the comparison ends:
     `never`, `pooled` (only the group of all non-target tasks together) or `any` group
     (`optimizer.gate.GatePolicy`, docs/gate.md#trade-off-budget-refusal-and-harm)."""
-    clear_after: int = Field(default=16, ge=0, le=100000)
+    clear_after: int = Field(default=GATE.clear_after, ge=0, le=100000)
     """Pairs a harm group needs before its bets falling to 1/2 clear it."""
-    refuse_beyond_margin: bool = True
+    refuse_beyond_margin: bool = GATE.refuse_beyond_margin
     """Reject when a group's 95% interval of change lies wholly below `-max_bucket_drop`."""
-    margin_min_pairs: int = Field(default=8, ge=2, le=100000)
+    margin_min_pairs: int = Field(default=GATE.margin_min_pairs, ge=2, le=100000)
     """Pairs a group needs before its interval is read for `refuse_beyond_margin`."""
-    name_weighting: bool = False
+    name_weighting: bool = GATE.name_weighting
     """Weight the harm tests toward the buckets a patch's lines name (docs/gate.md)."""
-    propose_open: Literal["leaning", "any"] = "leaning"
+    propose_open: Literal["leaning", "any"] = GATE.propose_open
     """Which harm groups still open at an accept make it a proposal for a reviewer instead of a
     merge (`nightly --merge` merges only merges): `leaning`, an open group whose mean score or
     pass rate fell by more than `max_bucket_drop` with its own harm test below `alpha_harm`, or
     `any` open group."""
-    holdout_rule: Literal["harm", "no_fall"] = "no_fall"
+    holdout_rule: Literal["harm", "no_fall"] = GATE.holdout_rule
     """How the holdout split confirms an accept: `harm`, as every harm group; `no_fall`, besides,
     an accept whose holdout fell (score or pass rate) by more than `max_bucket_drop` is a proposal,
     never merged, whatever its harm test says (docs/gate.md#the-holdout-confirms)."""
-    safety_rollouts: int = Field(default=100, ge=0, le=100000)
+    safety_rollouts: int = Field(default=GATE.safety_rollouts, ge=0, le=100000)
     """Trials an accepted candidate may run past `max_rollouts` on the harm groups that would make
     it a proposal (the safety stage, docs/gate.md#merge-or-propose). 0: off."""
     max_changed_lines: int = Field(default=40, ge=1, le=10000)
@@ -249,18 +248,8 @@ class Settings(BaseModel):
 
     @property
     def gate_policy(self) -> GatePolicy:
-        """The gate's mode, levels and pair budget (`optimizer.gate.GatePolicy`)."""
-        from optimizer.gate.policy import GatePolicy
-
-        return GatePolicy(mode=self.gate, alpha=self.alpha, alpha_harm=self.alpha_harm,
-                          max_bucket_drop=self.max_bucket_drop, batch_pairs=self.batch_pairs,
-                          max_target_pairs=self.max_target_pairs, min_bucket_pairs=self.min_bucket_pairs,
-                          max_bucket_pairs=self.max_bucket_pairs, max_rollouts=self.max_rollouts,
-                          extra_target_rollouts=self.extra_target_rollouts, refuse_unsafe=self.refuse_unsafe,
-                          clear_after=self.clear_after, refuse_beyond_margin=self.refuse_beyond_margin,
-                          margin_min_pairs=self.margin_min_pairs, name_weighting=self.name_weighting,
-                          propose_open=self.propose_open, safety_rollouts=self.safety_rollouts,
-                          holdout_rule=self.holdout_rule)
+        """The gate's mode, levels and pair budget (`GatePolicy`; its `mode` is the setting `gate`)."""
+        return _part(GatePolicy, self, mode=self.gate)
 
     @property
     def loop(self) -> LoopSettings:
@@ -275,8 +264,27 @@ class Settings(BaseModel):
 
     @property
     def nightly(self) -> NightlySettings:
-        """What `optimizer.nightly.night` reads itself (it stores and restores the whole settings)."""
+        """What `optimizer.nightly.night` reads itself (it stores and restores `parts.values`)."""
         return _part(NightlySettings, self, models=self.models)
+
+    @property
+    def evaluation(self) -> EvalSettings:
+        """What `optimizer eval` needs."""
+        return _part(EvalSettings, self, runner=self.runner, suites=tuple(self.suites))
+
+    @property
+    def parts(self) -> SettingsParts:
+        """What the commands hand on below them: the loop's and the night's parts, and every
+        value (for a night to store)."""
+        return SettingsParts(loop=self.loop, nightly=self.nightly, state_dir=self.state_dir,
+                             values=self.model_dump(mode="json"))
+
+
+def replay_settings(suites: list[str]) -> EvalSettings:
+    """What `optimizer suites validate` runs with, whatever the project's settings: the oracle
+    replaying reference solutions, one trial per task, one at a time, no response cache."""
+    return Settings(agent_model="mock/oracle", judge_model="mock/oracle", trials=1, cache=False, concurrency=1,
+                    suites=list(suites)).evaluation
 
 
 def _part(kind: type, settings: Settings, **given: Any) -> Any:

@@ -19,10 +19,10 @@ from optimizer.settings.sources import ENVIRONMENT, REMOVED_SETTINGS, env_settin
 MIN_SEARCH_ROLLOUTS = 12
 """The least screening budget that can hold gepa's first screen of the base prompt and one
 proposal's minibatch (`optimizer.proposal.search`)."""
-def check_search_budget(settings: Settings) -> None:
-    """Refuse a screening budget that is on but too small to screen one proposal."""
-    if 0 < settings.search_rollouts < MIN_SEARCH_ROLLOUTS:
-        raise ConfigError(f"search_rollouts = {settings.search_rollouts} cannot screen a single proposal",
+def check_search_budget(search_rollouts: int) -> None:
+    """Refuse a screening budget (`search_rollouts`) that is on but too small to screen one proposal."""
+    if 0 < search_rollouts < MIN_SEARCH_ROLLOUTS:
+        raise ConfigError(f"search_rollouts = {search_rollouts} cannot screen a single proposal",
                           field="search_rollouts",
                           fix=f"set 0 (no search) or at least {MIN_SEARCH_ROLLOUTS}; see docs/search.md")
 
@@ -94,7 +94,7 @@ def put_in_use(settings: Settings, root: Path) -> Settings:
     for settings `load_settings` read, and for a resumed night's stored ones."""
     _check_workspace_dir(settings)
     _check_proposer_env(settings)
-    check_search_budget(settings)
+    check_search_budget(settings.search_rollouts)
     from optimizer.models import configure_providers  # e.g. the embedded model's slots, shared by the whole process
 
     configure_providers(settings.provider)

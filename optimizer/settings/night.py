@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, Mapping
 
 from git import GitCommandError
 from pydantic import ValidationError
 
 from optimizer.settings.config import Settings
+from optimizer.settings.parts import SettingsParts
 from optimizer.errors import ConfigError, InputError
 
 LIMITS = ("max_iterations", "time_limit", "budget_usd", "budget_tokens", "patience", "order")
@@ -38,9 +39,10 @@ project folder, the machine)."""
 STORED = "the night's stored settings"
 
 
-def night_values(settings: Settings, night: dict[str, Any]) -> dict[str, Any]:
-    """Everything a night runs with, flat and in JSON form: every setting and the night's flags."""
-    return json.loads(json.dumps({**settings.model_dump(mode="json"), **night}))
+def night_values(settings: Mapping[str, Any], night: dict[str, Any]) -> dict[str, Any]:
+    """Everything a night runs with, flat and in JSON form: every setting (`SettingsParts.values`)
+    and the night's flags."""
+    return json.loads(json.dumps({**settings, **night}))
 
 
 def stored_values(record: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +111,14 @@ def settings_of(values: dict[str, Any]) -> Settings:
         name = str(exc.errors()[0]["loc"][0])
         raise ConfigError(exc.errors()[0]["msg"], path=STORED, field=name,
                           fix=f"resume with --override {name} and a valid value for it") from None
+
+
+def parts_of(values: dict[str, Any], root) -> SettingsParts:
+    """The parts of the settings among a night's stored values, checked and put in use as
+    loaded ones are (`optimizer.settings.loading.put_in_use`)."""
+    from optimizer.settings.loading import put_in_use
+
+    return put_in_use(settings_of(values), root).parts
 
 
 def owned(values: dict[str, Any], identity: str, root) -> dict[str, Any]:

@@ -6,7 +6,9 @@ importing and building the settings models."""
 
 from __future__ import annotations
 
+import ast
 import difflib
+import functools
 import os
 import tomllib
 from pathlib import Path
@@ -18,21 +20,19 @@ from optimizer.settings.parts import DEFAULT_STATE_DIR
 
 ENVIRONMENT = "environment (OPTIMIZER_*)"
 ENV_PREFIX = "OPTIMIZER_"
-SETTING_NAMES = frozenset({
-    "ablation_trials", "agent_model", "alpha", "alpha_harm", "batch_pairs", "bucket_patience", "cache",
-    "candidates", "clear_after", "concurrency", "confirm_trials", "database_url", "extra_target_rollouts", "gate",
-    "holdout_rule", "judge_model", "local_slots", "local_threads", "lone_task_factor", "loop_trials",
-    "margin_min_pairs", "max_bucket_drop", "max_bucket_pairs", "max_changed_lines", "max_rollouts",
-    "max_target_pairs",
-    "min_bucket_pairs", "mock_patcher_script", "mock_patcher_skill", "model_prices", "models_file",
-    "name_weighting", "night_alpha", "patch_format", "patcher_model", "patcher_temperature", "proposer",
-    "proposer_command", "proposer_env", "proposer_timeout", "propose_open", "refuse_beyond_margin", "refuse_unsafe",
-    "safety_rollouts",
-    "request_token_budget", "retry_attempts", "retry_base_delay", "search_rollouts", "seed", "sim_noise",
-    "state_dir", "suites", "target_buckets", "target_order", "temperature", "trials", "watch_nights",
-    "watch_rounds", "workspace_dir",
-})
-"""The names of `Settings`' fields (a test holds the two equal): what the environment may set."""
+
+
+@functools.cache
+def setting_names() -> frozenset[str]:
+    """The names of `Settings`' fields, what the environment may set: read from the source of
+    `optimizer/settings/config.py` (written there once), which costs a parse of one file instead
+    of importing pydantic and building the model."""
+    tree = ast.parse(Path(__file__).with_name("config.py").read_text(encoding="utf-8"))
+    model = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Settings")
+    return frozenset(node.target.id for node in model.body
+                     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name))
+
+
 NOT_SETTINGS = {
     "OPTIMIZER_ROOT": "the project folder (`find_project_root`)",
     "OPTIMIZER_MODEL_DIR": "where the embedded model is kept (`optimizer.engines.llamacpp.install`)",
@@ -98,7 +98,7 @@ def check_environment() -> None:
     """Refuse an `OPTIMIZER_*` variable that names neither a setting nor one of `NOT_SETTINGS`
     (set to nothing, it is unset, as a setting is). Run by every command, including those that
     read no settings (`OPTIMIZER_MODEL_DIRR` would otherwise install the model elsewhere)."""
-    known = sorted({ENV_PREFIX + name.upper() for name in SETTING_NAMES} | set(NOT_SETTINGS))
+    known = sorted({ENV_PREFIX + name.upper() for name in setting_names()} | set(NOT_SETTINGS))
     for variable in sorted(os.environ):
         if variable.startswith(ENV_PREFIX) and os.environ[variable] and variable not in known:
             if variable.removeprefix(ENV_PREFIX).lower() in REMOVED_SETTINGS:
@@ -110,11 +110,12 @@ def check_environment() -> None:
                               fix=f"{hint}; known: {', '.join(known)}")
 
 
-def env_settings(names: frozenset[str] = SETTING_NAMES) -> dict[str, Any]:
-    """The settings the environment sets, of `names`; a variable set to nothing is unset."""
+def env_settings(names: frozenset[str] | None = None) -> dict[str, Any]:
+    """The settings the environment sets, of `names` (default: every setting); a variable set to
+    nothing is unset."""
     check_environment()
     values: dict[str, Any] = {}
-    for name in sorted(names):
+    for name in sorted(setting_names() if names is None else names):
         raw = os.environ.get(f"{ENV_PREFIX}{name.upper()}")
         if raw is None or raw == "":
             continue

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from optimizer.settings.config import Settings
+from optimizer.settings.parts import EvalSettings
 from optimizer.models import validate_model
 from optimizer.reporting.report import summarize
 from optimizer.trials.calibration import judge_status
@@ -19,23 +19,23 @@ from optimizer.types import RunResult, Suite, Trial
 
 @dataclass
 class EvalPlan:
-    settings: Settings
+    settings: EvalSettings
     project_root: Path
     suites: list[Suite]
     trials: list[PlannedTrial]
 
 
-def prepare(settings: Settings, project_root: Path, suite_names: list[str] | None = None,
+def prepare(settings: EvalSettings, project_root: Path, suite_names: list[str] | None = None,
             task_glob: str | list[str] | None = None) -> EvalPlan:
     """Load and check suites, tasks, graders and models. Writes nothing."""
     suites = load_suites(suite_names or settings.suites, project_root)
     planned = plan(suites, trials=settings.trials, task_glob=task_glob)
     for suite in suites:
         read_prompt(get_agent(suite.spec.agent_name), project_root)
-        _check_simulated(settings.agent_model, suite)
-    validate_model(settings.agent_model, field="agent_model")
+        _check_simulated(settings.models.agent_model, suite)
+    validate_model(settings.models.agent_model, field="agent_model")
     if judges_used(suites):
-        validate_model(settings.judge_model, field="judge_model")
+        validate_model(settings.models.judge_model, field="judge_model")
     return EvalPlan(settings=settings, project_root=project_root, suites=suites, trials=planned)
 
 

@@ -110,8 +110,9 @@ def _hash_files(paths: list[Path]) -> str:
 @dataclass(frozen=True)
 class JudgeSettings:
     model: str
+    retry_attempts: int
+    """The setting of that name."""
     cache: ResponseCache | None = None
-    retry_attempts: int = 4
     run_id: str | None = None
     """The run the judged trials belong to (for the cost ledger)."""
     in_process: bool = False

@@ -47,9 +47,10 @@ def test_an_unused_judge_model_does_not_limit_concurrency(tmp_path):
     without judges it must not hold the card suite's trials to that number."""
     store = Store(default_url(tmp_path))
     local = "local/qwen2.5-coder-1.5b"
-    card = prepare(Settings(agent_model="mock/sim", judge_model=local, concurrency=6), PROJECT_ROOT, ["card_agent"])
+    card = prepare(Settings(agent_model="mock/sim", judge_model=local, concurrency=6).evaluation, PROJECT_ROOT,
+                   ["card_agent"])
     assert Runner(card.settings.runner, store, project_root=PROJECT_ROOT).workers(card.trials) == 6
-    pkm = prepare(Settings(agent_model="mock/sim", judge_model="mock/sim", concurrency=6), PROJECT_ROOT,
+    pkm = prepare(Settings(agent_model="mock/sim", judge_model="mock/sim", concurrency=6).evaluation, PROJECT_ROOT,
                   ["pkm_agent"])
     judged = Settings(agent_model="mock/sim", judge_model=local, concurrency=6)
     from optimizer.engines import llamacpp as embedded

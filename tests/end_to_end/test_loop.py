@@ -255,7 +255,7 @@ def test_the_checkout_is_untouched_after_a_crash_mid_iteration(repo, tmp_path, m
     monkeypatch.setattr(candidate, "compare", crash)
     store = open_store(settings, repo)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        loop.run_iteration(loop.LoopContext(settings=settings, project_root=repo, store=store, log=lambda m: None))
+        loop.run_iteration(loop.LoopContext(settings=settings.parts, project_root=repo, store=store, log=lambda m: None))
     assert snapshot(repo) == before
     assert optimizer_branches(repo) == []
     assert git(repo, "worktree", "list").count("\n") == 1
@@ -363,7 +363,7 @@ def test_the_gate_false_accept_rate_on_mock_sim_is_at_most_five_percent(repo, mo
     from optimizer.loop.noise import measure_noise
 
     settings = load_settings(repo)
-    result = measure_noise(LoopContext(settings=settings, project_root=repo, store=open_store(settings, repo),
+    result = measure_noise(LoopContext(settings=settings.parts, project_root=repo, store=open_store(settings, repo),
                                        log=lambda m: None), repeats=20, cases=("A/A",))
     aa = result.cases["A/A"]
     assert aa.decisions == 20 - result.skipped >= 18

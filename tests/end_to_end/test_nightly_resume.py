@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -112,13 +113,13 @@ def test_a_night_killed_in_its_baseline_resumes_with_every_setting_it_started_wi
 
 def crash_every_iteration(monkeypatch) -> list:
     """Every iteration of a night crashes at once, leaving the night resumable; the returned list
-    collects the settings each one started with."""
+    collects the settings each one started with (their values, by name)."""
     from optimizer.nightly import night as nightly_module
 
     seen = []
 
     def crash(ctx, **_):
-        seen.append(ctx.settings)
+        seen.append(SimpleNamespace(**ctx.settings.values))
         raise RuntimeError("stopped here by the test")
 
     monkeypatch.setattr(nightly_module, "run_iteration", crash)

@@ -50,7 +50,7 @@ def grade(name: str, trial: Trial, config: dict | None = None, content: str = "r
     entry = get_grader(name)
     task = Task.model_validate({"id": "t", "input": {"content": content, "fact_id": FACT_ID},
                                 "graders": [{"name": name, "config": config or {}}]})
-    with judging(JudgeSettings(model="mock/sim")):
+    with judging(JudgeSettings(model="mock/sim", retry_attempts=1)):
         return entry.func(task, trial, entry.parse_config(config or {}, path=None, where="graders[0]"))
 
 
@@ -189,7 +189,7 @@ def test_a_judge_that_answers_garbage_makes_the_grader_errored_not_failed(tmp_pa
     task = Task.model_validate({"id": "t", "input": {"content": "ran 8k", "fact_id": FACT_ID},
                                 "graders": [{"name": "pkm_fact_id_preserved"}, {"name": "pkm_insight_quality"}]})
     runner = Runner.__new__(Runner)
-    runner.judge = JudgeSettings(model="mock/sim")
+    runner.judge = JudgeSettings(model="mock/sim", retry_attempts=1)
     results = [runner._grade(task, trial, index) for index in range(2)]
     assert results[0].passed and not results[0].errored
     assert results[1].errored and results[1].score is None

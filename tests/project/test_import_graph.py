@@ -21,6 +21,8 @@
 * The layers below the loop (the runner, the comparison and the gate, the proposers, the model
   layer, the simulators) are handed their part of the settings (`optimizer.settings.parts`),
   never the whole `optimizer.settings.config.Settings`, and the parts' module stands on nothing.
+  Above them too: only the commands (`optimizer/cli/`) and the settings package name `Settings`;
+  the loop, the nightly job, eval, validation and review are handed `Settings.parts` or a part.
 * The `optimizer` modules import each other without a cycle. Only module-level imports count
   for this check (those run when a module is imported; a function-level import runs later,
   once every module involved has loaded, and one under `if TYPE_CHECKING:` never runs).
@@ -221,6 +223,25 @@ def test_the_layers_below_the_loop_take_their_part_of_the_settings():
              if target in ("optimizer.settings.config.Settings", "optimizer.settings.loading.load_settings")}
     assert not whole, sorted(whole)
     assert not {target for target in imports("optimizer.settings.parts") if within(target, "optimizer")}
+
+
+SETTINGS_READERS = ("optimizer.cli", "optimizer.settings")
+"""Where the whole settings record may be named: the commands that read it and cut it into parts,
+and the settings package itself (its model, its loading, and a night's stored settings, the
+run's spec that a resumed night reads back)."""
+
+
+def test_only_the_commands_and_the_settings_package_name_the_whole_settings():
+    """Below the commands every layer is handed `Settings.parts` (or a part of it); a resumed night
+    gets its stored settings back as parts (`optimizer.settings.night.parts_of`)."""
+    assert "optimizer.settings.config.Settings" in imported_names("optimizer.cli._common") | imported_names(
+        "optimizer.settings.loading")
+    whole = {f"{name} -> {target}" for name in MODULES if within(name, "optimizer")
+             and not any(within(name, reader) for reader in SETTINGS_READERS)
+             for target in imported_names(name) | imports(name)
+             if target in ("optimizer.settings.config.Settings", "optimizer.settings.loading.load_settings",
+                           "optimizer.settings.loading.put_in_use", "optimizer.settings.night.settings_of")}
+    assert not whole, sorted(whole)
 
 
 def test_optimizer_modules_import_each_other_without_a_cycle():

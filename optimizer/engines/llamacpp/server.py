@@ -42,6 +42,7 @@ from typing import Any
 
 from optimizer.errors import ModelConfigError
 from optimizer.engines.llamacpp import install
+from optimizer.procfs import alive, prctl, stat_fields
 
 POLL_S = 0.5
 READY_TIMEOUT_S = 300.0
@@ -226,34 +227,7 @@ def _supervisor_alive(state: dict[str, Any]) -> bool:
     """Whether the supervisor a state file names still runs. A state file outlives a reboot (and a
     kill -9 of its supervisor), and its pid may belong to another process by then: the process's
     start time, recorded beside it, tells them apart."""
-    return _alive(int(state.get("pid") or 0), state.get("started"))
-
-
-def _alive(pid: int, started: str | None = None) -> bool:
-    """Whether `pid` runs (a zombie, our own exited child, does not) and, given `started`, is the
-    process that started then."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    fields = _stat(pid)
-    if fields is None:  # no /proc here, or it has just exited
-        return True
-    return fields[0] != "Z" and (started is None or fields[19] == started)
-
-
-def _stat(pid: int) -> list[str] | None:
-    """The fields of `/proc/<pid>/stat` after the command name: the state first, the start time
-    (in clock ticks since boot) 20th."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[-1].split()
-    except OSError:
-        return None
+    return alive(int(state.get("pid") or 0), state.get("started"))
 
 
 def _log_tail(spec: ServerSpec) -> str:
@@ -348,7 +322,7 @@ class _Supervisor:
             process.wait()
 
     def _write(self, failed: bool = False) -> None:
-        own = _stat(os.getpid())
+        own = stat_fields(os.getpid())
         state = {"pid": os.getpid(), "started": own[19] if own else None,
                  "server_pid": self.process.pid if self.process else None,
                  "port": self.port, "slots": self.spec.slots, "slot_context": self.spec.slot_context,
@@ -366,8 +340,6 @@ def _dies_with_parent() -> Any:
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
-
-    from optimizer.procfs import prctl
 
     call = prctl()
     pr_set_pdeathsig = 1

@@ -19,6 +19,7 @@ import pytest
 from optimizer.errors import ModelConfigError
 from optimizer.engines import llamacpp
 from optimizer.engines.llamacpp import install, served, server
+from optimizer.procfs import stat_fields
 from tests.conftest import PROJECT_ROOT
 
 FAKE = Path(__file__).with_name("fake_llama_server.py")
@@ -160,7 +161,7 @@ def test_a_server_that_does_not_come_up_is_reported_with_its_log(fake, monkeypat
 def test_a_state_file_whose_pid_now_names_another_process_is_stale():
     """After a reboot (or a kill -9 of the supervisor and pid reuse) the pid in a state file may
     run something else: the recorded start time tells it from the supervisor that wrote it."""
-    started = server._stat(os.getpid())[19]
+    started = stat_fields(os.getpid())[19]
     assert server._supervisor_alive({"pid": os.getpid(), "started": started})
     assert not server._supervisor_alive({"pid": os.getpid(), "started": str(int(started) + 1)})
     assert server._supervisor_alive({"pid": os.getpid()}), "a state file of before this field is taken at its word"
@@ -178,7 +179,7 @@ def test_a_card_trial_on_a_server_too_slow_to_finish_one_reply_is_errored_as_the
     monkeypatch.setenv("FAKE_LLAMA_DELAY", "0.05")
     suite = write_suite(tmp_path / "suite", [event_task("slow", timeout_seconds=1)])
     settings = load_settings(PROJECT_ROOT, {"agent_model": llamacpp.MODEL, "cache": False})
-    run, summary = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    run, summary = execute(prepare(settings.evaluation, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
     trial = run.trials[0]
     assert (trial.status, trial.score) == ("errored", None), trial.error
     assert trial.error.startswith(f"infrastructure: no call to {llamacpp.MODEL} completed in "), trial.error

@@ -75,7 +75,7 @@ def run_with_script(tmp_path, model: str, script: list[str], trials: int = 1, ta
     suite = write_suite(tmp_path / "suite", [task or event_task()])
     settings = load_settings(PROJECT_ROOT, {"agent_model": f"fake/{model}", "trials": trials, "concurrency": 1,
                                         "cache": False, "retry_attempts": 3, **settings_values})
-    plan = prepare(settings, PROJECT_ROOT, [str(suite)])
+    plan = prepare(settings.evaluation, PROJECT_ROOT, [str(suite)])
     store = open_store(settings, PROJECT_ROOT)
     run, summary = execute(plan, store)
     return run, summary, store
@@ -128,7 +128,7 @@ def test_a_trial_that_finishes_past_its_timeout_fails_with_score_zero_and_the_ru
     fast = event_task("fast")
     suite = write_suite(tmp_path / "suite", [slow, fast])
     settings = load_settings(PROJECT_ROOT, {"agent_model": "mock/oracle@1200ms", "concurrency": 2, "cache": False})
-    run, summary = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+    run, summary = execute(prepare(settings.evaluation, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
     trials = {t.task_id: t for t in run.trials}
     assert {task: (t.status, t.score) for task, t in trials.items()} == {"slow": ("failed", 0.0),
                                                                          "fast": ("passed", 1.0)}
@@ -169,7 +169,7 @@ def _trials_by_task(tmp_path, tasks, agent_name: str, release: threading.Event) 
     suite = write_suite(tmp_path / "suite", tasks, agent_name=agent_name)
     settings = load_settings(PROJECT_ROOT, {"agent_model": "mock/oracle", "concurrency": 2, "cache": False})
     try:
-        run, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
+        run, _ = execute(prepare(settings.evaluation, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
     finally:
         release.set()
     return {trial.task_id: trial for trial in run.trials}

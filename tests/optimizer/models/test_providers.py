@@ -53,13 +53,13 @@ def test_an_outside_provider_registered_through_the_public_hook_serves_a_run(tmp
     suite = write_suite(tmp_path / "suite", [event_task()])
     settings = load_settings(PROJECT_ROOT, {"agent_model": "myprefix/writer", "trials": 3, "concurrency": 8})
     store = open_store(settings, PROJECT_ROOT)
-    plan = prepare(settings, PROJECT_ROOT, [str(suite)])
+    plan = prepare(settings.evaluation, PROJECT_ROOT, [str(suite)])
     CALLS.clear()
     run, summary = execute(plan, store)
     assert [trial.status for trial in run.trials] == ["passed"] * 3
     assert CALLS and {call["model"] for call in CALLS} == {"writer"}, "litellm handed the call to its handler"
     assert summary["totals"]["cost_usd"] == 0.0, "a model of Provider.models is priced at zero"
-    rerun, _ = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), store)
+    rerun, _ = execute(prepare(settings.evaluation, PROJECT_ROOT, [str(suite)]), store)
     assert len(CALLS) == 3 and all(trial.status == "passed" for trial in rerun.trials), \
         "the response cache answers a repeated run, as for any model"
     store.close()

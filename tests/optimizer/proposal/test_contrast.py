@@ -108,7 +108,8 @@ def propose(tmp_path, request: str, script: list[dict]):
     (workdir / "prompt.md").write_text(PROMPT)
     git(workdir, "init", "-q", "-b", "main")
     (tmp_path / "script.json").write_text(json.dumps(script))
-    proposal = LLMProposer("mock/patcher", script=str(tmp_path / "script.json"), patch_format="contrast").propose(
+    proposal = LLMProposer("mock/patcher", script=str(tmp_path / "script.json"), patch_format="contrast",
+                           retry_attempts=1).propose(
         ProposalRequest(request=request, request_path=tmp_path / "request.md", prompt_file="prompt.md",
                         workdir=workdir, ordinal=1))
     return proposal, (workdir / "prompt.md").read_text()
@@ -188,7 +189,8 @@ def test_the_weak_patcher_answers_a_guided_request_with_a_kind_the_simulator_rea
     workdir.mkdir()
     (workdir / "prompt.md").write_text(PROMPT)
     git(workdir, "init", "-q", "-b", "main")
-    proposal = LLMProposer("mock/patcher", skill=1.0, seed=0, patch_format="contrast").propose(ProposalRequest(
+    proposal = LLMProposer("mock/patcher", skill=1.0, seed=0, patch_format="contrast",
+                           retry_attempts=1).propose(ProposalRequest(
         request=request, request_path=tmp_path / "request.md", prompt_file="prompt.md", workdir=workdir, ordinal=1))
     assert proposal.error is None, proposal.error
     added = (workdir / "prompt.md").read_text()[len(PROMPT):].strip()

@@ -306,12 +306,13 @@ def test_a_command_proposer_gets_the_full_request_whatever_the_patcher_model():
     """`auto` asks a small embedded patcher for one contrastive rule; a coding agent run as a
     command edits the file the full request names (a contrast request names none)."""
     from optimizer.proposal.proposers import patch_format
-    from optimizer.settings.parts import ProposalSettings
+    from optimizer.settings.config import Settings
 
     embedded = "local/qwen2.5-coder-1.5b"
-    assert patch_format(ProposalSettings(proposer="llm", patcher_model=embedded)) == "contrast"
-    assert patch_format(ProposalSettings(proposer="command", patcher_model=embedded)) == "edits"
-    assert patch_format(ProposalSettings(proposer="command", patcher_model=embedded, patch_format="rule")) == "rule"
+    assert patch_format(Settings(proposer="llm", patcher_model=embedded).proposal) == "contrast"
+    assert patch_format(Settings(proposer="command", patcher_model=embedded).proposal) == "edits"
+    assert patch_format(Settings(proposer="command", patcher_model=embedded,
+                                 patch_format="rule").proposal) == "rule"
 
 
 UNCONFINED_OPTIMIZER = ("import sys, optimizer.proposal.box as box; box.find_bwrap = lambda: None; "

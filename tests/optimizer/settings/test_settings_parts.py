@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.settings.config import Settings
+from optimizer.settings.config import GATE, Settings
 from optimizer.errors import ConfigError
 from optimizer.settings.parts import (LoopSettings, ModelSettings, NightlySettings, ProposalSettings, RunnerSettings,
                                       SimSettings)
@@ -26,7 +26,7 @@ UNUSUAL = Settings(agent_model="mock/sim@20ms", judge_model="mock/oracle", patch
                    request_token_budget=5000, night_alpha=0.3, model_prices={"mock/sim": (1.0, 2.0)}, local_slots=5,
                    refuse_unsafe="any", clear_after=4, refuse_beyond_margin=False, margin_min_pairs=12,
                    name_weighting=True, propose_open="any", safety_rollouts=33, proposer_env=["MY_TOKEN"],
-                   holdout_rule="harm")
+                   holdout_rule="harm", watch_rounds=3, watch_nights=4)
 """Every setting a part carries set away from its default, so a part reading a default is seen."""
 
 SIM_KNOBS = {"sim_noise", "mock_patcher_script", "mock_patcher_skill"}
@@ -46,7 +46,7 @@ def _flat(part) -> dict:
 
 def test_each_part_holds_the_settings_of_its_field_names():
     for part in (UNUSUAL.sim, UNUSUAL.models, UNUSUAL.provider, UNUSUAL.runner, UNUSUAL.proposal, UNUSUAL.loop,
-                 UNUSUAL.nightly):
+                 UNUSUAL.nightly, UNUSUAL.evaluation, UNUSUAL.parts):
         for name, value in _flat(part).items():
             given = getattr(UNUSUAL, name)
             assert value == (tuple(given) if isinstance(given, list) else given), f"{type(part).__name__}.{name}"
@@ -101,10 +101,69 @@ def test_the_simulator_knobs_are_a_part_of_their_own():
 
 def test_the_settings_read_from_their_sources_are_the_settings_models_fields():
     """`optimizer.settings.sources` names the settings without building the model (every command's
-    check of the environment, `optimizer history`'s store address): the two lists are one."""
-    from optimizer.settings.sources import SETTING_NAMES
+    check of the environment, `optimizer history`'s store address), read from the model's source."""
+    from optimizer.settings.sources import setting_names
 
-    assert SETTING_NAMES == set(Settings.model_fields)
+    assert setting_names() == set(Settings.model_fields) and len(Settings.model_fields) > 50
+
+
+SETTINGS_SOURCES = ("optimizer/settings/config.py", "optimizer/settings/parts.py", "optimizer/models/client.py",
+                    "optimizer/trials/judging.py")
+"""Where a setting's value is declared: the model, its parts, and the layers' own records of one."""
+SETTING_ALIASES = {"mode": "gate", "max_attempts": "retry_attempts", "base_delay_s": "retry_base_delay"}
+"""Fields that hold a setting under another name."""
+
+
+def written_defaults(path: Path) -> list[tuple[str, str]]:
+    """(setting, where) for every literal default a class field of `path` gives a setting (`name:
+    T = 4`, `name: T = Field(default=4, ...)`): a dataclass's or a model's. A function's parameters
+    are the call's, not the setting's (`temperature=0.0` of one model call)."""
+    import ast
+
+    def literal(node) -> bool:
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Field":
+            node = next((k.value for k in node.keywords if k.arg == "default"), None)
+        if isinstance(node, ast.Constant) and node.value is None:
+            return False  # "not given": the setting's value is handed in
+        return isinstance(node, (ast.Constant, ast.Tuple, ast.List, ast.Dict)) or (
+            isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("SimSettings", "field"))
+
+    return [(SETTING_ALIASES.get(item.target.id, item.target.id), f"{path.name}:{item.value.lineno}")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.ClassDef)
+            for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            and item.value and SETTING_ALIASES.get(item.target.id, item.target.id) in Settings.model_fields
+            and literal(item.value)]
+
+
+def test_each_setting_and_its_default_is_written_once():
+    """A default restated beside the setting drifts from it unseen: every setting's default is a
+    literal in one place (the `Settings` model, or `GatePolicy` for the gate's, which the model
+    reads), and the parts and the layers' records take theirs from a `Settings`."""
+    root = Path(__file__).resolve().parents[3]
+    found: dict[str, list[str]] = {}
+    for source in SETTINGS_SOURCES:
+        for setting, where in written_defaults(root / source):
+            found.setdefault(setting, []).append(where)
+    twice = {setting: places for setting, places in found.items() if len(places) > 1}
+    assert not twice, twice
+    assert found["retry_attempts"] == [f"config.py:{_line_of('retry_attempts')}"]
+    gate = {setting for setting, places in found.items() if places[0].startswith("parts.py")}
+    assert {"alpha", "alpha_harm", "gate", "holdout_rule", "safety_rollouts"} <= gate
+    assert all(Settings.model_fields[name].default == getattr(GATE, SETTING_ALIASES.get(name, name), None) or
+               name == "gate" and Settings.model_fields[name].default == GATE.mode for name in gate)
+
+
+def _line_of(setting: str) -> int:
+    lines = (Path(__file__).resolve().parents[3] / "optimizer/settings/config.py").read_text().splitlines()
+    return next(number for number, line in enumerate(lines, 1) if line.startswith(f"    {setting}:"))
+
+
+def test_the_defaults_check_finds_a_restated_default(tmp_path):
+    (tmp_path / "restated.py").write_text("from dataclasses import dataclass\n\n\n@dataclass\nclass Part:\n"
+                                          "    retry_attempts: int = 4\n    concurrency: int\n"
+                                          "    max_attempts: int = Field(default=4)\n    other: int = 2\n")
+    assert written_defaults(tmp_path / "restated.py") == [("retry_attempts", "restated.py:6"),
+                                                          ("retry_attempts", "restated.py:8")]
 
 
 POLICY_SETTINGS = {"refuse_unsafe": ("pooled", "pooled"), "clear_after": ("5", 5), "refuse_beyond_margin": ("false", False),

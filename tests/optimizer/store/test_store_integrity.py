@@ -197,7 +197,7 @@ def test_a_run_stopped_by_a_budget_is_stopped_with_the_reason(database):
     settings = load_settings(PROJECT_ROOT, {"agent_model": "mock/sim", "trials": 1})
     store = open_store(settings, PROJECT_ROOT)
     with pytest.raises(BudgetExceeded), charging(Ledger(store, budget=Budget(tokens=1))):
-        evaluate.execute(evaluate.prepare(settings, PROJECT_ROOT, ["card_agent"]), store)
+        evaluate.execute(evaluate.prepare(settings.evaluation, PROJECT_ROOT, ["card_agent"]), store)
 
     [run] = store.runs.frame().to_dict("records")
     assert run["status"] == "stopped"
@@ -224,7 +224,7 @@ def test_an_iteration_that_ends_early_says_how(repo, tmp_path, monkeypatch, data
     monkeypatch.setattr(candidate, "compare", ended)
     store = open_store(settings, repo)
     with pytest.raises(type(ending)):
-        loop.run_iteration(loop.LoopContext(settings=settings, project_root=repo, store=store, log=lambda m: None))
+        loop.run_iteration(loop.LoopContext(settings=settings.parts, project_root=repo, store=store, log=lambda m: None))
     iteration = store.iterations.rows()[-1]
     assert iteration["status"] == status and iteration["finished_at"] is not None
     assert iteration["summary"]["stop_reason"].startswith(reason)

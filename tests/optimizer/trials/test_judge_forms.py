@@ -28,8 +28,8 @@ def test_auto_asks_the_embedded_model_one_criterion_at_a_time_and_any_other_mode
 def test_the_criteria_form_goes_through_the_model_and_scores_like_the_rubric_on_mock_models():
     load_plugins()
     judge = get_judge("pkm_insight_quality")
-    by_rubric = ask(judge, INPUTS, JudgeSettings(model="mock/sim", form="rubric"))
-    by_criteria = ask(judge, INPUTS, JudgeSettings(model="mock/sim", form="criteria"))
+    by_rubric = ask(judge, INPUTS, JudgeSettings(model="mock/sim", retry_attempts=1, form="rubric"))
+    by_criteria = ask(judge, INPUTS, JudgeSettings(model="mock/sim", retry_attempts=1, form="criteria"))
     # three calls through litellm and dspy, each answered 0, 1 or 2 by the mock's offline heuristic
     assert by_criteria.usage.calls == 3 and by_rubric.usage.calls == 1
     assert {k: v for k, v in by_criteria.outputs.items() if k != "rationale"} == \

@@ -317,7 +317,7 @@ def test_a_weak_patcher_reply_goes_through_the_real_proposer(tmp_path, patch_for
     git(workdir, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "base")
     ordinal = first_ordinal("harmful", 0.3)
     expected = weak_answer(FACT_REQUEST, skill=0.3, seed=0, ordinal=ordinal).rules
-    proposer = LLMProposer("mock/patcher", skill=0.3, seed=0, patch_format=patch_format)
+    proposer = LLMProposer("mock/patcher", skill=0.3, seed=0, patch_format=patch_format, retry_attempts=1)
     proposal = proposer.propose(ProposalRequest(request=FACT_REQUEST, request_path=tmp_path / "request.md",
                                                 prompt_file="prompt.md", workdir=workdir, ordinal=ordinal))
     assert proposal.error is None, proposal.error

@@ -66,7 +66,7 @@ def run_suite(tmp_path, tasks: list[dict], agent_model: str):
     suite = write_suite(tmp_path / "suite", tasks)
     settings = load_settings(PROJECT_ROOT, {"agent_model": agent_model, "concurrency": 2, "cache": False})
     store = open_store(settings, PROJECT_ROOT)
-    run, summary = execute(prepare(settings, PROJECT_ROOT, [str(suite)]), store)
+    run, summary = execute(prepare(settings.evaluation, PROJECT_ROOT, [str(suite)]), store)
     return {trial.task_id: trial for trial in run.trials}, summary, store, run.run_id
 
 
