@@ -7,8 +7,8 @@ from typing import Any
 from optimizer.files import write_text
 from optimizer.loop.state import IterationState
 from optimizer.models import context_window
-from optimizer.proposal.proposers import asked_format
-from optimizer.proposal.request import Manual, Selection, failure_records, rejected_ideas, render_request
+from optimizer.proposal.proposers import asked_format, patch_format
+from optimizer.proposal.request import Manual, Selection, rejected_ideas, render_request, request_failures
 
 
 def write_request(state: IterationState, selection: Selection, prompt: str, prompt_path: str, manual: Manual,
@@ -16,7 +16,7 @@ def write_request(state: IterationState, selection: Selection, prompt: str, prom
     """`request.md` for the proposer, recorded with the targets. Its arguments but the prompt
     and the failures are kept (`request_args`): the search renders one per parent prompt."""
     result, settings = state.result, state.settings
-    failures = failure_records(state.evidence, state.suites, selection)
+    failures = request_failures(state.evidence, state.suites, selection, patch_format(settings.proposal))
     budget = settings.request_token_budget
     window = context_window(settings.proposal.patcher_model) if settings.proposal.proposer == "llm" else None
     if window:  # half the patcher's context: the rest holds its instructions and the answer

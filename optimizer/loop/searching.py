@@ -14,8 +14,8 @@ from optimizer.loop.state import IterationState
 from optimizer.proposal.box import open_box
 from optimizer.proposal.diffs import unified as text_diff
 from optimizer.proposal.patch import LintIndex
-from optimizer.proposal.proposers import FixedProposer, ProposalRequest
-from optimizer.proposal.request import Selection, failure_records, render_request
+from optimizer.proposal.proposers import FixedProposer, ProposalRequest, patch_format
+from optimizer.proposal.request import Selection, render_request, request_failures
 from optimizer.proposal.pool import PROMOTE, load_records, pool_folder
 from optimizer.proposal.screening import screening_sets
 from optimizer.proposal.search import SearchProposer, run_search
@@ -33,7 +33,8 @@ class Search:
         targets = {(t.suite, t.bucket) for t in selection.targets}
         adapter = self.state.screening_adapter(selection)
         adapter.targets = targets
-        adapter.failures = lambda trials: failure_records(trials, self.state.suites, selection)
+        adapter.failures = lambda trials: request_failures(trials, self.state.suites, selection,
+                                                           patch_format(settings.proposal))
         folder = pool_folder(self.state.search_dir, selection.agent, prompt, targets)
         records = load_records(folder)
         if records:

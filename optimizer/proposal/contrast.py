@@ -80,6 +80,33 @@ def pieces(failures: list[dict[str, Any]], limit: int = MAX_PIECES) -> list[dict
     return (named + [case for case in cases if case not in named])[:limit]
 
 
+def same_decision(records: list[dict[str, Any]], selection) -> list[dict[str, Any]]:
+    """The cases of a decision-scoped rule (`patch_format = "decision"`): of every bucket's failure
+    records, those whose failed grader names the one target's most frequent confusion (the agent
+    chose the same wrong way, whatever the bucket), taken in turn from each bucket, the target's
+    first, so the few cases shown span the buckets and the patcher names the decision rather than
+    one bucket's notes. The target's own records when it has no named confusion (or there are
+    several targets)."""
+    targeted = {(t.suite, t.bucket) for t in selection.targets}
+    own = [record for record in records if (record["suite"], record["bucket"]) in targeted]
+    confusion = top_confusion(selection, own)
+    if confusion is None:
+        return own
+    by_bucket: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in own + [r for r in records if (r["suite"], r["bucket"]) not in targeted]:
+        if confusion in _named(record):
+            by_bucket.setdefault((record["suite"], record["bucket"]), []).append(record)
+    rows = list(by_bucket.values())
+    return [row[depth] for depth in range(max(map(len, rows), default=0)) for row in rows if depth < len(row)]
+
+
+def _named(record: dict[str, Any]) -> list[Confusion]:
+    """The confusions the failed graders of one failure record name."""
+    return [Confusion(str(result.get("grader")), str(named.get("got")), str(named.get("expected")))
+            for result in record["graders"] for named in [(result.get("details") or {}).get(CONFUSION)]
+            if not result.get("passed") and isinstance(named, dict)]
+
+
 def instructions() -> str:
     return (FOLDER / "instructions.md").read_text(encoding="utf-8")
 
@@ -89,10 +116,12 @@ def render_contrast(*, selection, failures: list[dict[str, Any]], prompt: str,
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(FOLDER), autoescape=False,
                                      keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     rule = guided_rule(selection, failures)
+    targeted = {(t.suite, t.bucket) for t in selection.targets}
+    buckets = sorted({record["bucket"] for record in failures if (record["suite"], record["bucket"]) not in targeted})
     return environment.get_template("request.md.j2").render(
         agent=selection.agent, targets=selection.targets, pieces=pieces(failures),
         rejected_ideas=rejected_ideas or [], prompt=prompt.rstrip("\n"), kind_words=MAX_KIND_WORDS,
-        guided={"label": guided_text()["label"], "rule": rule} if rule else None)
+        guided={"label": guided_text()["label"], "rule": rule} if rule else None, other_buckets=buckets)
 
 
 @functools.cache
@@ -106,14 +135,7 @@ def top_confusion(selection, failures: list[dict[str, Any]]) -> Confusion | None
     if len(selection.targets) != 1 or not selection.targets[0].confusions:
         return None
     wanted = selection.targets[0].confusions[0][0]
-    for record in failures:
-        for result in record["graders"]:
-            named = (result.get("details") or {}).get(CONFUSION)
-            if not result.get("passed") and isinstance(named, dict):
-                confusion = Confusion(str(result.get("grader")), str(named.get("got")), str(named.get("expected")))
-                if confusion.text() == wanted:
-                    return confusion
-    return None
+    return next((confusion for record in failures for confusion in _named(record) if confusion.text() == wanted), None)
 
 
 def action(confusion: Confusion) -> str | None:

@@ -95,8 +95,11 @@ def patch_format(settings: ProposalSettings) -> str:
 
 def asked_format(settings: ProposalSettings) -> str:
     """What the patcher is asked for: `patch_format`, where `example` asks (for a target with no
-    example to show) what `auto` would."""
+    example to show) what `auto` would, and `decision` is a contrast request whose cases come from
+    every bucket that made the target's choice wrong the same way (`request_failures`)."""
     chosen = patch_format(settings)
+    if chosen == "decision":
+        return "contrast"
     return patch_format(replace(settings, patch_format="auto")) if chosen == "example" else chosen
 
 

@@ -23,7 +23,7 @@ import jinja2
 
 from optimizer.proposal.contrast import pieces as contrast_pieces
 from optimizer.proposal.diffs import added_lines
-from optimizer.proposal.contrast import render_contrast
+from optimizer.proposal.contrast import render_contrast, same_decision
 from optimizer.proposal.manual import shipped_manual
 from optimizer.scoring import trial_value
 from optimizer.proposal.targets import bucket_confusions, changeable, confused_tasks, top_confusions
@@ -205,13 +205,29 @@ def _workspace(trial: Trial) -> str:
     return _trim("\n".join(parts), WORKSPACE_CHARS)
 
 
-def failure_records(trials: list[Trial], suites: list[Suite], selection: Selection) -> list[dict[str, Any]]:
-    """One record per failing train task of the targeted buckets, most informative first."""
+def request_failures(trials: list[Trial], suites: list[Suite], selection: Selection,
+                     patch_format: str) -> list[dict[str, Any]]:
+    """The failure records a request shows: the targeted buckets' (`failure_records`), or, for a
+    decision-scoped rule (`patch_format = "decision"`), every train bucket's that made the
+    target's decision wrong the same way (`optimizer.proposal.contrast.same_decision`)."""
+    if patch_format != "decision":
+        return failure_records(trials, suites, selection)
+    return same_decision(failure_records(trials, suites, selection, every_bucket=True), selection)
+
+
+def failure_records(trials: list[Trial], suites: list[Suite], selection: Selection, *,
+                    every_bucket: bool = False) -> list[dict[str, Any]]:
+    """One record per failing train task of the targeted buckets (of every bucket of the
+    selection's suites with `every_bucket`), most informative first."""
     tasks = {(suite.name, task.id): task for suite in suites for task in suite.tasks}
     targeted = {(t.suite, t.bucket) for t in selection.targets}
+
+    def wanted(trial: Trial) -> bool:
+        return trial.suite in selection.suite_names if every_bucket else (trial.suite, trial.bucket) in targeted
+
     per_task: dict[tuple[str, str], list[Trial]] = {}
     for trial in trials:
-        if (trial.suite, trial.bucket) in targeted and trial.split != "holdout" and trial.status != "errored":
+        if wanted(trial) and trial.split != "holdout" and trial.status != "errored":
             per_task.setdefault((trial.suite, trial.task_id), []).append(trial)
     records = []
     for key, group in per_task.items():

@@ -138,11 +138,14 @@ class Settings(BaseModel):
     """Names of further environment variables the `command` proposer gets, beside the ones it
     always gets (`proposers.proposer_environment`: the system's, and the providers' keys and
     bases). Never `OPTIMIZER_*` or a database's (`proposers.NEVER_PASSED`)."""
-    patch_format: Literal["auto", "edits", "rule", "contrast", "example"] = "auto"
+    patch_format: Literal["auto", "edits", "rule", "contrast", "decision", "example"] = "auto"
     """What the `llm` proposer asks the patcher for: exact search/replace `edits`, or one new
     `rule` appended to the prompt; `contrast` asks for one rule from a short request of
     contrastive cases (what the agent did, what was expected; `optimizer.proposal.contrast`), a form for
     small patcher models. `auto`: `contrast` for the embedded (`local/*`) models, else `edits`.
+    `decision`: the contrast request with its cases taken from every bucket where the agent made the
+    target's most frequent wrong choice (the same template or folder where another was expected), so
+    the rule is scoped to the choice rather than to one bucket's notes.
     `example`: a worked example of a targeted bucket from its reference solution, no patcher
     (`optimizer.proposal.examples`); a target with none to show gets what `auto` asks for."""
     candidates: int = Field(default=1, ge=1, le=20)

@@ -221,3 +221,27 @@ def test_a_mock_patcher_script_may_answer_with_a_kind_and_only_as_text(tmp_path)
     with pytest.raises(ConfigError) as refused:
         check_patcher_script(str(script))
     assert refused.value.field == "[0].kind"
+
+
+def test_a_decision_request_takes_its_cases_from_every_bucket_that_made_the_same_wrong_choice():
+    """`patch_format = decision`: the cases of the target's most frequent confusion come from every
+    bucket whose failures name it, in turn from each, the target's first; other confusions stay out."""
+    from optimizer.proposal.contrast import same_decision
+    from optimizer.settings.config import Settings
+    from optimizer.proposal.proposers import asked_format
+
+    def elsewhere(task_id: str, bucket: str, graders: list[dict]) -> dict:
+        return {**record(task_id, graders, content=f"note of {task_id}"), "bucket": bucket}
+
+    mood = {**CONFUSED, "details": {"confusion": {"got": "event", "expected": "mood"}}}
+    records = [record("q1", [CONFUSED]), record("q2", [CONFUSED]), record("q3", [UNNAMED]),
+               elsewhere("m1", "multi_fact_day", [PASSED, CONFUSED]), elsewhere("f1", "template_mood", [mood]),
+               elsewhere("m2", "multi_fact_day", [CONFUSED])]
+    chosen = same_decision(records, SELECTION)
+    assert [r["task_id"] for r in chosen] == ["q1", "m1", "q2", "m2"]
+    text = render(chosen, "contrast")
+    assert "other buckets too (multi_fact_day)" in text and "note of m1" in text and "note of f1" not in text
+    assert "choose the `quote` template instead of `event`" in text
+    assert same_decision(records, UNNAMED_SELECTION) == records[:3], "no named confusion: the target's own"
+    assert "other buckets" not in render(records[:3], "contrast")
+    assert asked_format(Settings(proposer="llm", patch_format="decision").proposal) == "contrast"
