@@ -35,7 +35,7 @@ def build_store(state: Path) -> None:
     """Two runs, an iteration with a proposal, a nightly job and two ledger entries: every table
     `history` prints has rows."""
     from optimizer.store import Store, default_url
-    from tests.optimizer.reporting.test_history import add_iteration, add_nightly, add_run, ledger_entry
+    from tests.store_rows import add_iteration, add_nightly, add_run, ledger_entry
 
     store = Store(default_url(state))
     baseline = add_run(store, "run-000001", "baseline", {"trivial_input": 0.5, "fact_preservation": 0.75}, 0)

@@ -12,7 +12,7 @@ import pytest
 from optimizer.reporting.html import build, render
 from optimizer.store import Store, default_url
 from tests.helpers import FACT_RULE, LINK_HARM, after_data_line, script
-from tests.optimizer.reporting.test_history import add_iteration, add_nightly, add_run
+from tests.store_rows import add_iteration, add_nightly, add_run
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -13,7 +13,7 @@ from optimizer.reporting.history import load_history
 from optimizer.store import Store, default_url, schema
 from optimizer.store.migrations import migrate
 from optimizer.store.quick import read_quickly
-from tests.optimizer.reporting.test_history import add_iteration, add_nightly, add_run, ledger_entry
+from tests.store_rows import add_iteration, add_nightly, add_run, ledger_entry
 
 
 def filled_store(url: str) -> Store:
