@@ -42,7 +42,7 @@ def sequential_ms_per_trial(suite: Path, scratch: Path, trials: int = 200) -> fl
     settings = Settings(agent_model="mock/oracle", trials=trials, concurrency=1)
     store = Store(default_url(scratch / "sequential"))
     started = time.perf_counter()
-    execute(prepare(settings, ROOT, [str(suite)]), store)
+    execute(prepare(settings.evaluation, ROOT, [str(suite)]), store)
     return (time.perf_counter() - started) * 1000 / trials
 
 
@@ -75,8 +75,8 @@ def main() -> None:
         settings = Settings(agent_model=f"mock/oracle@{args.latency_ms}ms", trials=args.trials,
                             concurrency=args.concurrency, cache=not args.no_cache)
         warm = Settings(agent_model=settings.agent_model, trials=args.concurrency, concurrency=args.concurrency)
-        execute(prepare(warm, ROOT, [str(suite)]), Store(default_url(scratch / "warm")))
-        plan = prepare(settings, ROOT, [str(suite)])
+        execute(prepare(warm.evaluation, ROOT, [str(suite)]), Store(default_url(scratch / "warm")))
+        plan = prepare(settings.evaluation, ROOT, [str(suite)])
         store = Store(default_url(scratch / "state"))
         started, cpu_started = time.perf_counter(), time.process_time()
         run, summary = execute(plan, store)

@@ -8,27 +8,35 @@ from typing import Optional
 import typer
 
 from optimizer.cli._paths import output_file
+from optimizer.settings.sources import setting_default
 
 
 def run_command(
     suite: Optional[list[str]] = typer.Option(None, "--suite", "-s", help="Suite name or path (repeatable)."),
-    proposer: Optional[str] = typer.Option(None, help="llm (default) or command (env OPTIMIZER_PROPOSER)."),
+    proposer: Optional[str] = typer.Option(
+        None, help=f"llm or command (default {setting_default('proposer')}; env OPTIMIZER_PROPOSER)."),
     candidates: Optional[int] = typer.Option(None, help="Proposals to evaluate; the best accepted one is kept."),
-    gate: Optional[str] = typer.Option(None, help="strict (default) or lenient."),
+    gate: Optional[str] = typer.Option(None, help=f"strict or lenient (default {setting_default('gate')})."),
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
-    trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
+    trials: Optional[int] = typer.Option(
+        None, help=f"Trials per task (default: loop_trials = {setting_default('loop_trials')})."),
     max_rollouts: Optional[int] = typer.Option(
-        None, help="Trials the gate may run per proposal, both prompts counted (default 250)."),
+        None, help=f"Trials the gate may run per proposal, both prompts counted "
+                   f"(default {setting_default('max_rollouts')})."),
     batch_pairs: Optional[int] = typer.Option(
-        None, help="Fresh pairs per targeted bucket between two looks of the sequential test (default 8)."),
+        None, help=f"Fresh pairs per targeted bucket between two looks of the sequential test "
+                   f"(default {setting_default('batch_pairs')})."),
     min_bucket_pairs: Optional[int] = typer.Option(
-        None, help="Pairs every other bucket gets before its harm test looks (default 8)."),
+        None, help=f"Pairs every other bucket gets before its harm test looks "
+                   f"(default {setting_default('min_bucket_pairs')})."),
     search_rollouts: Optional[int] = typer.Option(
-        None, help="Screening budget of a search on the gepa engine before the gate (default 0: none; docs/search.md)."),
+        None, help=f"Screening budget of a search on the gepa engine before the gate "
+                   f"(default {setting_default('search_rollouts')}: none; docs/search.md)."),
     target_buckets: Optional[int] = typer.Option(
-        None, help="Failure buckets targeted at once, each must improve (default 1; setting target_buckets)."),
+        None, help=f"Failure buckets targeted at once, each must improve "
+                   f"(default {setting_default('target_buckets')}; setting target_buckets)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit to start from (default HEAD)."),
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
@@ -76,7 +84,8 @@ def noise_command(
                                 help="Repeats: each draws a baseline and compares its candidates (at most 10,000)."),
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
-    trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
+    trials: Optional[int] = typer.Option(
+        None, help=f"Trials per task (default: loop_trials = {setting_default('loop_trials')})."),
     sim_noise: str = typer.Option("independent", help="mock/sim's randomness between prompts: independent "
                                                       "(as a real model at temperature > 0) or paired."),
 ) -> None:

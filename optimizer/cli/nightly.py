@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from optimizer.cli._paths import output_file
+from optimizer.settings.sources import setting_default
 
 
 NOT_NIGHT_SETTINGS = ("resume", "override", "plain", "json_path")
@@ -33,14 +34,18 @@ def nightly_command(
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
-    proposer: Optional[str] = typer.Option(None, help="llm (default) or command."),
-    trials: Optional[int] = typer.Option(None, help="Trials per task (default: loop_trials = 4)."),
+    proposer: Optional[str] = typer.Option(None, help=f"llm or command (default {setting_default('proposer')})."),
+    trials: Optional[int] = typer.Option(
+        None, help=f"Trials per task (default: loop_trials = {setting_default('loop_trials')})."),
     search_rollouts: Optional[int] = typer.Option(
-        None, help="Screening budget of a search on the gepa engine before the gate (default 0; docs/search.md)."),
+        None, help=f"Screening budget of a search on the gepa engine before the gate "
+                   f"(default {setting_default('search_rollouts')}; docs/search.md)."),
     target_buckets: Optional[int] = typer.Option(
-        None, help="Failure buckets targeted at once, each must improve (default 1; 4 with a search: docs/search.md)."),
+        None, help=f"Failure buckets targeted at once, each must improve "
+                   f"(default {setting_default('target_buckets')}; 4 with a search: docs/search.md)."),
     min_bucket_pairs: Optional[int] = typer.Option(
-        None, help="Pairs every other bucket gets before its harm test looks (default 8; docs/gate.md)."),
+        None, help=f"Pairs every other bucket gets before its harm test looks "
+                   f"(default {setting_default('min_bucket_pairs')}; docs/gate.md)."),
     day: Optional[str] = typer.Option(None, "--date", help="Date in the branch name (default today), YYYY-MM-DD."),
     resume: bool = typer.Option(False, "--resume", help="Continue the newest night of this repository that did not "
                                                         "finish, with every setting it started with (finished "

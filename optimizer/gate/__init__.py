@@ -43,7 +43,8 @@ a group whose trials only such graders scored is *unjudged* and can neither impr
 
 Lenient mode applies the plain rule: some bucket mean up, no bucket mean down.
 
-Modules, one concern each: `policy` (levels and budget), `pairs` (what pairs up and what a side
+Modules, one concern each (the policy, its levels and budget, is the gate's part of the settings,
+`optimizer.settings.parts.GatePolicy`, re-exported here): `pairs` (what pairs up and what a side
 counts for), `sequential` (a group's change and its betting tests), `groups` (what is tested),
 `improvement` (the targets' test and when it stops), `harm` (the harm family's thresholds and
 verdicts), `report` (rows, rule results, the `Decision`), `rules` (`decide`).

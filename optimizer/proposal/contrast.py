@@ -53,11 +53,13 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def piece(record: dict[str, Any]) -> dict[str, str] | None:
-    """One failure record (`optimizer.proposal.request.failure_records`) as a contrastive case: its first
-    failed grader that names a confusion, else its first failed grader, else how it ended."""
+def piece(record: dict[str, Any], confusion: Confusion | None = None) -> dict[str, str] | None:
+    """One failure record (`optimizer.proposal.request.failure_records`) as a contrastive case: its
+    failed grader that names `confusion` (the one the request is about), else its first that names
+    one, else its first failed grader, else how it ended."""
     failed = [g for g in record["graders"] if not g.get("passed") and not g.get("errored")]
     named = [g for g in failed if isinstance((g.get("details") or {}).get("confusion"), dict)]
+    named.sort(key=lambda g: confusion is None or _confusion_of(g) != confusion)
     chosen = (named or failed or [None])[0]
     if chosen is None:
         if not record.get("ending"):
@@ -69,13 +71,15 @@ def piece(record: dict[str, Any]) -> dict[str, str] | None:
         did = str(confusion.get("got", "see the grader"))
         expected = str(confusion.get("expected", f"what {chosen.get('grader', 'the grader')} checks"))
     return {"input": _cut(record["input"], INPUT_CHARS), "did": _cut(did, WORDS_CHARS),
-            "expected": _cut(expected, WORDS_CHARS), "words": _cut(words, WORDS_CHARS)}
+            "expected": _cut(expected, WORDS_CHARS), "words": _cut(words, WORDS_CHARS),
+            "suite": record["suite"], "bucket": record["bucket"]}
 
 
-def pieces(failures: list[dict[str, Any]], limit: int = MAX_PIECES) -> list[dict[str, str]]:
+def pieces(failures: list[dict[str, Any]], limit: int = MAX_PIECES,
+           confusion: Confusion | None = None) -> list[dict[str, str]]:
     """The first `limit` cases of the failures, in their order (most informative first), named
-    confusions first."""
-    cases = [case for case in (piece(record) for record in failures) if case]
+    confusions first, each showing `confusion` where its graders name it."""
+    cases = [case for case in (piece(record, confusion) for record in failures) if case]
     named = [case for case in cases if not case["did"].startswith("see the grader")]
     return (named + [case for case in cases if case not in named])[:limit]
 
@@ -102,9 +106,16 @@ def same_decision(records: list[dict[str, Any]], selection) -> list[dict[str, An
 
 def _named(record: dict[str, Any]) -> list[Confusion]:
     """The confusions the failed graders of one failure record name."""
-    return [Confusion(str(result.get("grader")), str(named.get("got")), str(named.get("expected")))
-            for result in record["graders"] for named in [(result.get("details") or {}).get(CONFUSION)]
-            if not result.get("passed") and isinstance(named, dict)]
+    return [found for result in record["graders"] if not result.get("passed")
+            for found in [_confusion_of(result)] if found is not None]
+
+
+def _confusion_of(result: dict[str, Any]) -> Confusion | None:
+    """The confusion one grader result names, if any."""
+    named = (result.get("details") or {}).get(CONFUSION)
+    if not isinstance(named, dict):
+        return None
+    return Confusion(str(result.get("grader")), str(named.get("got")), str(named.get("expected")))
 
 
 def instructions() -> str:
@@ -116,10 +127,11 @@ def render_contrast(*, selection, failures: list[dict[str, Any]], prompt: str,
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(FOLDER), autoescape=False,
                                      keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     rule = guided_rule(selection, failures)
+    shown = pieces(failures, confusion=top_confusion(selection, failures))
     targeted = {(t.suite, t.bucket) for t in selection.targets}
-    buckets = sorted({record["bucket"] for record in failures if (record["suite"], record["bucket"]) not in targeted})
+    buckets = sorted({case["bucket"] for case in shown if (case["suite"], case["bucket"]) not in targeted})
     return environment.get_template("request.md.j2").render(
-        agent=selection.agent, targets=selection.targets, pieces=pieces(failures),
+        agent=selection.agent, targets=selection.targets, pieces=shown,
         rejected_ideas=rejected_ideas or [], prompt=prompt.rstrip("\n"), kind_words=MAX_KIND_WORDS,
         guided={"label": guided_text()["label"], "rule": rule} if rule else None, other_buckets=buckets)
 

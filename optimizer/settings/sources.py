@@ -23,14 +23,45 @@ ENV_PREFIX = "OPTIMIZER_"
 
 
 @functools.cache
+def _source(module: str) -> ast.Module:
+    """`optimizer/settings/<module>.py` parsed: a parse of one file instead of importing pydantic
+    and building the model."""
+    return ast.parse(Path(__file__).with_name(f"{module}.py").read_text(encoding="utf-8"))
+
+
+def _fields(module: str, model: str) -> dict[str, ast.expr | None]:
+    """The fields of class `model` in `module`, each with its default's expression (None without one)."""
+    found = next(node for node in _source(module).body if isinstance(node, ast.ClassDef) and node.name == model)
+    return {node.target.id: node.value for node in found.body
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+
+
+def _constant(name: str) -> ast.expr | None:
+    """The value of a module-level constant of the settings model's module or of the parts'."""
+    return next((node.value for module in ("config", "parts") for node in _source(module).body
+                 if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets)), None)
+
+
 def setting_names() -> frozenset[str]:
-    """The names of `Settings`' fields, what the environment may set: read from the source of
-    `optimizer/settings/config.py` (written there once), which costs a parse of one file instead
-    of importing pydantic and building the model."""
-    tree = ast.parse(Path(__file__).with_name("config.py").read_text(encoding="utf-8"))
-    model = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Settings")
-    return frozenset(node.target.id for node in model.body
-                     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name))
+    """The names of `Settings`' fields (written there once): what the environment may set."""
+    return frozenset(_fields("config", "Settings"))
+
+
+def setting_default(name: str) -> Any:
+    """The default of setting `name` as written on `Settings`, or on `GatePolicy` for the gate's
+    (`GATE.<field>`), for the commands' help without building the model. A default that is not a
+    literal (a factory) is None."""
+    value = _fields("config", "Settings")[name]
+    if isinstance(value, ast.Call):  # Field(default=..., ...)
+        value = next((keyword.value for keyword in value.keywords if keyword.arg == "default"), None)
+    if isinstance(value, ast.Attribute) and getattr(value.value, "id", "") == "GATE":
+        value = _fields("parts", "GatePolicy")[value.attr]
+    if isinstance(value, ast.Name):
+        value = _constant(value.id)
+    try:
+        return ast.literal_eval(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 NOT_SETTINGS = {

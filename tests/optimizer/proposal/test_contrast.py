@@ -50,7 +50,8 @@ def render(failures: list[dict], patch_format: str, selection: Selection = SELEC
 def test_a_failure_becomes_a_case_of_what_the_agent_did_and_what_was_expected():
     cases = pieces([record("plain", [PASSED, UNNAMED]), record("confused", [PASSED, UNNAMED, CONFUSED])])
     assert cases[0] == {"input": "mum said: measure twice, cut once", "did": "event", "expected": "quote",
-                        "words": "card_template_choice: templates ['event'] include none of ['quote']"}
+                        "words": "card_template_choice: templates ['event'] include none of ['quote']",
+                        "suite": "card_agent", "bucket": "template_quote"}
     assert cases[1]["did"] == "see the grader" and cases[1]["words"].startswith("card_must_contain: missing")
     assert len(pieces([record(f"t{n}", [CONFUSED], "x " * 400) for n in range(10)])) == 6
     assert len(pieces([record("long", [CONFUSED], "word " * 400)])[0]["input"]) <= 240
@@ -245,3 +246,10 @@ def test_a_decision_request_takes_its_cases_from_every_bucket_that_made_the_same
     assert same_decision(records, UNNAMED_SELECTION) == records[:3], "no named confusion: the target's own"
     assert "other buckets" not in render(records[:3], "contrast")
     assert asked_format(Settings(proposer="llm", patch_format="decision").proposal) == "contrast"
+    folder = {**CONFUSED, "grader": "card_folder", "details": {"confusion": {"got": "inbox", "expected": "quotes"}}}
+    both = elsewhere("b1", "template_event", [folder, CONFUSED])
+    many = [record("q1", [CONFUSED])] + [elsewhere(f"o{n}", f"bucket{n}", [CONFUSED]) for n in range(7)]
+    text = render(same_decision(many[:1] + [both] + many[1:], SELECTION), "contrast")
+    assert "Did: event\n   Expected: quote" in text.split("note of b1")[1] and "inbox" not in text, \
+        "a case shows the confusion the request is about"
+    assert "(bucket0, bucket1, bucket2, bucket3, template_event)" in text, "only the buckets of the cases shown"

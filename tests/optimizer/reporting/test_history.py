@@ -11,7 +11,7 @@ import textwrap
 
 from optimizer.reporting.history import load_history
 from optimizer.store import Store, default_url
-from tests.store_rows import add_iteration, add_nightly, add_run, ledger_entry
+from tests.store_rows import add_iteration, add_run, ledger_entry
 
 
 def test_a_fully_errored_run_keeps_its_column_of_missing_scores(cli, isolated, tmp_path):

@@ -192,3 +192,13 @@ def test_every_gate_policy_choice_the_docs_offer_is_a_setting_of_pyproject_and_t
     with pytest.raises(ConfigError) as refused:
         load_settings(tmp_path)
     assert "OPTIMIZER_REFUSE_UNSAFE" in str(refused.value.field)
+
+
+def test_the_defaults_read_from_the_source_are_the_models():
+    """The commands' help names defaults without building the model (`setting_default`, read from
+    the source, the gate's through `GatePolicy`): each one is the model's."""
+    from optimizer.settings.sources import setting_default
+
+    literal = {name: field.default for name, field in Settings.model_fields.items() if field.default_factory is None}
+    assert {name: setting_default(name) for name in literal} == literal
+    assert (setting_default("max_rollouts"), setting_default("gate"), setting_default("loop_trials")) == (250, "strict", 4)
