@@ -44,7 +44,7 @@ from optimizer.models.mock import check_patcher_script
 from optimizer.nightly.watch import WatchNight, run_watch
 from optimizer.proposal.box import stop_left_proposers
 from optimizer.proposal.patch import LintIndex
-from optimizer.proposal.proposers import make_proposer
+from optimizer.proposal.make import make_proposer
 from optimizer.proposal.request import load_manual
 from optimizer.registry import get_agent
 from optimizer.settings.loading import check_search_budget

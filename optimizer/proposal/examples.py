@@ -19,7 +19,7 @@ them (from the train set's own labels), one per proposal:
 The example's wording is the agent's `<prompt>.example.md` beside its prompt file (prompt text
 lives in prompt files): `{note}` becomes the task's input and `{calls}` its reference calls, one
 per line as `name {arguments as JSON}`. With `patch_format = "example"` a target with no example
-left gets what `auto` would ask the patcher for (`proposers.make_proposer`).
+left gets what `auto` would ask the patcher for (`optimizer.proposal.make.make_proposer`).
 """
 
 from __future__ import annotations

@@ -29,9 +29,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
-from optimizer.errors import ConfigError
 from optimizer.models import is_embedded
-from optimizer.proposal.box import Box, confinement
+from optimizer.proposal.box import Box
 from optimizer.proposal.examples import Example
 from optimizer.settings.parts import ProposalSettings
 from optimizer.types import Usage
@@ -139,23 +138,3 @@ class ExampleProposer:
         target.write_text(text.rstrip("\n") + "\n\n" + example.text + "\n", encoding="utf-8")
         return Proposal(rationale=f"worked example: the note of {example.suite}/{example.task_id} and its "
                                   f"reference calls (that task leaves the gate's pairs)")
-
-
-def make_proposer(settings: ProposalSettings) -> Proposer:
-    """The proposer `settings` name (`Settings.proposal`)."""
-    from optimizer.proposal.command import CommandProposer  # they stand on this module's types
-    from optimizer.proposal.llm import LLMProposer
-
-    if settings.proposer == "command":
-        if not settings.proposer_command:
-            raise ConfigError("--proposer command needs a command line", field="proposer_command",
-                              fix="set proposer_command in [tool.optimizer] or OPTIMIZER_PROPOSER_COMMAND")
-        return CommandProposer(settings.proposer_command, timeout_s=settings.proposer_timeout,
-                               confinement=confinement(), env=settings.proposer_env)
-    patcher = LLMProposer(settings.patcher_model, script=settings.sim.mock_patcher_script,
-                          skill=settings.sim.mock_patcher_skill, seed=settings.seed,
-                          sample_temperature=settings.patcher_temperature,
-                          retry_attempts=settings.retry_attempts, patch_format=asked_format(settings))
-    return ExampleProposer(patcher) if patch_format(settings) == "example" else patcher
-
-

@@ -246,7 +246,7 @@ class Settings(BaseModel):
 
     @property
     def proposal(self) -> ProposalSettings:
-        """What `optimizer.proposal.proposers.make_proposer` needs."""
+        """What `optimizer.proposal.make.make_proposer` needs."""
         return _part(ProposalSettings, self, sim=self.sim, proposer_env=tuple(self.proposer_env))
 
     @property

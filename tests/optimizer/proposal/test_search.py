@@ -473,7 +473,8 @@ def test_a_sampled_proposal_draws_at_the_patcher_temperature_with_a_seed_of_its_
     seed from the settings' seed, the request and its ordinal: they differ, and a rerun of the same
     request draws the same. A single proposal is greedy."""
     from optimizer.settings.loading import load_settings
-    from optimizer.proposal.proposers import ProposalRequest, make_proposer
+    from optimizer.proposal.make import make_proposer
+    from optimizer.proposal.proposers import ProposalRequest
 
     settings = load_settings(PROJECT_ROOT).model_copy(update={"patcher_temperature": 0.9, "seed": 3})
     proposer = make_proposer(settings.proposal)
