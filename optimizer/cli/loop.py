@@ -23,20 +23,15 @@ def run_command(
     trials: Optional[int] = typer.Option(
         None, help=f"Trials per task (default: loop_trials = {setting_default('loop_trials')})."),
     max_rollouts: Optional[int] = typer.Option(
-        None, help=f"Trials the gate may run per proposal, both prompts counted "
-                   f"(default {setting_default('max_rollouts')})."),
+        None, help=f"Trials the gate may run per proposal, both prompts (default {setting_default('max_rollouts')})."),
     batch_pairs: Optional[int] = typer.Option(
-        None, help=f"Fresh pairs per targeted bucket between two looks of the sequential test "
-                   f"(default {setting_default('batch_pairs')})."),
+        None, help=f"Fresh pairs per target between two looks of the gate (default {setting_default('batch_pairs')})."),
     min_bucket_pairs: Optional[int] = typer.Option(
-        None, help=f"Pairs every other bucket gets before its harm test looks "
-                   f"(default {setting_default('min_bucket_pairs')})."),
+        None, help=f"Pairs of each other bucket before its harm test (default {setting_default('min_bucket_pairs')})."),
     search_rollouts: Optional[int] = typer.Option(
-        None, help=f"Screening budget of a search on the gepa engine before the gate "
-                   f"(default {setting_default('search_rollouts')}: none; docs/search.md)."),
+        None, help=f"Screening trials of a search before the gate (default {setting_default('search_rollouts')})."),
     target_buckets: Optional[int] = typer.Option(
-        None, help=f"Failure buckets targeted at once, each must improve "
-                   f"(default {setting_default('target_buckets')}; setting target_buckets)."),
+        None, help=f"Failure buckets targeted at once, each to improve (default {setting_default('target_buckets')})."),
     base: Optional[str] = typer.Option(None, help="Branch or commit to start from (default HEAD)."),
     agent: Optional[str] = typer.Option(None, help="Only target this agent."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Stop after writing request.md."),
