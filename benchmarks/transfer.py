@@ -8,12 +8,15 @@ and no part of the loop reads it: a suite holding such a task refuses to load ou
     python benchmarks/transfer.py --validate
         every sealed task replays its reference solution under mock/oracle at score 1.0
     python benchmarks/transfer.py --suite card_agent --before main~3 --after main [--trials 8]
-        [--agent-model local/qwen2.5-coder-1.5b] [--json out.json]
+        [--split test --split train --split holdout] [--agent-model local/qwen2.5-coder-1.5b]
+        [--json out.json]
 
 A measurement runs the agent's sealed suite with the prompt file as each of two commits holds it
 (a branch, a night's branch, a tag), `--trials` trials per task, the response cache off and a
 throw-away store (nothing of the sealed split reaches the project's store, where the loop reads
-recorded trials). It prints per side the trial pass rate, pass@k, pass^k and mean score, per
+recorded trials). `--split train` and `--split holdout` measure the same way on the agent's own
+suite's tasks of that split (the ones the loop tuned on, and the ones its gate held out), for
+the before/after table of all three. It prints per side the trial pass rate, pass@k, pass^k and mean score, per
 bucket and overall, and the change paired by task: each task's pass rate after less before,
 tested with an exact sign-flip permutation test of the mean difference over tasks (Fisher 1935;
 Pitman 1937; Monte Carlo with 200,000 draws past 20 tasks that changed), two-sided. Run it with
@@ -114,8 +117,9 @@ def task_rates(trials: list) -> dict[str, float]:
     return {row.task_id: row.passes / row.scored for row in tasks.itertuples() if row.scored}
 
 
-def measure(agent: str, before: str, after: str, trials: int, overrides: dict) -> dict:
-    """Both sides on the agent's sealed suite; the summaries and the paired change."""
+def measure(agent: str, before: str, after: str, trials: int, overrides: dict, split: str = "test") -> dict:
+    """Both sides on the agent's tasks of `split` (`test`: its sealed suite); the summaries and the
+    paired change."""
     from optimizer import gitops
     from optimizer.settings.loading import load_settings
     from optimizer.loop.staging import export_prompts
@@ -129,8 +133,8 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict) -
     prompt = gitops.relative(repo, PROJECT_ROOT / entry.prompt_file)
     settings = load_settings(PROJECT_ROOT, {"cache": False, "trials": trials, **overrides})
     with reading_sealed():
-        suites = load_suites([SEALED[agent]], PROJECT_ROOT)
-    planned = plan(suites, trials=trials)
+        suites = load_suites([SEALED[agent] if split == "test" else agent], PROJECT_ROOT)
+    planned = [item for item in plan(suites, trials=trials) if item.task.split == split]
     sides = {}
     with tempfile.TemporaryDirectory(prefix="optimizer-transfer-") as scratch:
         store = Store(default_url(Path(scratch) / "store"))
@@ -150,7 +154,8 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict) -
     rates = {side: task_rates(data["trials"]) for side, data in sides.items()}
     tasks = sorted(set(rates["before"]) & set(rates["after"]))
     differences = [rates["after"][t] - rates["before"][t] for t in tasks]
-    return {"agent": agent, "suite": SEALED[agent], "trials_per_task": trials,
+    return {"agent": agent, "suite": SEALED[agent] if split == "test" else agent, "split": split,
+            "trials_per_task": trials,
             "agent_model": settings.models.agent_model, "judge_model": settings.models.judge_model,
             "sides": {side: {k: v for k, v in data.items() if k != "trials"} | side_summary(data["trials"])
                       for side, data in sides.items()},
@@ -161,7 +166,8 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict) -
 
 def show(result: dict) -> None:
     before, after = result["sides"]["before"], result["sides"]["after"]
-    print(f"{result['suite']}: {result['paired']['tasks']} tasks x {result['trials_per_task']} trials, agent "
+    print(f"{result['suite']}, {result['split']} split: {result['paired']['tasks']} tasks x "
+          f"{result['trials_per_task']} trials, agent "
           f"{result['agent_model']}, judge {result['judge_model']}")
     print(f"{'':34} {'before':>30} {'after':>30}")
     print(f"{'':34} {'pass  pass@k pass^k  score':>30} {'pass  pass@k pass^k  score':>30}")
@@ -187,6 +193,8 @@ def main() -> None:
     parser.add_argument("--before", help="commit or branch holding the prompt before")
     parser.add_argument("--after", help="commit or branch holding the prompt after")
     parser.add_argument("--trials", type=int, default=8, help="trials per task and side (default 8)")
+    parser.add_argument("--split", action="append", choices=["test", "train", "holdout"],
+                        help="which tasks (repeatable; default test: the sealed suite)")
     parser.add_argument("--agent-model", help="default: the settings' agent_model (the embedded model)")
     parser.add_argument("--judge-model", help="default: the settings' judge_model")
     parser.add_argument("--concurrency", type=int, help="trials at once (default: the settings')")
@@ -199,7 +207,8 @@ def main() -> None:
         parser.error("pass --validate, or --before and --after")
     overrides = {key: value for key, value in (("agent_model", args.agent_model), ("judge_model", args.judge_model),
                                                ("concurrency", args.concurrency)) if value}
-    results = [measure(name, args.before, args.after, args.trials, overrides) for name in names]
+    results = [measure(name, args.before, args.after, args.trials, overrides, split)
+               for name in names for split in args.split or ["test"]]
     for result in results:
         show(result)
     if args.json:

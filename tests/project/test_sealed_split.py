@@ -98,3 +98,19 @@ def test_the_transfer_benchmark_measures_one_prompt_against_itself_as_no_change(
     assert before["overall"]["pass_rate"] == after["overall"]["pass_rate"]
     assert result["paired"]["mean_change"] == 0.0 and result["paired"]["p_two_sided"] == 1.0
     assert set(before["buckets"]) == set(after["buckets"]) and len(before["buckets"]) == 13
+
+
+def test_the_transfer_benchmark_measures_the_train_and_holdout_splits_of_the_agents_own_suite():
+    """For the table of all three splits: the same measurement on the tasks the loop tuned on and
+    the ones its gate held out, each split alone."""
+    measure = transfer().measure
+    mock = {"agent_model": "mock/sim", "judge_model": "mock/sim", "sim_noise": "paired"}
+
+    from optimizer.suites import load_suites
+
+    (suite,) = load_suites(["card_agent"], PROJECT_ROOT)
+    for split in ("train", "holdout"):
+        result = measure("card_agent", "HEAD", "HEAD", 1, mock, split)
+        assert (result["split"], result["suite"]) == (split, "card_agent")
+        assert result["paired"]["tasks"] == sum(task.split == split for task in suite.tasks) > 0
+        assert result["paired"]["mean_change"] == 0.0
