@@ -63,8 +63,9 @@ validate: setup
 test: setup
 	$(BIN)/python -m pytest -q -n auto --durations=25 --durations-min=5
 
-# The slowest checks (marker slow): nights run as processes, killed at ten points and resumed, and
-# the nightly CI recipe run as written. CI runs them after `make test`.
+# The checks that run real optimizer processes (marker slow): nights killed and resumed, signals
+# and kills, races for a store or a repository, the CI recipes and the docs' commands run as
+# written. CI runs them after `make test`.
 test-slow: setup
 	$(BIN)/python -m pytest -q -n auto -m slow --durations=10
 

@@ -289,6 +289,7 @@ def test_kill_9_at_ten_points_then_resume_ends_as_an_uninterrupted_night(repo, t
         assert db.execute("select status from nightlies").fetchall() == [("finished",)]
 
 
+@pytest.mark.slow
 def test_two_real_nightly_processes_on_one_repository(repo, tmp_path):
     import sys
     import time

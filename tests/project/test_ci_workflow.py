@@ -243,6 +243,7 @@ def test_the_nightly_recipe_runs_opens_its_pull_request_and_a_rerun_the_same_day
 
 @pytest.mark.parametrize("lines, code, said", [((METRIC_RULE,), 0, "Prompt gate: passed"),
                                                ((METRIC_RULE, LINK_HARM), 1, "template\\_link fell")])
+@pytest.mark.slow
 def test_the_pull_request_recipe_comments_and_its_check_follows_the_gate(origin, tmp_path, lines, code, said):
     bare, env = origin
     author = clone(bare, tmp_path / "author")

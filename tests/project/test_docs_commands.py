@@ -74,6 +74,7 @@ def project_copy(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_every_runnable_block_in_the_docs_exits_0(project_copy):
     blocks = all_blocks()
     assert blocks, "no block of README.md or docs/*.md is marked ```bash runnable"

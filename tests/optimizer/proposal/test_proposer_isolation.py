@@ -250,6 +250,7 @@ def test_the_ctrl_c_test_holds_when_the_suite_starts_with_sigint_ignored(tmp_pat
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["sigterm", "sighup"])
 def test_sigterm_or_sighup_during_a_proposer_ends_the_iteration_interrupted_with_nothing_left(
         repo, isolated, monkeypatch, stop, code):
@@ -274,6 +275,7 @@ def test_sigterm_or_sighup_during_a_proposer_ends_the_iteration_interrupted_with
     assert json.loads(summary)["stop_reason"] == f"{name}: the process was asked to stop"
 
 
+@pytest.mark.slow
 def test_a_daemon_the_proposer_started_with_setsid_is_killed_before_it_writes_to_the_checkout(
         cli, repo, tmp_path, monkeypatch, isolated):
     monkeypatch.setattr("optimizer.proposal.box.find_bwrap", lambda: None)  # unconfined: bubblewrap's pid namespace
@@ -325,6 +327,7 @@ def _alive(pid: int) -> bool:
     return fields.exists() and fields.read_text().rpartition(")")[2].split()[0] != "Z"
 
 
+@pytest.mark.slow
 def test_a_proposer_left_running_by_a_killed_run_is_stopped_by_the_next_one(repo, tmp_path):
     """kill -9 of `optimizer run` (the OOM killer, a hard CI cancel) runs none of its cleanup: the
     unconfined proposer is re-parented to init and keeps running. The next run finds it by the

@@ -109,6 +109,7 @@ def night(tmp_path_factory) -> tuple[Path, str]:
     return root, body.stdout
 
 
+@pytest.mark.slow
 def test_a_nights_pull_request_body_reviews_every_patch_and_names_no_path_of_this_machine(night):
     root, body = night
     assert re.match(r"## Prompt night `[\w-]+`: 4 patch\(es\) stacked on the branch\n", body), body[:600]
@@ -130,6 +131,7 @@ def subprocess_git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.slow
 def test_the_review_example_in_the_docs_has_the_layout_the_command_prints(night):
     _, out = night
     example = EXAMPLE.read_text().split(OUTPUT_MARK, 1)

@@ -73,6 +73,7 @@ def test_a_started_run_and_iteration_name_this_process_as_their_owner(store_url)
     assert me["owner_start"] and me["owner_pid"] == os.getpid()
 
 
+@pytest.mark.slow
 def test_a_killed_eval_is_closed_as_interrupted_by_the_next_command(cli, database):
     optimizer = str(Path(sys.executable).parent / "optimizer")
     process = subprocess.Popen([optimizer, "eval", "--suite", "card_agent", "--agent-model", "mock/oracle@200ms",
@@ -235,6 +236,7 @@ def _open_blank(url: str, start) -> None:
     Store(url).close()
 
 
+@pytest.mark.slow
 def test_processes_opening_a_blank_sqlite_store_at_once_all_succeed(tmp_path):
     """Commands started side by side on a fresh state folder take turns migrating it. The
     processes are spawned, as commands are: a fork of this test process would inherit the locks

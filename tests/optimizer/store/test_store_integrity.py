@@ -177,6 +177,7 @@ def _wait_for_trials(url: str, process: subprocess.Popen, timeout: float = 60.0)
 @pytest.mark.parametrize("stop, code, reason", [
     (signal.SIGINT, 130, "KeyboardInterrupt"), (signal.SIGTERM, 143, "SIGTERM"), (signal.SIGHUP, 129, "SIGHUP"),
 ], ids=["ctrl-c", "sigterm", "sighup"])
+@pytest.mark.slow
 def test_ctrl_c_sigterm_or_sighup_in_eval_leaves_the_run_interrupted_not_running(database, stop, code, reason):
     eval_args = ["eval", "--suite", "card_agent", "--agent-model", "mock/oracle@200ms", "--trials", "20",
                  "--concurrency", "2"]
