@@ -174,14 +174,14 @@ WATCH_REVERT = "(optimizer watch)"
 
 def reverted_lines(repo, commit: str, path: str) -> frozenset[str]:
     """The lines of `path` that the watch's revert commits reachable from `commit` took out
-    (stripped, blank ones left out): a patch shown harmful must not come back in a later one."""
-    from optimizer.proposal.diffs import changed_lines
+    (stripped, blank ones left out; a line a revert removed and wrote again, its end of line
+    changed, was not taken out): a patch shown harmful must not come back in a later one."""
+    from optimizer.proposal.diffs import net_changed_lines
 
     found = repo.git.log("--format=%H", "--fixed-strings", f"--grep={WATCH_REVERT}", commit, "--", path)
     lines: set[str] = set()
     for sha in found.split():
-        removed = changed_lines(repo.git.show("--format=", sha, "--", path))[1]
-        lines.update(line.strip() for line in removed if line.strip())
+        lines.update(net_changed_lines(repo.git.show("--format=", sha, "--", path))[1])
     return frozenset(lines)
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.gate import CLEARED_BELOW, GroupStats
-from optimizer.gitops import AUTHOR_NAME, WATCH_REVERT
+from optimizer.gitops import AUTHOR_NAME, WATCH_REVERT, read_at
 
 WATCH_INDEX = 2_000_000
 """First trial index of watch trials: past the gate's (a few per task) and the screening ones
@@ -117,7 +117,7 @@ def without_patch(repo, tip: str, commit: str, path: str) -> str | None:
     that conflicts, as it does when a later patch added its lines right beside this one's, each
     changed block of the commit (`ablation.parts`) is undone where its new lines still stand,
     once, in the tip's text. None when neither works (a later patch rewrote the same lines)."""
-    tip_text, patched, parent = (repo.git.show(f"{ref}:{path}") + "\n" for ref in (tip, commit, f"{commit}^"))
+    tip_text, patched, parent = (read_at(repo, ref, path) for ref in (tip, commit, f"{commit}^"))
     with tempfile.TemporaryDirectory(prefix="optimizer-watch-") as folder:
         files = []
         for name, text in zip(("tip", "patched", "parent"), (tip_text, patched, parent)):
@@ -125,10 +125,7 @@ def without_patch(repo, tip: str, commit: str, path: str) -> str | None:
             file.write_text(text, encoding="utf-8")
             files.append(str(file))
         merged = subprocess.run(["git", "merge-file", "-p", *files], capture_output=True, text=True)
-    text = merged.stdout if merged.returncode == 0 else _undo_blocks(tip_text, patched, parent)
-    if text is None:
-        return None
-    return text[:-1] if text.endswith("\n") else text
+    return merged.stdout if merged.returncode == 0 else _undo_blocks(tip_text, patched, parent)
 
 
 def _undo_blocks(tip: str, patched: str, parent: str) -> str | None:

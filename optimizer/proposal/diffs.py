@@ -10,9 +10,12 @@ import re
 
 
 def unified(before: str, after: str, path: str) -> str:
-    """`before` -> `after` of the file at `path`, as `git diff` shows it (a/ and b/ prefixes)."""
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        fromfile=f"a/{path}", tofile=f"b/{path}"))
+    """`before` -> `after` of the file at `path`, as `git diff` shows it (a/ and b/ prefixes; a
+    last line without its newline is followed by `\\ No newline at end of file`, not glued to
+    the next line of the diff)."""
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                 fromfile=f"a/{path}", tofile=f"b/{path}")
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
@@ -55,6 +58,14 @@ def changed_lines(diff: str) -> tuple[list[str], list[str]]:
         elif kind == "del":
             removed.append(line[1:])
     return added, removed
+
+
+def net_changed_lines(diff: str) -> tuple[set[str], set[str]]:
+    """(added, removed) lines, stripped, blank ones left out, without the lines the diff both
+    removes and adds (moved, or written again with another end of line: `\\ No newline at end of
+    file`)."""
+    added, removed = ({line.strip() for line in side if line.strip()} for side in changed_lines(diff))
+    return added - removed, removed - added
 
 
 def added_lines(diff: str) -> list[str]:

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from optimizer.proposal.diffs import changed_lines, unified
+from optimizer.proposal.diffs import changed_lines, net_changed_lines, unified
 from optimizer.registry import get_grader
 from optimizer.types import Suite
 
@@ -220,7 +220,7 @@ def _content_checks(base_prompt: str, diff: str, max_changed_lines: int, index: 
     if len(added) + len(removed) > max_changed_lines:
         return PatchCheck(False, "size", f"{len(added)} added + {len(removed)} removed lines exceed the budget "
                                          f"of {max_changed_lines}")
-    again = sorted({line.strip() for line in added} & index.reverted)
+    again = sorted(net_changed_lines(diff)[0] & index.reverted)
     if again:
         return PatchCheck(False, "reverted", "the patch adds again what the nightly's watch reverted as harmful: "
                                              + "; ".join(repr(line) for line in again[:3]), again)

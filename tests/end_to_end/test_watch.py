@@ -54,6 +54,23 @@ def test_the_optimizers_patches_are_found_and_a_patch_comes_out_of_a_later_promp
     assert patches_in(gitops.open_repo(repo), "main", {"card_agent": PROMPT}) == []
 
 
+def test_a_patch_comes_out_with_the_prompts_last_newline_kept_and_its_revert_takes_out_its_lines_alone(repo):
+    """The prompt keeps its end (a revert that dropped the final newline rewrote the last line,
+    which then read as reverted and refused every later patch that appended a rule)."""
+    git(repo, "stash", "-u")
+    first = merged_patch(repo, FACT_RULE)
+    prompt = repo / PROMPT
+    prompt.write_text(prompt.read_text() + "- The last rule, added later.\n")
+    git(repo, "commit", "-q", "-am", "a later rule at the end")
+    text = without_patch(gitops.open_repo(repo), "HEAD", first, PROMPT)
+    assert text.endswith("- The last rule, added later.\n") and FACT_RULE not in text
+    repository = gitops.open_repo(repo)
+    tree = gitops.tree_with(repository, git(repo, "rev-parse", "HEAD").strip(), PROMPT, text)
+    gitops.commit_change(repository, "main", git(repo, "rev-parse", "HEAD").strip(), tree,
+                         f"Revert (optimizer watch)\n\nReverts: {first}\n")
+    assert gitops.reverted_lines(repository, "main", PROMPT) == {FACT_RULE.strip()}
+
+
 def test_the_watch_reverts_shows_safe_or_ends_by_the_accumulated_bets():
     entry = Watched("c" * 40, "i", HEADLINE, "card_agent", ["card_agent/fact_preservation"])
     entry.groups["card_agent/template_link"] = GroupEvidence("card_agent/template_link", [-1.0] * 12, [-1.0] * 12)

@@ -117,3 +117,10 @@ def test_a_line_the_watch_reverted_may_not_be_added_again():
     other = unified_diff(base, base + "Keep every number.\n", "p.md")
     assert check_patch(changed_files=["p.md"], allowed_file="p.md", base_prompt=base, diff=other,
                        max_changed_lines=40, index=index).passed
+    # a line the patch writes again only to end it with a newline (the prompt had none) is not added
+    ending = "# Prompt\n- Use rating for a score."
+    renewed = unified_diff(ending, ending + "\nKeep every number.\n", "p.md")
+    kept = LintIndex(reverted=frozenset({"- Use rating for a score."}))
+    assert "-- Use rating for a score.\n\\ No newline at end of file\n+- Use rating for a score." in renewed
+    assert check_patch(changed_files=["p.md"], allowed_file="p.md", base_prompt=ending, diff=renewed,
+                       max_changed_lines=40, index=kept).passed
