@@ -53,13 +53,13 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def piece(record: dict[str, Any], confusion: Confusion | None = None) -> dict[str, str] | None:
+def piece(record: dict[str, Any], about: Confusion | None = None) -> dict[str, str] | None:
     """One failure record (`optimizer.proposal.request.failure_records`) as a contrastive case: its
-    failed grader that names `confusion` (the one the request is about), else its first that names
-    one, else its first failed grader, else how it ended."""
+    failed grader that names the confusion the request is `about`, else its first that names one,
+    else its first failed grader, else how it ended."""
     failed = [g for g in record["graders"] if not g.get("passed") and not g.get("errored")]
-    named = [g for g in failed if isinstance((g.get("details") or {}).get("confusion"), dict)]
-    named.sort(key=lambda g: confusion is None or _confusion_of(g) != confusion)
+    named = [g for g in failed if _confusion_of(g) is not None]
+    named.sort(key=lambda g: about is None or _confusion_of(g) != about)
     chosen = (named or failed or [None])[0]
     if chosen is None:
         if not record.get("ending"):
@@ -76,10 +76,10 @@ def piece(record: dict[str, Any], confusion: Confusion | None = None) -> dict[st
 
 
 def pieces(failures: list[dict[str, Any]], limit: int = MAX_PIECES,
-           confusion: Confusion | None = None) -> list[dict[str, str]]:
+           about: Confusion | None = None) -> list[dict[str, str]]:
     """The first `limit` cases of the failures, in their order (most informative first), named
-    confusions first, each showing `confusion` where its graders name it."""
-    cases = [case for case in (piece(record, confusion) for record in failures) if case]
+    confusions first, each showing the confusion the request is `about` where its graders name it."""
+    cases = [case for case in (piece(record, about) for record in failures) if case]
     named = [case for case in cases if not case["did"].startswith("see the grader")]
     return (named + [case for case in cases if case not in named])[:limit]
 
@@ -126,8 +126,9 @@ def render_contrast(*, selection, failures: list[dict[str, Any]], prompt: str,
                     rejected_ideas: list[str] | None = None) -> str:
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(FOLDER), autoescape=False,
                                      keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    rule = guided_rule(selection, failures)
-    shown = pieces(failures, confusion=top_confusion(selection, failures))
+    about = top_confusion(selection, failures)
+    rule = guided_rule(about)
+    shown = pieces(failures, about=about)
     targeted = {(t.suite, t.bucket) for t in selection.targets}
     buckets = sorted({case["bucket"] for case in shown if (case["suite"], case["bucket"]) not in targeted})
     return environment.get_template("request.md.j2").render(
@@ -165,10 +166,9 @@ def action(confusion: Confusion) -> str | None:
     return entry.format(expected=shown(confusion.expected), got=shown(confusion.got))
 
 
-def guided_rule(selection, failures: list[dict[str, Any]]) -> str | None:
-    """The rule the guided request asks the patcher to complete (its kind of input blank), or
-    None for the free form."""
-    confusion = top_confusion(selection, failures)
+def guided_rule(confusion: Confusion | None) -> str | None:
+    """The rule the guided request asks the patcher to complete (its kind of input blank) about the
+    target's most frequent `confusion` (`top_confusion`), or None for the free form."""
     done = action(confusion) if confusion else None
     return guided_text()["rule"].format(kind=guided_text()["blank"], action=done) if done else None
 

@@ -24,5 +24,3 @@ def make_proposer(settings: ProposalSettings) -> Proposer:
                           sample_temperature=settings.patcher_temperature,
                           retry_attempts=settings.retry_attempts, patch_format=asked_format(settings))
     return ExampleProposer(patcher) if patch_format(settings) == "example" else patcher
-
-
