@@ -19,8 +19,10 @@ suite's tasks of that split (the ones the loop tuned on, and the ones its gate h
 the before/after table of all three. It prints per side the trial pass rate, pass@k, pass^k and mean score, per
 bucket and overall, and the change paired by task: each task's pass rate after less before,
 tested with an exact sign-flip permutation test of the mean difference over tasks (Fisher 1935;
-Pitman 1937; Monte Carlo with 200,000 draws past 20 tasks that changed), two-sided. Run it with
-nothing else on the machine (docs/benchmarks.md#transfer-to-notes-nobody-tuned-to).
+Pitman 1937; Monte Carlo with 200,000 draws past 20 tasks that changed), two-sided, and its
+95% interval for the mean change (the shifts that test does not refuse), and the buckets whose
+trial pass rate fell by more than one trial in four. Run it with nothing else on the machine
+(docs/benchmarks.md#transfer-to-notes-nobody-tuned-to).
 """
 
 from __future__ import annotations
@@ -77,6 +79,37 @@ def sign_flip_p(differences: list[float], draws: int = 200_000, seed: int = 0) -
     rng = random.Random(seed)
     hits = sum(abs(sum(d if rng.random() < 0.5 else -d for d in nonzero)) >= observed for _ in range(draws))
     return (hits + 1) / (draws + 1)
+
+
+def sign_flip_interval(differences: list[float], level: float = 0.95, draws: int = 100_000,
+                       seed: int = 0) -> tuple[float, float] | None:
+    """The paired `level` interval for the mean difference that inverts the sign-flip test: every
+    shift d whose test of (differences - d) keeps p above 1 - level (Lehmann & Romano, Testing
+    Statistical Hypotheses, 3rd ed., 2005, sec. 3.5 on intervals from tests; the test is `sign_flip_p`).
+    One fixed Monte Carlo draw of sign patterns serves every shift, and each end is found by
+    bisection to 0.001. None without differences."""
+    import numpy as np
+
+    if not differences:
+        return None
+    values = np.asarray(differences, dtype=float)
+    signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(draws, len(values)))
+    mean = float(values.mean())
+
+    def p_value(shift: float) -> float:
+        shifted = values - shift
+        observed = abs(shifted.sum()) - 1e-12
+        return (np.count_nonzero(np.abs(signs @ shifted) >= observed) + 1) / (draws + 1)
+
+    def end(toward: float) -> float:
+        inside, outside = mean, toward
+        while abs(outside - inside) > 0.001:
+            middle = (inside + outside) / 2
+            inside, outside = (middle, outside) if p_value(middle) > 1 - level else (inside, middle)
+        return inside
+
+    spread = float(values.max() - values.min()) or 1.0
+    return end(mean - spread), end(mean + spread)
 
 
 def side_summary(trials: list) -> dict:
@@ -161,7 +194,8 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
                       for side, data in sides.items()},
             "paired": {"tasks": len(tasks), "mean_change": _mean(differences),
                        "up": sum(d > 0 for d in differences), "down": sum(d < 0 for d in differences),
-                       "p_two_sided": sign_flip_p(differences)}}
+                       "p_two_sided": sign_flip_p(differences),
+                       "interval_95": sign_flip_interval(differences)}}
 
 
 def show(result: dict) -> None:
@@ -178,6 +212,20 @@ def show(result: dict) -> None:
     paired = result["paired"]
     print(f"paired by task: mean change of the task pass rate {paired['mean_change']:+.3f} "
           f"({paired['up']} tasks up, {paired['down']} down), sign-flip permutation p = {paired['p_two_sided']:.3f}")
+    if paired["interval_95"]:
+        low, high = paired["interval_95"]
+        print(f"paired 95% interval of the mean change (the sign-flip test inverted): [{low:+.3f}, {high:+.3f}]")
+    fell = [bucket for bucket in before["buckets"]
+            if _fell(before["buckets"][bucket].get("pass_rate"), after["buckets"].get(bucket, {}).get("pass_rate"))]
+    print(f"buckets whose trial pass rate fell by more than {FELL_BY:.2f}: {', '.join(fell) or 'none'}")
+
+
+FELL_BY = 0.25
+"""A bucket's trial pass rate this much lower after is named: more than one trial in four."""
+
+
+def _fell(before: float | None, after: float | None) -> bool:
+    return before is not None and after is not None and before - after > FELL_BY + 1e-9
 
 
 def _cells(summary: dict) -> str:

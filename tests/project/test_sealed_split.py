@@ -88,6 +88,26 @@ def test_the_transfer_benchmarks_paired_test_is_the_exact_sign_flip_test():
     assert 0.0 < sign_flip_p([0.25] * 30) < 1e-5  # past 20 tasks: Monte Carlo, never exactly 0
 
 
+def test_the_transfer_benchmarks_interval_is_the_sign_flip_test_inverted():
+    module = transfer()
+    interval = module.sign_flip_interval
+
+    assert interval([]) is None
+    low, high = interval([0.25] * 30)  # every task moved alike: only that shift is not refused
+    assert abs(low - 0.25) < 0.002 and abs(high - 0.25) < 0.002
+    differences = [0.5, 0.25, -0.125, 0.0, 0.375, 0.125, -0.25, 0.25, 0.125, 0.0, 0.375, 0.25, 0.5]
+    low, high = interval(differences)
+    mean = sum(differences) / len(differences)
+    assert low < mean < high
+    # each end is where the test of the shifted differences crosses 0.05
+    assert module.sign_flip_p([d - (low - 0.01) for d in differences]) <= 0.05 + 0.01
+    assert module.sign_flip_p([d - (low + 0.01) for d in differences]) > 0.05
+    assert module.sign_flip_p([d - (high + 0.01) for d in differences]) <= 0.05 + 0.01
+    # away from the edge the test and the interval agree: p under 0.05 here, the interval above 0
+    assert module.sign_flip_p(differences) < 0.04 and low > 0.02
+    assert module.sign_flip_p(differences[:6]) > 0.1 and interval(differences[:6])[0] < 0
+
+
 def test_the_transfer_benchmark_measures_one_prompt_against_itself_as_no_change():
     measure = transfer().measure
 
