@@ -36,6 +36,7 @@ from optimizer.trials.runner import PlannedTrial, Runner  # noqa: E402
 from optimizer.store import Store  # noqa: E402
 from optimizer.suites import load_suite  # noqa: E402
 from optimizer.types import Trial  # noqa: E402
+from prompt_optimizer_graders.pkm import TO_FILE, filing  # noqa: E402
 
 READS = ("Read",)
 
@@ -84,21 +85,6 @@ def where_turns_went(trial: Trial) -> collections.Counter:
     return counts
 
 
-def filing(trial: Trial) -> str:
-    """For a task whose note must be filed: `right place` (filed, and the routing grader passed),
-    `filed elsewhere`, `skipped` or `not filed`; empty for a task that must be skipped."""
-    results = {result.grader: result for result in trial.grader_results}
-    completion = results.get("pkm_completion")
-    if completion is None or completion.details.get("path") != "persist":
-        return ""
-    if completion.details.get("confusion", {}).get("got") == "skip":
-        return "skipped"
-    if not completion.details.get("filed_in"):
-        return "not filed"
-    routing = results.get("pkm_routed_correctly")
-    return "right place" if routing is not None and routing.applicable and routing.passed else "filed elsewhere"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=None, help="at most this many buckets (default: all)")
@@ -145,7 +131,7 @@ def main() -> None:
           f"median seconds {statistics.median(r['seconds'] for r in rows):.0f}; "
           f"pass {sum(r['passed'] for r in rows)}/{len(rows)}; "
           f"mean score {statistics.mean(scores) if scores else float('nan'):.2f}")
-    to_file = [r["filing"] for r in rows if r["filing"]]
+    to_file = [r["filing"] for r in rows if r["filing"] in TO_FILE]
     print(f"tasks to be filed {len(to_file)}: filed {sum(f in ('right place', 'filed elsewhere') for f in to_file)}, "
           f"in the right place {to_file.count('right place')}, skipped {to_file.count('skipped')}")
     print("endings: " + ", ".join(f"{name} {count}" for name, count in

@@ -28,6 +28,7 @@ trial pass rate fell by more than one trial in four. Run it with nothing else on
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import json
 import random
@@ -142,6 +143,17 @@ def _mean(values: list) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def filings(agent: str, trials: list) -> dict:
+    """For the PKM Agent, how many trials ended each way against their task (`graders/pkm.py:
+    filing`: a note to file in the right place, elsewhere, skipped or not filed; a note to skip
+    rightly skipped or not); nothing for another agent."""
+    if agent != "pkm_agent":
+        return {}
+    from prompt_optimizer_graders.pkm import filing
+
+    return {"filing": dict(collections.Counter(outcome for outcome in map(filing, trials) if outcome))}
+
+
 def task_rates(trials: list) -> dict[str, float]:
     """Per task, the share of its scored trials that passed (a task whose every trial errored is left out)."""
     from optimizer.scoring import task_table, trials_frame
@@ -191,7 +203,7 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
             "trials_per_task": trials,
             "agent_model": settings.models.agent_model, "judge_model": settings.models.judge_model,
             "sides": {side: {k: v for k, v in data.items() if k != "trials"} | side_summary(data["trials"])
-                      for side, data in sides.items()},
+                      | filings(agent, data["trials"]) for side, data in sides.items()},
             "paired": {"tasks": len(tasks), "mean_change": _mean(differences),
                        "up": sum(d > 0 for d in differences), "down": sum(d < 0 for d in differences),
                        "p_two_sided": sign_flip_p(differences),
@@ -209,6 +221,9 @@ def show(result: dict) -> None:
         (bucket, before["buckets"][bucket], after["buckets"].get(bucket, {})) for bucket in before["buckets"]]
     for name, one, two in rows:
         print(f"{name:34} {_cells(one):>30} {_cells(two):>30}")
+    for side, summary in (("before", before), ("after", after)):
+        if "filing" in summary:
+            print(f"{side}: {filing_line(summary['filing'])}")
     paired = result["paired"]
     print(f"paired by task: mean change of the task pass rate {paired['mean_change']:+.3f} "
           f"({paired['up']} tasks up, {paired['down']} down), sign-flip permutation p = {paired['p_two_sided']:.3f}")
@@ -218,6 +233,19 @@ def show(result: dict) -> None:
     fell = [bucket for bucket in before["buckets"]
             if _fell(before["buckets"][bucket].get("pass_rate"), after["buckets"].get(bucket, {}).get("pass_rate"))]
     print(f"buckets whose trial pass rate fell by more than {FELL_BY:.2f}: {', '.join(fell) or 'none'}")
+
+
+def filing_line(counts: dict[str, int]) -> str:
+    from prompt_optimizer_graders.pkm import TO_FILE
+
+    to_file = sum(counts.get(outcome, 0) for outcome in TO_FILE)
+    to_skip = counts.get("rightly skipped", 0) + counts.get("not skipped", 0)
+    right = counts.get("right place", 0)
+    share = f" ({right / to_file:.0%})" if to_file else ""
+    return (f"notes to file: {to_file} trials, in the right place {right}{share}, filed elsewhere "
+            f"{counts.get('filed elsewhere', 0)}, skipped {counts.get('skipped', 0)}, not filed "
+            f"{counts.get('not filed', 0)}; notes to skip: {to_skip} trials, rightly skipped "
+            f"{counts.get('rightly skipped', 0)}")
 
 
 FELL_BY = 0.25

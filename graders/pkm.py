@@ -125,6 +125,30 @@ def pkm_completion(task: Task, trial: Trial, config: CompletionConfig) -> Grader
                   path="persist", checks=checks, filed_in=filed, **extra)
 
 
+TO_FILE = ("right place", "filed elsewhere", "skipped", "not filed")
+"""`filing`'s outcomes for a note that must be filed."""
+
+
+def filing(trial: Trial) -> str:
+    """How a graded PKM trial ended against its task, from the completion and routing graders'
+    verdicts. A note to file: `right place` (filed, and the routing grader passed), `filed
+    elsewhere`, `skipped` or `not filed` (`TO_FILE`); a note to skip: `rightly skipped` (graded
+    as a skip: nothing changed) or `not skipped`; empty when the completion grader did not grade it."""
+    results = {one.grader: one for one in trial.grader_results}
+    completion = results.get("pkm_completion")
+    path = completion.details.get("path") if completion is not None else None
+    if path == "skip":
+        return "rightly skipped" if completion.passed else "not skipped"
+    if path != "persist":
+        return ""
+    if completion.details.get("confusion", {}).get("got") == "skip":
+        return "skipped"
+    if not completion.details.get("filed_in"):
+        return "not filed"
+    routing = results.get("pkm_routed_correctly")
+    return "right place" if routing is not None and routing.applicable and routing.passed else "filed elsewhere"
+
+
 @grader(config=RoutingConfig, version="2", agent="pkm_agent", from_task=_routing_from_task)
 def pkm_routed_correctly(task: Task, trial: Trial, config: RoutingConfig) -> GraderResult:
     state = _state(trial)

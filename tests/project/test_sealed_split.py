@@ -134,3 +134,23 @@ def test_the_transfer_benchmark_measures_the_train_and_holdout_splits_of_the_age
         assert (result["split"], result["suite"]) == (split, "card_agent")
         assert result["paired"]["tasks"] == sum(task.split == split for task in suite.tasks) > 0
         assert result["paired"]["mean_change"] == 0.0
+
+
+def test_the_transfer_benchmark_counts_how_pkm_trials_filed_and_skipped():
+    """For the PKM target (notes to file filed in the right place, notes to skip skipped and
+    graded so): the reference solutions, replayed, file every note to file in its place and
+    skip every note to skip; the printed line says so."""
+    module = transfer()
+    result = module.measure("pkm_agent", "HEAD", "HEAD", 1, {"agent_model": "mock/oracle", "judge_model": "mock/oracle"})
+    counts = result["sides"]["before"]["filing"]
+
+    from optimizer.suites import reading_sealed, load_suites
+    from prompt_optimizer_graders.pkm import expected_path
+
+    with reading_sealed():
+        (suite,) = load_suites([module.SEALED["pkm_agent"]], PROJECT_ROOT)
+    paths = [expected_path(task) for task in suite.tasks]
+    assert counts == {"right place": paths.count("persist"), "rightly skipped": paths.count("skip")}
+    assert paths.count("skip") >= 1 and paths.count("persist") >= 10
+    assert f"in the right place {paths.count('persist')} (100%)" in module.filing_line(counts)
+    assert "filing" not in module.measure("card_agent", "HEAD", "HEAD", 1, {"agent_model": "mock/oracle"})["sides"]["after"]
