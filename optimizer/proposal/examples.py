@@ -14,7 +14,15 @@ them (from the train set's own labels), one per proposal:
 * only while another train task of the bucket stays unshown: a task whose input the prompt shows
   never counts in the gate's pairs (`Iteration._compare` leaves it out, `patch.lint` lets its own
   words and answer keys through), so the bucket's improvement must show on a note the prompt does
-  not contain.
+  not contain;
+* never alone: one demonstration pulls a small model's answers toward its own label (on the
+  embedded model a single quote example made the one-emoji note a quote card in 6 trials of 7),
+  the majority-label and recency biases of few-shot prompts (Zhao et al., "Calibrate Before Use:
+  Improving Few-Shot Performance of Language Models", ICML 2021). So a proposal shows the
+  target's example with *companions*: one example of each of other buckets, until the prompt's
+  examples span `COMPANIONS` + 1 buckets, chosen as `BootstrapFewShot` chooses demonstrations
+  (from what the agent already gets right): the buckets whose example task the baseline passed
+  most often first, each under the same rules as the target's.
 
 The example's wording is the agent's `<prompt>.example.md` beside its prompt file (prompt text
 lives in prompt files): `{note}` becomes the task's input and `{calls}` its reference calls, one
@@ -32,6 +40,8 @@ from typing import Any, Iterable
 from optimizer.proposal.patch import RUN_LENGTH, WORD, LintIndex, lint
 from optimizer.types import Suite, Task, Trial
 
+COMPANIONS = 3
+"""A proposal's examples, with those the prompt shows, span this many buckets besides the target's."""
 LONG_ARGUMENT = 400
 """String arguments longer than this are cut (with an ellipsis) in an example: a file's whole
 new content teaches the call, not the file."""
@@ -39,8 +49,9 @@ new content teaches the call, not the file."""
 
 @dataclass(frozen=True)
 class Example:
+    """What one proposal adds: the target's example and its companions, in this order."""
     suite: str
-    task_id: str
+    task_ids: tuple[str, ...]
     text: str
 
 
@@ -72,8 +83,8 @@ def showable(task: Task) -> bool:
 
 def choose(suites: Iterable[Suite], targets: Iterable[tuple[str, str]], baseline: Iterable[Trial],
            base_prompt: str, template: str) -> list[Example]:
-    """The examples a proposal may add for `targets` (see the module docstring), one target's
-    best after another's."""
+    """The examples a proposal may add for `targets` (see the module docstring), each with its
+    companions; one target's best after another's."""
     suites = list(suites)
     index = LintIndex.from_suites(suites)
     shown = index.shown(base_prompt)
@@ -81,18 +92,44 @@ def choose(suites: Iterable[Suite], targets: Iterable[tuple[str, str]], baseline
     for trial in baseline:
         if trial.status != "errored":
             passes.setdefault((trial.suite, trial.task_id), []).append(trial.status == "passed")
+    targets = sorted(set(targets))
     per_target = []
-    for suite_name, bucket in sorted(set(targets)):
+    for suite_name, bucket in targets:
         suite = next((s for s in suites if s.name == suite_name), None)
         if suite is None:
             continue
-        unshown = [task for task in suite.tasks
-                   if task.split == "train" and task.bucket == bucket and task.id not in shown]
-        if len(unshown) < 2:
-            continue
-        rate = {task.id: sum(p) / len(p) if (p := passes.get((suite_name, task.id))) else 0.0 for task in unshown}
-        ranked = sorted((task for task in unshown if showable(task)), key=lambda task: (-rate[task.id], task.id))
-        examples = [Example(suite_name, task.id, render(template, task)) for task in ranked]
+        rate = {task.id: sum(p) / len(p) if (p := passes.get((suite_name, task.id))) else 0.0 for task in suite.tasks}
+        companions = _companions(suite, {b for s, b in targets if s == suite_name}, shown, rate, base_prompt,
+                                 template, index)
+        examples = [Example(suite_name, tuple(one.id for one in (task, *companions)),
+                            "\n\n".join(render(template, one) for one in (task, *companions)))
+                    for task in _candidates(suite, bucket, shown, rate, base_prompt, template, index)]
         per_target.append([example for example in examples if lint(base_prompt, example.text, index).passed])
     return [examples[rank] for rank in range(max(map(len, per_target), default=0))
             for examples in per_target if rank < len(examples)]
+
+
+def _candidates(suite: Suite, bucket: str, shown: set[str], rate: dict[str, float], base_prompt: str,
+                template: str, index: LintIndex) -> list[Task]:
+    """The bucket's tasks one may show, best first: train, unshown while another stays unshown,
+    showable, passing the lint; the ones the baseline passed most often first."""
+    unshown = [task for task in suite.tasks if task.split == "train" and task.bucket == bucket and task.id not in shown]
+    if len(unshown) < 2:
+        return []
+    ranked = sorted((task for task in unshown if showable(task)), key=lambda task: (-rate[task.id], task.id))
+    return [task for task in ranked if lint(base_prompt, render(template, task), index).passed]
+
+
+def _companions(suite: Suite, targets: set[str], shown: set[str], rate: dict[str, float], base_prompt: str,
+                template: str, index: LintIndex) -> list[Task]:
+    """One example task of each of the other buckets that bring the prompt's examples up to
+    `COMPANIONS` buckets besides a target's: the bucket whose best task the baseline passed most
+    often first (then by name)."""
+    by_id = {task.id: task for task in suite.tasks}
+    shown_buckets = {by_id[task_id].bucket for task_id in shown if task_id in by_id} - targets
+    need = COMPANIONS - len(shown_buckets)
+    if need <= 0:
+        return []
+    best = [found[0] for bucket in sorted({task.bucket for task in suite.tasks} - targets - shown_buckets)
+            if (found := _candidates(suite, bucket, shown, rate, base_prompt, template, index))]
+    return sorted(best, key=lambda task: (-rate[task.id], task.bucket))[:need]

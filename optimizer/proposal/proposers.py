@@ -136,5 +136,7 @@ class ExampleProposer:
         target = request.workdir / request.prompt_file
         text = target.read_text(encoding="utf-8")
         target.write_text(text.rstrip("\n") + "\n\n" + example.text + "\n", encoding="utf-8")
-        return Proposal(rationale=f"worked example: the note of {example.suite}/{example.task_id} and its "
-                                  f"reference calls (that task leaves the gate's pairs)")
+        target, *companions = example.task_ids
+        beside = f", beside {len(companions)} of other buckets ({', '.join(companions)})" if companions else ""
+        return Proposal(rationale=f"worked example: the note of {example.suite}/{target} and its reference "
+                                  f"calls{beside}; a task shown leaves the gate's pairs")

@@ -506,11 +506,14 @@ def test_an_agent_that_passes_every_train_trial_ends_the_iteration_with_nothing_
 
 def test_the_example_patch_format_shows_a_targets_note_and_the_gate_leaves_that_task_out(cli, repo, tmp_path,
                                                                                           monkeypatch):
-    """A worked example of the target bucket from a reference solution: the proposal adds it at
-    the end of the prompt, the lint lets the shown note through, and the gate pairs only the
-    bucket's other task (the shown one never counts, on either side)."""
+    """A worked example of the target bucket from a reference solution, beside its companions from
+    other buckets: the proposal adds them at the end of the prompt, the lint lets the shown notes
+    through, and the gate pairs only the buckets' other tasks (a shown one never counts, on either
+    side)."""
     import os
     import sqlite3
+
+    from optimizer.proposal.examples import COMPANIONS
 
     script(tmp_path, monkeypatch, after_data_line(FACT_RULE))  # for a target with no example (none here)
     monkeypatch.setenv("OPTIMIZER_PATCH_FORMAT", "example")
@@ -520,8 +523,8 @@ def test_the_example_patch_format_shows_a_targets_note_and_the_gate_leaves_that_
     proposal = summary["proposals"][0]
     assert proposal["status"] in ("accepted", "rejected_gate"), (proposal, err[-3000:])
     decision = json.loads((Path(summary["report"]).parent / "decision-1.json").read_text())
-    assert len(decision["shown_tasks"]) == 1
-    shown = decision["shown_tasks"][0].split("/")[1]
+    assert len(decision["shown_tasks"]) == 1 + COMPANIONS
+    shown = [name.split("/")[1] for name in decision["shown_tasks"]]
     assert "their input shown in the prompt as a worked example" in err
     with sqlite3.connect(Path(os.environ["OPTIMIZER_STATE_DIR"]) / "optimizer.db") as db:
         proposer, rationale, diff, run_id = db.execute(
@@ -529,8 +532,10 @@ def test_the_example_patch_format_shows_a_targets_note_and_the_gate_leaves_that_
         candidate_tasks = {row[0] for row in db.execute("select task_id from trials where run_id = ?", (run_id,))}
     assert proposer == "example" and "worked example" in rationale
     added = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
-    task = json.loads(next((repo / "suites/card_agent/tasks").rglob(f"{shown}.json")).read_text())
-    assert task["input"]["content"] in added and "## Example" in added
-    assert candidate_tasks and shown not in candidate_tasks
+    for task_id in shown:
+        task = json.loads(next((repo / "suites/card_agent/tasks").rglob(f"{task_id}.json")).read_text())
+        assert task["input"]["content"] in added, task_id
+    assert added.count("## Example") == 1 + COMPANIONS
+    assert candidate_tasks and not set(shown) & candidate_tasks
     assert "Not paired (their input is shown in the prompt as a worked example)" in \
         Path(summary["report"]).read_text()

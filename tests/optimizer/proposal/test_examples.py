@@ -44,7 +44,7 @@ def test_the_task_the_baseline_passed_is_shown_and_the_failing_one_stays_as_evid
     for passing, failing in (ids, ids[::-1]):
         baseline = [baseline_trial(passing, "passed", bucket), baseline_trial(failing, "failed", bucket)]
         chosen = choose([suite], [("card_agent", bucket)], baseline, CARD_PROMPT.read_text(), TEMPLATE)
-        assert [example.task_id for example in chosen][0] == passing
+        assert [example.task_ids[0] for example in chosen][0] == passing
 
 
 def test_a_bucket_keeps_one_unshown_train_task_and_one_task_buckets_get_no_example():
@@ -88,7 +88,7 @@ def test_an_example_whose_answer_is_another_tasks_answer_is_refused_and_never_ch
     assert refused, "no PKM task shares an expected path with another: this test has nothing to show"
     for candidate in refused:
         chosen = choose([pkm], [("pkm_agent", candidate.bucket)], [], prompt, template)
-        assert candidate.id not in {example.task_id for example in chosen}
+        assert candidate.id not in {task_id for example in chosen for task_id in example.task_ids}
 
 
 def test_a_shown_task_is_found_however_the_prompt_wraps_the_note():
@@ -98,3 +98,38 @@ def test_a_shown_task_is_found_however_the_prompt_wraps_the_note():
     wrapped = "Note:\n   " + content.replace(" ", "\n  ", 3).upper()
     assert "card_quote_grandma_rice" in index.shown(wrapped)
     assert "card_quote_grandma_rice" not in index.shown(content[: len(content) // 2])
+
+
+def test_the_targets_example_comes_with_companions_of_other_buckets_the_baseline_passed():
+    """One example alone pulls a small model toward its label; a proposal shows the target's
+    first and one of each of `COMPANIONS` other buckets, those whose example the baseline passed
+    most often first, each bucket keeping a train task unshown."""
+    from optimizer.proposal.examples import COMPANIONS
+
+    suite = card_suite()
+    prompt = CARD_PROMPT.read_text()
+    train = [t for t in suite.tasks if t.split == "train"]
+    eligible = sorted({t.bucket for t in train if sum(o.bucket == t.bucket for o in train) >= 2} - {"template_quote"})
+    assert len(eligible) > COMPANIONS
+    favoured = eligible[-COMPANIONS:]  # last by name: only the baseline's passes can put them first
+    baseline = [baseline_trial(t.id, "passed" if t.bucket in favoured else "failed", t.bucket) for t in train]
+    (first, *_) = choose([suite], [("card_agent", "template_quote")], baseline, prompt, TEMPLATE)
+    buckets = [task(suite, task_id).bucket for task_id in first.task_ids]
+    assert buckets[0] == "template_quote" and sorted(buckets[1:]) == favoured
+    assert first.text.index(task(suite, first.task_ids[0]).input.content) < \
+        first.text.index(task(suite, first.task_ids[1]).input.content)
+    index = LintIndex.from_suites([suite])
+    assert index.shown(prompt + "\n\n" + first.text) == set(first.task_ids)
+    for bucket in buckets:
+        assert [t for t in train if t.bucket == bucket and t.id not in first.task_ids], bucket
+
+
+def test_a_prompt_whose_examples_span_enough_buckets_gets_the_targets_example_alone():
+    suite = card_suite()
+    prompt = CARD_PROMPT.read_text()
+    (first, *_) = choose([suite], [("card_agent", "template_quote")], [], prompt, TEMPLATE)
+    shown = prompt + "\n\n" + first.text
+    other = next(t.bucket for t in suite.tasks if t.split == "train" and t.id not in first.task_ids
+                 and t.bucket != "template_quote" and choose([suite], [("card_agent", t.bucket)], [], shown, TEMPLATE))
+    (second, *_) = choose([suite], [("card_agent", other)], [], shown, TEMPLATE)
+    assert len(second.task_ids) == 1 and task(suite, second.task_ids[0]).bucket == other
