@@ -16,7 +16,7 @@ them (from the train set's own labels), one per proposal:
   words and answer keys through), so the bucket's improvement must show on a note the prompt does
   not contain;
 * never alone: one demonstration pulls a small model's answers toward its own label (on the
-  embedded model a single quote example made the one-emoji note a quote card in 6 trials of 7),
+  embedded model a single quote example made the one-emoji note a quote card in 13 trials of 14),
   the majority-label and recency biases of few-shot prompts (Zhao et al., "Calibrate Before Use:
   Improving Few-Shot Performance of Language Models", ICML 2021). So a proposal shows the
   target's example with *companions*: one example of each of other buckets, until the prompt's
