@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -230,6 +231,7 @@ def main() -> None:
           f"mock/sim (independent noise), weak patcher at skill {args.skill}, settings {settings or 'shipped'}",
           flush=True)
     months = []
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))  # the summary and clean-up below still run
     try:
         for k in range(args.months):
             month = run_month(args.suite, args.seed + k, args.nights, args.skill, settings, parent, log)
