@@ -204,10 +204,14 @@ def suite_task(task_id: str) -> dict:
 
 
 def benchmark_filing():
+    """How pkm_embedded.py (and transfer.py) name a trial's ending: graders/pkm.py's `filing`."""
+    from prompt_optimizer_graders.pkm import TO_FILE, filing
+
     spec = importlib.util.spec_from_file_location("pkm_embedded", PROJECT_ROOT / "benchmarks" / "pkm_embedded.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.filing
+    assert module.filing is filing and module.TO_FILE == TO_FILE == ("right place", "filed elsewhere", "skipped", "not filed")
+    return filing
 
 
 def test_a_note_filed_with_file_note_passes_the_graders_in_the_right_place(tmp_path):
@@ -240,4 +244,4 @@ def test_the_trivial_note_is_skipped_at_once_and_passes(tmp_path):
     assert trial.status == "passed", trial.error
     assert [call.name for call in trial.transcript.tool_calls] == ["skip_pkm_organization"]
     assert {"file_note", "skip_pkm_organization"} <= CALLS[0]["offered"], "filing and skipping both offered"
-    assert benchmark_filing()(trial) == "", "a task to skip is not counted among the filings"
+    assert benchmark_filing()(trial) == "rightly skipped", "graded as a skip, not counted among the filings"
