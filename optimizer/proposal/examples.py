@@ -93,14 +93,18 @@ def choose(suites: Iterable[Suite], targets: Iterable[tuple[str, str]], baseline
         if trial.status != "errored":
             passes.setdefault((trial.suite, trial.task_id), []).append(trial.status == "passed")
     targets = sorted(set(targets))
+    per_suite: dict[str, tuple[dict[str, float], list[Task]]] = {}  # its rates and companions, for every target
     per_target = []
     for suite_name, bucket in targets:
         suite = next((s for s in suites if s.name == suite_name), None)
         if suite is None:
             continue
-        rate = {task.id: sum(p) / len(p) if (p := passes.get((suite_name, task.id))) else 0.0 for task in suite.tasks}
-        companions = _companions(suite, {b for s, b in targets if s == suite_name}, shown, rate, base_prompt,
-                                 template, index)
+        if suite_name not in per_suite:
+            rate = {task.id: sum(p) / len(p) if (p := passes.get((suite_name, task.id))) else 0.0
+                    for task in suite.tasks}
+            per_suite[suite_name] = rate, _companions(suite, {b for s, b in targets if s == suite_name}, shown,
+                                                      rate, base_prompt, template, index)
+        rate, companions = per_suite[suite_name]
         examples = [Example(suite_name, tuple(one.id for one in (task, *companions)),
                             "\n\n".join(render(template, one) for one in (task, *companions)))
                     for task in _candidates(suite, bucket, shown, rate, base_prompt, template, index)]

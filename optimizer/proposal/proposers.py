@@ -136,7 +136,7 @@ class ExampleProposer:
         target = request.workdir / request.prompt_file
         text = target.read_text(encoding="utf-8")
         target.write_text(text.rstrip("\n") + "\n\n" + example.text + "\n", encoding="utf-8")
-        target, *companions = example.task_ids
+        first, *companions = example.task_ids
         beside = f", beside {len(companions)} of other buckets ({', '.join(companions)})" if companions else ""
-        return Proposal(rationale=f"worked example: the note of {example.suite}/{target} and its reference "
+        return Proposal(rationale=f"worked example: the note of {example.suite}/{first} and its reference "
                                   f"calls{beside}; a task shown leaves the gate's pairs")
