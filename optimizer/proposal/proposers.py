@@ -3,12 +3,12 @@
 * `llm` (default): a dspy module on the patcher model returns a rationale and exact
   search/replace edits; edits that do not apply, or a patch the loop's pre-rollout checks would
   reject (`ProposalRequest.check`), are sent back once with the reason. With
-  `patch_format = "rule"` (the default for the embedded models) it returns one new rule instead,
+  `patch_format = "rule"` it returns one new rule instead,
   appended to the prompt; with `patch_format = "contrast"`, a request that ends with a rule to
   complete (its guided form, `optimizer.proposal.contrast`) is answered with the kind of input only.
-  With `patch_format = "example"` a worked example of a targeted bucket is added instead, from
-  its reference solution (`optimizer.proposal.examples`), when the bucket has one to show; the patcher is
-  asked only for a target with none.
+  With `patch_format = "example"` (the default for the embedded models) a worked example of a
+  targeted bucket is added instead, from its reference solution (`optimizer.proposal.examples`),
+  when the bucket has one to show; the patcher is asked only for a target with none.
 * `command`: a coding-agent CLI the user already has, configured as a command line with
   `{request}` and `{workdir}`; it runs in the proposal's box (`optimizer.proposal.box`: a clone of its
   own, under bubblewrap when it works here), in a process group of its own, with a timeout. A
@@ -25,7 +25,7 @@ then checks, commits and evaluates it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -84,22 +84,29 @@ class Proposer(Protocol):
 
 def patch_format(settings: ProposalSettings) -> str:
     """What the proposer is asked for: the `patch_format` setting, with `auto` resolved by the
-    proposer (`contrast` for the `llm` proposer on an embedded patcher model, else `edits`: a
+    proposer (`example` for the `llm` proposer on an embedded patcher model, else `edits`: a
     coding agent run as `command` edits the file the full request names, whatever
     `patcher_model` says)."""
     if settings.patch_format != "auto":
         return settings.patch_format
-    return "contrast" if settings.proposer == "llm" and is_embedded(settings.patcher_model) else "edits"
+    return "example" if _small_patcher(settings) else "edits"
 
 
 def asked_format(settings: ProposalSettings) -> str:
     """What the patcher is asked for: `patch_format`, where `example` asks (for a target with no
-    example to show) what `auto` would, and `decision` is a contrast request whose cases come from
-    every bucket that made the target's choice wrong the same way (`request_failures`)."""
+    example to show) for a `contrast` rule from a small patcher and `edits` from any other, and
+    `decision` is a contrast request whose cases come from every bucket that made the target's
+    choice wrong the same way (`request_failures`)."""
     chosen = patch_format(settings)
     if chosen == "decision":
         return "contrast"
-    return patch_format(replace(settings, patch_format="auto")) if chosen == "example" else chosen
+    if chosen == "example":
+        return "contrast" if _small_patcher(settings) else "edits"
+    return chosen
+
+
+def _small_patcher(settings: ProposalSettings) -> bool:
+    return settings.proposer == "llm" and is_embedded(settings.patcher_model)
 
 
 class FixedProposer:

@@ -321,11 +321,13 @@ def test_the_rule_patch_format_appends_one_rule_and_goes_through_the_same_gate(c
     assert patched.endswith(f"\n\n{rule}\n") and patched.startswith((repo / PROMPT).read_text().rstrip("\n"))
 
 
-def test_the_embedded_patcher_is_asked_for_a_contrast_rule_and_others_for_edits():
+def test_the_embedded_patcher_adds_worked_examples_else_writes_a_contrast_rule_and_others_edit():
     from optimizer.settings.config import Settings
-    from optimizer.proposal.proposers import patch_format
+    from optimizer.proposal.proposers import asked_format, patch_format
 
-    assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b").proposal) == "contrast"
+    assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b").proposal) == "example"
+    assert asked_format(Settings(patcher_model="local/qwen2.5-coder-1.5b").proposal) == "contrast"
+    assert asked_format(Settings(patcher_model="openai/gpt-4.1", patch_format="example").proposal) == "edits"
     assert patch_format(Settings(patcher_model="openai/gpt-4.1").proposal) == "edits"
     assert patch_format(Settings(patcher_model="local/qwen2.5-coder-1.5b", patch_format="edits").proposal) == "edits"
 

@@ -305,13 +305,14 @@ def test_a_proposer_command_that_fails_shows_the_end_of_its_log_on_the_console(c
 
 
 def test_a_command_proposer_gets_the_full_request_whatever_the_patcher_model():
-    """`auto` asks a small embedded patcher for one contrastive rule; a coding agent run as a
-    command edits the file the full request names (a contrast request names none)."""
+    """`auto` gives a small embedded patcher worked examples to add (and a contrastive rule to
+    write where none is left); a coding agent run as a command edits the file the full request
+    names (a contrast request names none)."""
     from optimizer.proposal.proposers import patch_format
     from optimizer.settings.config import Settings
 
     embedded = "local/qwen2.5-coder-1.5b"
-    assert patch_format(Settings(proposer="llm", patcher_model=embedded).proposal) == "contrast"
+    assert patch_format(Settings(proposer="llm", patcher_model=embedded).proposal) == "example"
     assert patch_format(Settings(proposer="command", patcher_model=embedded).proposal) == "edits"
     assert patch_format(Settings(proposer="command", patcher_model=embedded,
                                  patch_format="rule").proposal) == "rule"
