@@ -142,13 +142,13 @@ class Settings(BaseModel):
     """What the `llm` proposer asks the patcher for: exact search/replace `edits`, or one new
     `rule` appended to the prompt; `contrast` asks for one rule from a short request of
     contrastive cases (what the agent did, what was expected; `optimizer.proposal.contrast`), a form for
-    small patcher models. `auto`: `contrast` for the embedded (`local/*`) models, else `edits`.
+    small patcher models. `auto`: `example` for the embedded (`local/*`) models, else `edits`.
     `decision`: the contrast request with its cases taken from every bucket where the agent made the
     target's most frequent wrong choice (the same template or folder where another was expected), so
     the rule is scoped to the choice rather than to one bucket's notes.
     `example`: a worked example of a targeted bucket from its reference solution, beside examples
     of other buckets the agent gets right, no patcher (`optimizer.proposal.examples`); a target
-    with none to show gets what `auto` asks for."""
+    with none to show gets `contrast` from an embedded patcher, else `edits`."""
     candidates: int = Field(default=1, ge=1, le=20)
     """Proposals per iteration (the best accepted one is kept); with a search, how many of its
     candidates go to the gate at most (up to 2)."""
