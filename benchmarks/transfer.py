@@ -116,17 +116,20 @@ def sign_flip_interval(differences: list[float], level: float = 0.95, draws: int
 def side_summary(trials: list) -> dict:
     """Overall and per bucket, as `optimizer eval` figures them (`optimizer.scoring`): trials,
     errored, the trial pass rate, pass@k and pass^k over tasks and the mean task score."""
-    from optimizer.scoring import group_table, task_table, trials_frame
+    from optimizer.scoring import group_figures, task_figures
 
-    tasks = task_table(trials_frame(trials)).assign(overall="overall")
+    tasks = [{**task, "overall": "overall"} for task in task_figures(trials)]
 
     def rows(by: str) -> dict[str, dict]:
-        table = group_table(tasks, [by]).set_index(by)
-        passes = tasks.groupby(by)[["passes", "scored"]].sum()
-        return {name: {"trials": int(row["trials"]), "errored": int(row["errored"]),
-                       "pass_rate": _ratio(passes.loc[name, "passes"], passes.loc[name, "scored"]),
-                       "pass_at_k": _number(row["pass_at_k"]), "pass_hat_k": _number(row["pass_pow_k"]),
-                       "mean_score": _number(row["mean_score"])} for name, row in table.iterrows()}
+        out = {}
+        for row in group_figures(tasks, [by]):
+            group = [task for task in tasks if task[by] == row[by]]
+            out[row[by]] = {"trials": row["trials"], "errored": row["errored"],
+                            "pass_rate": _ratio(sum(task["passes"] for task in group),
+                                                sum(task["scored"] for task in group)),
+                            "pass_at_k": _number(row["pass_at_k"]), "pass_hat_k": _number(row["pass_pow_k"]),
+                            "mean_score": _number(row["mean_score"])}
+        return out
 
     return {"overall": rows("overall")["overall"], "buckets": rows("bucket")}
 
@@ -156,10 +159,9 @@ def filings(agent: str, trials: list) -> dict:
 
 def task_rates(trials: list) -> dict[str, float]:
     """Per task, the share of its scored trials that passed (a task whose every trial errored is left out)."""
-    from optimizer.scoring import task_table, trials_frame
+    from optimizer.scoring import task_figures
 
-    tasks = task_table(trials_frame(trials))
-    return {row.task_id: row.passes / row.scored for row in tasks.itertuples() if row.scored}
+    return {row["task_id"]: row["passes"] / row["scored"] for row in task_figures(trials) if row["scored"]}
 
 
 def measure(agent: str, before: str, after: str, trials: int, overrides: dict, split: str = "test") -> dict:

@@ -180,9 +180,11 @@ def git_state(folder: Path) -> GitState | None:
     return GitState(commit=commit.strip(), dirty=True, changes=short_hash(diff.encode()))
 
 
+@functools.cache
 def optimizer_source() -> str:
     """The optimizer's modules and templates (an editable install keeps one version number
-    through every edit)."""
+    through every edit), hashed once a process: the modules it runs are the ones it imported,
+    whatever is edited on disk after."""
     folder = Path(__file__).resolve().parent
     return files_hash(tree_files(folder, "*.py") + tree_files(folder / "templates"), folder)
 

@@ -10,8 +10,9 @@ the model kept answering) is not graded: the runner records it failed with score
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from optimizer.types import GraderResult, Trial, TrialStatus
 
@@ -59,37 +60,56 @@ def trials_frame(trials: Iterable[Trial]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def task_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """One row per (suite, task)."""
-    frame = trials.assign(
-        errored=trials["status"].eq("errored"),
-        passed=trials["status"].eq("passed"),
-        scored=trials["status"].ne("errored"),
-    )
-    grouped = frame.groupby(["suite", "task_id"], sort=False)
-    table = grouped.agg(bucket=("bucket", "first"), split=("split", "first"), trials=("status", "size"),
-                        errored=("errored", "sum"), scored=("scored", "sum"), passes=("passed", "sum"),
-                        score=("score", "mean"), tokens=("tokens", "sum"), cost_usd=("cost_usd", "sum")).reset_index()
-    has_scores = table["scored"] > 0
-    table["pass_at_k"] = (table["passes"] > 0).where(has_scores).astype("float")
-    table["pass_pow_k"] = (table["passes"] == table["scored"]).where(has_scores).astype("float")
-    return table
+def task_figures(trials: Iterable[Trial]) -> list[dict[str, Any]]:
+    """One row per (suite, task), in the order the tasks first appear: its trials, errored,
+    scored and passing trials, mean score over scored trials (NaN when none), tokens, cost,
+    pass@k and pass^k (NaN when no trial was scored). Plain Python: a run is summarized after
+    every stage of an iteration, where a table library's per-call cost outweighed the arithmetic."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    scores: dict[tuple[str, str], list[float]] = {}
+    for trial in trials:
+        key = (trial.suite, trial.task_id)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = {"suite": trial.suite, "task_id": trial.task_id, "bucket": trial.bucket,
+                               "split": trial.split, "trials": 0, "errored": 0, "scored": 0, "passes": 0,
+                               "score": math.nan, "tokens": 0, "cost_usd": 0.0}
+            scores[key] = []
+        row["trials"] += 1
+        row["errored"] += trial.status == "errored"
+        row["scored"] += trial.status != "errored"
+        row["passes"] += trial.status == "passed"
+        if trial.score is not None and not math.isnan(trial.score):
+            scores[key].append(trial.score)
+        row["tokens"] += trial.transcript.usage.total_tokens
+        row["cost_usd"] += trial.transcript.usage.cost_usd
+    for key, row in rows.items():
+        values = scores[key]
+        row["score"] = sum(values) / len(values) if values else math.nan
+        row["pass_at_k"] = float(row["passes"] > 0) if row["scored"] else math.nan
+        row["pass_pow_k"] = float(row["passes"] == row["scored"]) if row["scored"] else math.nan
+    return list(rows.values())
 
 
-def group_table(tasks: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Figures per group of tasks (e.g. by suite, or by suite and bucket)."""
-    import pandas as pd
-
+def group_figures(tasks: list[dict[str, Any]], by: list[str]) -> list[dict[str, Any]]:
+    """Figures per group of task rows (e.g. by suite, or by suite and bucket), groups in sorted
+    order: tasks, trials, mean pass@k and pass^k, mean task score with its 95% t-interval,
+    errored trials, tokens, cost."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for task in tasks:
+        groups.setdefault(tuple(task[name] for name in by), []).append(task)
     rows = []
-    for key, group in tasks.groupby(by, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        low, mean, high = mean_interval(group["score"].dropna().tolist())
-        rows.append({**dict(zip(by, key)), "tasks": len(group), "trials": int(group["trials"].sum()),
-                     "pass_at_k": _mean(group["pass_at_k"]), "pass_pow_k": _mean(group["pass_pow_k"]),
+    for key in sorted(groups):
+        group = groups[key]
+        low, mean, high = mean_interval(_present(task["score"] for task in group))
+        rows.append({**dict(zip(by, key)), "tasks": len(group), "trials": sum(task["trials"] for task in group),
+                     "pass_at_k": _mean(task["pass_at_k"] for task in group),
+                     "pass_pow_k": _mean(task["pass_pow_k"] for task in group),
                      "mean_score": mean, "ci_low": low, "ci_high": high,
-                     "errored": int(group["errored"].sum()), "tokens": int(group["tokens"].sum()),
-                     "cost_usd": float(group["cost_usd"].sum())})
-    return pd.DataFrame(rows)
+                     "errored": sum(task["errored"] for task in group),
+                     "tokens": sum(task["tokens"] for task in group),
+                     "cost_usd": float(sum(task["cost_usd"] for task in group))})
+    return rows
 
 
 def trial_value(score: float | None, status: str) -> float:
@@ -120,14 +140,23 @@ def mean_interval(values: list[float], confidence: float = 0.95, *,
     mean = sum(values) / len(values)
     if len(values) < 2:
         return math.nan, mean, math.nan
-    from scipy.stats import t
-
     variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    half = t.ppf(0.5 + confidence / 2, len(values) - 1) * math.sqrt(variance / len(values))
+    half = _t_quantile(0.5 + confidence / 2, len(values) - 1) * math.sqrt(variance / len(values))
     low, high = bounds
     return max(low, mean - half), mean, min(high, mean + half)
 
 
-def _mean(series: pd.Series) -> float:
-    values = series.dropna()
-    return float(values.mean()) if len(values) else math.nan
+@functools.lru_cache(maxsize=1024)
+def _t_quantile(probability: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(probability, df))
+
+
+def _present(values: Iterable[float]) -> list[float]:
+    return [value for value in values if not math.isnan(value)]
+
+
+def _mean(values: Iterable[float]) -> float:
+    present = _present(values)
+    return sum(present) / len(present) if present else math.nan

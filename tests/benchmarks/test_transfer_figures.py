@@ -1,0 +1,54 @@
+"""`benchmarks/transfer.py`'s figures of one side: the trial pass rate, pass@k, pass^k and mean
+score overall and per bucket, and each task's pass rate, from the same task figures `optimizer
+eval` reports (`optimizer.scoring`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from optimizer.types import Trial
+from tests.conftest import PROJECT_ROOT
+
+
+@pytest.fixture(scope="module")
+def transfer():
+    path = PROJECT_ROOT / "benchmarks" / "transfer.py"
+    spec = importlib.util.spec_from_file_location("benchmark_transfer_figures", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def trial(task_id: str, bucket: str, index: int, status: str, score: float | None) -> Trial:
+    return Trial(suite="card_agent_test", task_id=task_id, bucket=bucket, split="test", index=index,
+                 status=status, score=score)
+
+
+TRIALS = [trial("a", "quote", 0, "passed", 1.0), trial("a", "quote", 1, "failed", 0.5),
+          trial("b", "quote", 0, "passed", 1.0), trial("b", "quote", 1, "passed", 0.9),
+          trial("c", "skip", 0, "errored", None), trial("c", "skip", 1, "failed", 0.2),
+          trial("d", "skip", 0, "errored", None), trial("d", "skip", 1, "errored", None)]
+
+
+def test_a_side_counts_scored_trials_and_averages_tasks(transfer):
+    summary = transfer.side_summary(TRIALS)
+    overall, quote, skip = summary["overall"], summary["buckets"]["quote"], summary["buckets"]["skip"]
+    assert overall["trials"] == 8 and overall["errored"] == 3
+    assert overall["pass_rate"] == pytest.approx(3 / 5), "errored trials are not in the pass rate"
+    assert overall["pass_at_k"] == pytest.approx(2 / 3), "task d had no scored trial: no pass@k"
+    assert overall["pass_hat_k"] == pytest.approx(1 / 3)
+    assert overall["mean_score"] == pytest.approx((0.75 + 0.95 + 0.2) / 3)
+    assert quote == {"trials": 4, "errored": 0, "pass_rate": pytest.approx(0.75), "pass_at_k": 1.0,
+                     "pass_hat_k": 0.5, "mean_score": pytest.approx(0.85)}
+    assert skip["pass_rate"] == 0.0 and skip["pass_at_k"] == 0.0 and skip["mean_score"] == pytest.approx(0.2)
+
+
+def test_each_task_rate_leaves_out_a_task_with_nothing_scored(transfer):
+    assert transfer.task_rates(TRIALS) == {"a": 0.5, "b": 1.0, "c": 0.0}
