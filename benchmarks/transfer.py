@@ -9,7 +9,7 @@ and no part of the loop reads it: a suite holding such a task refuses to load ou
         every sealed task replays its reference solution under mock/oracle at score 1.0
     python benchmarks/transfer.py --suite card_agent --before main~3 --after main [--trials 8]
         [--split test --split train --split holdout] [--agent-model local/qwen2.5-coder-1.5b]
-        [--json out.json]
+        [--code-graders] [--json out.json]
 
 A measurement runs the agent's sealed suite with the prompt file as each of two commits holds it
 (a branch, a night's branch, a tag), `--trials` trials per task, the response cache off and a
@@ -21,8 +21,11 @@ bucket and overall, and the change paired by task: each task's pass rate after l
 tested with an exact sign-flip permutation test of the mean difference over tasks (Fisher 1935;
 Pitman 1937; Monte Carlo with 200,000 draws past 20 tasks that changed), two-sided, and its
 95% interval for the mean change (the shifts that test does not refuse), and the buckets whose
-trial pass rate fell by more than one trial in four. Run it with nothing else on the machine
-(docs/benchmarks.md#transfer-to-notes-nobody-tuned-to).
+trial pass rate fell by more than one trial in four. `--code-graders` grades with the code graders
+alone (no LLM judge): a PKM trial's judges take minutes on the embedded model, and the PKM
+figures that matter here (notes filed in the right place, notes rightly skipped) come from the
+completion and routing graders; a trial then passes when every code grader passed. Run it with
+nothing else on the machine (docs/benchmarks.md#transfer-to-notes-nobody-tuned-to).
 """
 
 from __future__ import annotations
@@ -164,9 +167,23 @@ def task_rates(trials: list) -> dict[str, float]:
     return {row["task_id"]: row["passes"] / row["scored"] for row in task_figures(trials) if row["scored"]}
 
 
-def measure(agent: str, before: str, after: str, trials: int, overrides: dict, split: str = "test") -> dict:
+def without_judges(suites: list) -> list:
+    """The suites with every grader that asks an LLM judge taken off their tasks (a task left
+    with no grader is dropped)."""
+    from optimizer.registry import get_grader
+
+    kept = []
+    for suite in suites:
+        tasks = [task.model_copy(update={"graders": graders}) for task in suite.tasks
+                 if (graders := [spec for spec in task.graders if get_grader(spec.name).judge is None])]
+        kept.append(suite.model_copy(update={"tasks": tasks}))
+    return kept
+
+
+def measure(agent: str, before: str, after: str, trials: int, overrides: dict, split: str = "test",
+            code_graders: bool = False) -> dict:
     """Both sides on the agent's tasks of `split` (`test`: its sealed suite); the summaries and the
-    paired change."""
+    paired change. `code_graders`: no LLM judge grades a trial."""
     from optimizer import gitops
     from optimizer.settings.loading import load_settings
     from optimizer.loop.staging import export_prompts
@@ -181,6 +198,8 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
     settings = load_settings(PROJECT_ROOT, {"cache": False, "trials": trials, **overrides})
     with reading_sealed():
         suites = load_suites([SEALED[agent] if split == "test" else agent], PROJECT_ROOT)
+    if code_graders:
+        suites = without_judges(suites)
     planned = [item for item in plan(suites, trials=trials) if item.task.split == split]
     sides = {}
     with tempfile.TemporaryDirectory(prefix="optimizer-transfer-") as scratch:
@@ -203,7 +222,8 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
     differences = [rates["after"][t] - rates["before"][t] for t in tasks]
     return {"agent": agent, "suite": SEALED[agent] if split == "test" else agent, "split": split,
             "trials_per_task": trials,
-            "agent_model": settings.models.agent_model, "judge_model": settings.models.judge_model,
+            "agent_model": settings.models.agent_model,
+            "judge_model": "none (code graders only)" if code_graders else settings.models.judge_model,
             "sides": {side: {k: v for k, v in data.items() if k != "trials"} | side_summary(data["trials"])
                       | filings(agent, data["trials"]) for side, data in sides.items()},
             "paired": {"tasks": len(tasks), "mean_change": _mean(differences),
@@ -276,6 +296,8 @@ def main() -> None:
     parser.add_argument("--agent-model", help="default: the settings' agent_model (the embedded model)")
     parser.add_argument("--judge-model", help="default: the settings' judge_model")
     parser.add_argument("--concurrency", type=int, help="trials at once (default: the settings')")
+    parser.add_argument("--code-graders", action="store_true",
+                        help="grade with the code graders only, no LLM judge (a trial passes when they all pass)")
     parser.add_argument("--json", type=Path, help="write the result here")
     args = parser.parse_args()
     names = args.suite or sorted(SEALED)
@@ -285,7 +307,7 @@ def main() -> None:
         parser.error("pass --validate, or --before and --after")
     overrides = {key: value for key, value in (("agent_model", args.agent_model), ("judge_model", args.judge_model),
                                                ("concurrency", args.concurrency)) if value}
-    results = [measure(name, args.before, args.after, args.trials, overrides, split)
+    results = [measure(name, args.before, args.after, args.trials, overrides, split, args.code_graders)
                for name in names for split in args.split or ["test"]]
     for result in results:
         show(result)

@@ -52,3 +52,17 @@ def test_a_side_counts_scored_trials_and_averages_tasks(transfer):
 
 def test_each_task_rate_leaves_out_a_task_with_nothing_scored(transfer):
     assert transfer.task_rates(TRIALS) == {"a": 0.5, "b": 1.0, "c": 0.0}
+
+
+def test_code_graders_only_takes_every_judge_off_and_keeps_the_filing_graders(transfer):
+    from optimizer.registry import get_grader
+    from optimizer.suites import load_suites, reading_sealed
+
+    with reading_sealed():
+        suites = load_suites([transfer.SEALED["pkm_agent"]], PROJECT_ROOT)
+    judged = [spec.name for task in suites[0].tasks for spec in task.graders if get_grader(spec.name).judge]
+    assert judged, "the sealed PKM tasks have a judge to take off"
+    kept = transfer.without_judges(suites)[0]
+    assert [task.id for task in kept.tasks] == [task.id for task in suites[0].tasks]
+    assert not [spec.name for task in kept.tasks for spec in task.graders if get_grader(spec.name).judge]
+    assert all({"pkm_completion"} <= {spec.name for spec in task.graders} for task in kept.tasks)
