@@ -172,11 +172,21 @@ def without_judges(suites: list) -> list:
     with no grader is dropped)."""
     from optimizer.registry import get_grader
 
-    kept = []
+    kept, dropped = [], []
     for suite in suites:
-        tasks = [task.model_copy(update={"graders": graders}) for task in suite.tasks
-                 if (graders := [spec for spec in task.graders if get_grader(spec.name).judge is None])]
+        tasks = []
+        for task in suite.tasks:
+            graders = [spec for spec in task.graders if get_grader(spec.name).judge is None]
+            if graders:
+                tasks.append(task.model_copy(update={"graders": graders}))
+            else:
+                dropped.append(task.id)
         kept.append(suite.model_copy(update={"tasks": tasks}))
+    if dropped:
+        print(f"--code-graders: left out {len(dropped)} task(s) graded by judges alone: {', '.join(dropped)}",
+              file=sys.stderr)
+    if not any(suite.tasks for suite in kept):
+        raise SystemExit("--code-graders leaves no task with a grader: measure these suites with their judges")
     return kept
 
 
@@ -305,6 +315,8 @@ def main() -> None:
         sys.exit(1 if validate([SEALED[name] for name in names]) else 0)
     if not (args.before and args.after):
         parser.error("pass --validate, or --before and --after")
+    if args.code_graders and args.judge_model:
+        parser.error("--judge-model has nothing to grade with --code-graders: pass one or the other")
     overrides = {key: value for key, value in (("agent_model", args.agent_model), ("judge_model", args.judge_model),
                                                ("concurrency", args.concurrency)) if value}
     results = [measure(name, args.before, args.after, args.trials, overrides, split, args.code_graders)

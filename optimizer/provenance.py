@@ -183,8 +183,8 @@ def git_state(folder: Path) -> GitState | None:
 @functools.cache
 def optimizer_source() -> str:
     """The optimizer's modules and templates (an editable install keeps one version number
-    through every edit), hashed once a process: the modules it runs are the ones it imported,
-    whatever is edited on disk after."""
+    through every edit), hashed at a process's first use: an edit made while the process runs
+    is not seen by its later runs (a command is one process; the next one hashes again)."""
     folder = Path(__file__).resolve().parent
     return files_hash(tree_files(folder, "*.py") + tree_files(folder / "templates"), folder)
 

@@ -66,3 +66,19 @@ def test_code_graders_only_takes_every_judge_off_and_keeps_the_filing_graders(tr
     assert [task.id for task in kept.tasks] == [task.id for task in suites[0].tasks]
     assert not [spec.name for task in kept.tasks for spec in task.graders if get_grader(spec.name).judge]
     assert all({"pkm_completion"} <= {spec.name for spec in task.graders} for task in kept.tasks)
+
+
+def test_code_graders_only_names_a_task_graded_by_judges_alone_and_refuses_to_leave_none(transfer, capsys):
+    from optimizer.registry import get_grader
+    from optimizer.suites import load_suites, reading_sealed
+
+    with reading_sealed():
+        suite = load_suites([transfer.SEALED["pkm_agent"]], PROJECT_ROOT)[0]
+    first, *rest = suite.tasks
+    judge_only = first.model_copy(update={"graders": [spec for spec in first.graders
+                                                      if get_grader(spec.name).judge]})
+    kept = transfer.without_judges([suite.model_copy(update={"tasks": [judge_only, *rest]})])[0]
+    assert [task.id for task in kept.tasks] == [task.id for task in rest]
+    assert f"left out 1 task(s) graded by judges alone: {first.id}" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="leaves no task with a grader"):
+        transfer.without_judges([suite.model_copy(update={"tasks": [judge_only]})])
