@@ -119,6 +119,18 @@ def trial_value(score: float | None, status: str) -> float:
     return 1.0 if status == "passed" else 0.0
 
 
+def voting_passed(trial: Trial, non_voting: frozenset[str] = frozenset()) -> bool:
+    """Whether `trial` passed by its voting graders: every applicable grader passed, the graders
+    in `non_voting` left out (its recorded status when none of them applied). An errored trial
+    did not pass. What the gate's pass/fail bets read, as `voting_value` is what its score bets read."""
+    if trial.status == "errored":
+        return False
+    if not any(result.applicable and result.grader in non_voting for result in trial.grader_results):
+        return trial.status == "passed"
+    return all(result.passed for result in trial.grader_results
+               if result.applicable and result.grader not in non_voting)
+
+
 def voting_value(trial: Trial, non_voting: frozenset[str] = frozenset()) -> float | None:
     """What a trial counts for in a comparison: its score (1/0 by its verdict without one), the
     score of its voting graders alone when some applicable grader is `non_voting`, or None when

@@ -1,10 +1,11 @@
 """Which trials pair up, and what each side of a pair counts for.
 
 A pair is a (suite, task, trial index) run once with each prompt. `PairTable` collects the pairs
-as `optimizer.comparison.compare` runs batches, in a fixed order the sequential tests read them in; a side's
-value is `scoring.voting_value` (the judges that do not vote left out), and a side the
-infrastructure spoiled is marked with its side: it leaves its pair out of the values, and the
-errored rule asks whether such endings fall on one prompt's side (`PairTable.unscored_counts`).
+as `optimizer.comparison.compare` runs batches, in a fixed order the sequential tests read them
+in; a side's value is `scoring.voting_value` and its verdict `scoring.voting_passed` (the judges
+that do not vote left out of both), and a side the infrastructure spoiled is marked with its
+side: it leaves its pair out of the values, and the errored rule asks whether such endings fall
+on one prompt's side (`PairTable.unscored_counts`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from optimizer.scoring import spoiled, voting_value
+from optimizer.scoring import spoiled, voting_passed, voting_value
 from optimizer.types import Trial
 
 
@@ -66,7 +67,7 @@ class PairTable:
         self.pairs.setdefault(key, []).append(Pair(
             self.added, before.index, voting_value(before, self.non_voting), voting_value(after, self.non_voting),
             before.status == "errored", after.status == "errored", spoiled(before), spoiled(after),
-            before.status == "passed", after.status == "passed"))
+            voting_passed(before, self.non_voting), voting_passed(after, self.non_voting)))
 
     def add_all(self, before: Iterable[Trial], after: Iterable[Trial], regression: set[str] = frozenset()) -> int:
         """Pair trials by (suite, task, index); returns how many pairs were added. Pairs are added

@@ -111,7 +111,8 @@ def run_iteration(ctx: LoopContext, *, suite_names: list[str] | None = None, bas
                 drive(state)
             else:
                 run_watch(watch, repo=repo, tip=base.commit, planned=planned, prompt_paths=prompt_paths,
-                          screen=state.stage.screen, policy=settings.gate_policy, log=ctx.log)
+                          screen=state.stage.screen, policy=settings.gate_policy, log=ctx.log,
+                          non_voting=state.non_voting)
                 result.status = "watched"
                 ctx.store.iterations.finish(iteration_id, "watched", iteration_summary(result))
     except (CheckoutChanged, StoreChanged):  # already recorded as stopped

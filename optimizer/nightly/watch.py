@@ -188,9 +188,10 @@ class WatchNight:
 
 
 def run_watch(night: WatchNight, *, repo, tip: str, planned, prompt_paths: dict[str, str], screen, policy,
-              log) -> None:
+              log, non_voting=()) -> None:
     """One night's pairs for every watched patch, then its verdict (`judge`). `screen(items,
-    agent, prompt, label)` runs trials of one prompt (`optimizer.loop.staging.Stage.screen`)."""
+    agent, prompt, label)` runs trials of one prompt (`optimizer.loop.staging.Stage.screen`);
+    the judges in `non_voting` count in no pair, as in the gate."""
     from optimizer.gate import PairTable, group_stats, groups_of
     from optimizer.gate.pairs import TaskKey
     from optimizer.trials.runner import PlannedTrial
@@ -220,7 +221,7 @@ def run_watch(night: WatchNight, *, repo, tip: str, planned, prompt_paths: dict[
         label = f"watch {entry.commit[:12]}"
         after = screen(runs, entry.agent, with_text, f"{label}: with the patch")
         before = screen(runs, entry.agent, without, f"{label}: without it")
-        table = PairTable()
+        table = PairTable(non_voting)
         table.add_all(before, after, {suite for (suite, _), task in layout.tasks.items() if task.regression})
         for key in keys:
             entry.done["/".join(key)] = entry.done.get("/".join(key), 0) + night.rounds

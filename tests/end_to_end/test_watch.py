@@ -158,3 +158,35 @@ def test_a_resumed_nights_watch_is_the_same_as_an_uninterrupted_one(cli, repo, i
     (uninterrupted,) = seen
     assert resumed["watch"] == uninterrupted
     assert uninterrupted[0]["nights"] == 1 and set(uninterrupted[0]["done"].values()) == {2}
+
+
+@pytest.mark.parametrize("non_voting, status", [((), "revert"), (("judge_x",), "watching")])
+def test_the_watch_leaves_out_the_judges_that_do_not_vote(repo, non_voting, status):
+    """With the patch every trial fails by one judge alone, every other grader passing as without
+    it: the watch reverts the patch when that judge votes, and keeps watching it when the judge
+    does not vote (as the gate leaves it out)."""
+    from optimizer.gate import GatePolicy
+    from optimizer.nightly.watch import WatchNight, run_watch
+    from optimizer.suites import load_suites
+    from optimizer.trials.runner import plan
+    from optimizer.types import GraderResult, Trial
+
+    git(repo, "stash", "-u")
+    merged_patch(repo, FACT_RULE)
+    repository = gitops.open_repo(repo)
+    tip = repository.head.commit.hexsha
+    entries = patches_in(repository, tip, {"card_agent": PROMPT})
+
+    def screen(items, agent, prompt, label):
+        judged = not label.endswith("without it")
+        return [Trial(suite=item.suite.name, task_id=item.task.id, bucket=item.task.bucket, split=item.task.split,
+                      index=item.index, status="failed" if judged else "passed", score=1.0 if not judged else 0.5,
+                      grader_results=[GraderResult(grader="check", score=1.0, passed=True),
+                                      GraderResult(grader="judge_x", score=0.0 if judged else 1.0,
+                                                   passed=not judged)])
+                for item in items]
+
+    run_watch(WatchNight(entries, rounds=6, nights=10), repo=repository, tip=tip,
+              planned=plan(load_suites(["card_agent"], repo), trials=1), prompt_paths={"card_agent": PROMPT},
+              screen=screen, policy=GatePolicy(), log=lambda message: None, non_voting=non_voting)
+    assert entries[0].status == status, entries[0].reason

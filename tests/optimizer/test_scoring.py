@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from optimizer.scoring import graded_score, trial_verdict, voting_value
+from optimizer.scoring import graded_score, trial_verdict, voting_passed, voting_value
 from optimizer.types import GraderResult, Trial
 
 
@@ -40,3 +40,13 @@ def test_a_trial_without_a_score_counts_one_or_zero_by_its_verdict():
     unscored = trial_of([grader("x", None)])
     assert voting_value(unscored) == 1.0
     assert voting_value(unscored.model_copy(update={"status": "failed"})) == 0.0
+
+
+def test_a_trials_verdict_leaves_out_the_judges_that_do_not_vote():
+    failed_by_judge = trial_of([grader("check", 1.0), grader("judge", 0.2, False)])
+    assert failed_by_judge.status == "failed" and not voting_passed(failed_by_judge)
+    assert voting_passed(failed_by_judge, frozenset({"judge"}))
+    failed_by_check = trial_of([grader("check", 0.0, False), grader("judge", 1.0)])
+    assert not voting_passed(failed_by_check, frozenset({"judge"}))
+    assert voting_passed(trial_of([grader("check", 1.0), grader("judge", None, False)]), frozenset({"judge"}))
+    assert not voting_passed(trial_of([grader("check", 1.0, errored=True)]), frozenset({"check"}))

@@ -261,6 +261,28 @@ def test_judges_that_do_not_vote_leave_a_bucket_unjudged():
     assert row.before == 0.0 and row.after == 1.0
 
 
+def test_a_judge_that_does_not_vote_flips_no_verdict_in_the_pass_fail_bets():
+    """A candidate whose trials fail only by a non-voting judge, every voting grader passing as
+    before, is not a pass-rate collapse: the pass/fail flips leave that judge out as the scores do."""
+    check = [GraderResult(grader="check", score=1.0, passed=True)]
+    judge_pass = [GraderResult(grader="judge_x", score=1.0, passed=True)]
+    judge_fail = [GraderResult(grader="judge_x", score=0.0, passed=False)]
+    table = table_of({"a1": [(0, 1)] * 12}, non_voting=["judge_x"])
+    for index in range(16):
+        table.add(trial("b1", index, 1.0, graders=check + judge_pass),
+                  trial("b1", index, 0.5, status="failed", graders=check + judge_fail))
+    decision = decide(table, targets={("s", "a")})
+    row = next(b for b in decision.buckets if b.bucket == "b")
+    assert row.before == row.after == 1.0 and row.verdict != "harmed", row
+    assert all(pair.before_passed and pair.after_passed for pair in table.pairs[("s", "b1")])
+    voting = table_of({"a1": [(0, 1)] * 12})
+    for index in range(16):
+        voting.add(trial("b1", index, 1.0, graders=check + judge_pass),
+                   trial("b1", index, 0.5, status="failed", graders=check + judge_fail))
+    harmed = next(b for b in decide(voting, targets={("s", "a")}).buckets if b.bucket == "b")
+    assert harmed.verdict == "harmed", "the same judge, voting, shows the collapse"
+
+
 def test_errored_pairs_are_left_out_and_a_candidate_that_errors_more_is_rejected():
     table = table_of({"a1": [(0, 1)] * 10})
     for index in range(10, 18):
