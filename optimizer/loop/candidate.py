@@ -29,7 +29,7 @@ from optimizer.proposal.proposers import Proposal, ProposalRequest, patch_format
 from optimizer.proposal.request import Selection
 from optimizer.proposal.screening import text_sha
 from optimizer.registry import get_agent
-from optimizer.scoring import trial_value
+from optimizer.scoring import voting_passed, voting_value
 from optimizer.trials.evaluate import finish
 from optimizer.trials.runner import new_run_id
 
@@ -187,11 +187,16 @@ class Candidates:
         spread = [tasks[n % len(tasks)] for tasks in map(sorted, buckets.values())
                   for n in range(max(trials, len(tasks)))]  # `trials` per targeted bucket
 
+        non_voting = frozenset(self.state.non_voting)
+
         def score(text: str, label: str) -> dict[str, list[tuple[float, float]]]:
+            """Per targeted bucket, each trial's value and verdict as the gate reads them (the judges
+            that do not vote left out; a trial with no voting score counts 0)."""
             by_bucket: dict[str, list[tuple[float, float]]] = {}
             for trial in adapter.trials(spread, text, label):
+                value = voting_value(trial, non_voting)
                 by_bucket.setdefault(f"{trial.suite}/{trial.bucket}", []).append(
-                    (trial_value(trial.score, trial.status), float(trial.status == "passed")))
+                    (0.0 if value is None else value, float(voting_passed(trial, non_voting))))
             return by_bucket
 
         ablation = ablate(prompt, patched, score, kept_file=self.state.search_dir / "ablation" / (
