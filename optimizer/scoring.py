@@ -120,15 +120,15 @@ def trial_value(score: float | None, status: str) -> float:
 
 
 def voting_passed(trial: Trial, non_voting: frozenset[str] = frozenset()) -> bool:
-    """Whether `trial` passed by its voting graders: every applicable grader passed, the graders
+    """Whether `trial` passed by its voting graders: `trial_verdict` over its results, the graders
     in `non_voting` left out (its recorded status when none of them applied). An errored trial
     did not pass. What the gate's pass/fail bets read, as `voting_value` is what its score bets read."""
     if trial.status == "errored":
         return False
     if not any(result.applicable and result.grader in non_voting for result in trial.grader_results):
         return trial.status == "passed"
-    return all(result.passed for result in trial.grader_results
-               if result.applicable and result.grader not in non_voting)
+    voting = [result for result in trial.grader_results if result.grader not in non_voting]
+    return trial_verdict(voting)[0] == "passed"
 
 
 def voting_value(trial: Trial, non_voting: frozenset[str] = frozenset()) -> float | None:
