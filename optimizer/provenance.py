@@ -1,7 +1,7 @@
 """The run spec: everything that shapes a run's results, recorded with the run.
 
 A stored baseline is reused only when a new run's spec is exactly the same (see
-`optimizer.trials.runner.fingerprints`), so an edit to anything below — the agent's code, texts and tool
+`optimizer.trials.run_spec.fingerprints`), so an edit to anything below — the agent's code, texts and tool
 schemas, a task or its fixtures, a grader's module or a helper of its package, a rubric or
 calibration file, a model parameter, a package version, the commit — makes the gate measure
 afresh instead of comparing with a stale baseline.
@@ -103,6 +103,8 @@ class RunSpec(Spec):
     tasks: dict[str, TaskSpec]
     """Keyed `suite/task id`."""
     graders: dict[str, GraderSpec]
+    skipped_graders: list[str] = []
+    """Graders not asked when a task had another (`RunnerSettings.skip_graders`)."""
 
 
 def file_hash(path: Path) -> str:

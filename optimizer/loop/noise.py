@@ -26,6 +26,7 @@ from pathlib import Path
 from optimizer.comparison.compare import buckets_named, compare
 from optimizer.trials.evaluate import finish, judges_used, non_voting_graders
 from optimizer.loop.iteration import LoopContext
+from optimizer.loop.state import runner_settings
 from optimizer.models import is_simulator, validate_model
 from optimizer.proposal.diffs import unified as unified_diff
 from optimizer.registry import AgentEntry, get_agent
@@ -118,7 +119,7 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
         seeds["b"] = seeds["a"] + SEED_STRIDE
 
         def run(side: str, items: list[PlannedTrial], prompt_root: Path | None) -> list[Trial]:
-            runner = Runner(settings.runner.with_seed(seeds[side]), ctx.store, project_root=ctx.project_root,
+            runner = Runner(runner_settings(settings, non_voting).with_seed(seeds[side]), ctx.store, project_root=ctx.project_root,
                             prompt_root=prompt_root, on_trial=ctx.on_trial)
             done = runner.run(suites, items, kind="noise")
             finish(done, ctx.store)

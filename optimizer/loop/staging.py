@@ -16,7 +16,8 @@ from optimizer.trials.evaluate import finish
 from optimizer.files import write_text
 from optimizer.loop.records import IterationResult, LoopContext
 from optimizer.registry import get_agent
-from optimizer.trials.runner import PlannedTrial, Runner, fingerprints, new_run_id
+from optimizer.trials.run_spec import fingerprints
+from optimizer.trials.runner import PlannedTrial, Runner, new_run_id
 from optimizer.proposal.screening import SCREEN_INDEX, text_sha
 from optimizer.settings.parts import RunnerSettings
 from optimizer.store.runs import UNFINISHED, task_without_count

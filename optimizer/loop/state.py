@@ -5,7 +5,7 @@ it left here and adds its own; nothing outside the iteration sets it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from optimizer import gitops
@@ -18,7 +18,7 @@ from optimizer.loop.staging import Stage, unseen_from
 from optimizer.proposal.proposers import LOG_TAIL_LINES, Proposal
 from optimizer.proposal.request import Manual, Selection
 from optimizer.proposal.screening import SCREEN_INDEX, ScreeningAdapter
-from optimizer.settings.parts import LoopSettings
+from optimizer.settings.parts import LoopSettings, RunnerSettings
 from optimizer.store.digest import NightScope, StoreChanged, StoreWatch
 from optimizer.trials.evaluate import judges_used, non_voting_graders
 from optimizer.trials.runner import PlannedTrial
@@ -46,7 +46,6 @@ class IterationState:
         self.prompt_paths, self.prompt_files = prompt_paths, prompt_files
         self.planned, self.result, self.options = planned, result, options
         self.store, self.log = ctx.store, ctx.log
-        self.stage = Stage(ctx, settings.runner, suites, planned, result, base_root)
         self.baseline: list[Trial] = []
         self.evidence: list[Trial] = []
         """The baseline and the other recorded trials of the base prompts (`Stage.evidence`)."""
@@ -57,6 +56,7 @@ class IterationState:
         self.policy = settings.gate_policy
         judge = settings.models.judge_model
         self.non_voting = non_voting_graders(ctx.store, suites, judge) if judges_used(suites) else []
+        self.stage = Stage(ctx, runner_settings(settings, self.non_voting), suites, planned, result, base_root)
         self.search_dir = options.search_dir
         self.adapter: ScreeningAdapter | None = None
         self.night_decisions = options.night_decisions
@@ -141,3 +141,11 @@ class IterationState:
 
     def agent_of(self, suite_name: str) -> str:
         return next(suite.spec.agent_name for suite in self.suites if suite.name == suite_name)
+
+
+def runner_settings(settings: LoopSettings, non_voting: list[str]) -> RunnerSettings:
+    """The runner's settings for the loop's trials: the judges that do not vote are not asked
+    when `non_voting_judges` is `skip` (the default)."""
+    if settings.non_voting_judges == "skip" and non_voting:
+        return replace(settings.runner, skip_graders=frozenset(non_voting))
+    return settings.runner

@@ -4,20 +4,23 @@
 both come from the stored JSON. Building the spec's models to read two of its parts took about
 a twentieth of that command's start-up, so the spec is checked here by shape: its parts are exactly
 the model's (`SPEC_PARTS`, held equal to `RunSpec`'s fields by a test), and the two parts shown
-have their types. A run still writes its spec through the model (`optimizer.trials.runner.fingerprints`)."""
+have their types. A run still writes its spec through the model (`optimizer.trials.run_spec.fingerprints`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-SPEC_PARTS = frozenset({"git", "packages", "optimizer_source", "models", "agents", "tasks", "graders"})
+SPEC_PARTS = frozenset({"git", "packages", "optimizer_source", "models", "agents", "tasks", "graders",
+                        "skipped_graders"})
 """The fields of `optimizer.provenance.RunSpec`."""
+LATER_PARTS = frozenset({"skipped_graders"})
+"""Fields with a default, absent from the specs of runs recorded before them."""
 
 
 def short_spec(recorded: Any) -> str | None:
     """One line for tables: commit, dirty flag and package versions; None when `recorded` is not
     a run spec (a run recorded before specs existed, or one of another shape)."""
-    if not isinstance(recorded, dict) or set(recorded) != SPEC_PARTS:
+    if not isinstance(recorded, dict) or not SPEC_PARTS - LATER_PARTS <= set(recorded) <= SPEC_PARTS:
         return None
     git, packages = recorded["git"], recorded["packages"]
     if git is not None and not (isinstance(git, dict) and isinstance(git.get("commit"), str)

@@ -206,13 +206,13 @@ class Settings(BaseModel):
     """Screening trials per variant when a patch changes several parts of the prompt: the whole
     patch and the patch without each part, on the targeted buckets' train tasks; a part whose
     removal does not lower the targets is dropped before the gate (`optimizer.proposal.ablation`). 0: off."""
+    non_voting_judges: Literal["skip", "run"] = "skip"
+    """Whether the loop's trials ask an LLM judge the gate leaves out (`skip`: not when the task has another grader)."""
     watch_rounds: int = Field(default=1, ge=0, le=100)
     """Pairs per task of every harm group of each merged patch under watch, run by every merging
     night before its iterations (`optimizer.nightly.watch`): the prompt with and without the patch. 0: no watch."""
-    watch_nights: int = Field(default=10, ge=1, le=1000)
-    """Nights a merged patch is watched at most, when its harm is neither shown nor cleared."""
-    request_token_budget: int = Field(default=12000, ge=1000, le=1000000)
-    """Size cap of request.md, in tokens (estimated as characters / 4)."""
+    watch_nights: int = Field(default=10, ge=1, le=1000)  # nights a patch is watched at most
+    request_token_budget: int = Field(default=12000, ge=1000, le=1000000)  # request.md's cap, characters / 4
     mock_patcher_script: str | None = None
     """JSON file of scripted proposals answered by the `mock/patcher` model (tests, demos)."""
     mock_patcher_skill: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -243,7 +243,8 @@ class Settings(BaseModel):
     @property
     def runner(self) -> RunnerSettings:
         """What `optimizer.trials.runner.Runner` needs, with these settings as the run's record."""
-        return _part(RunnerSettings, self, models=self.models, sim=self.sim, record=self.model_dump())
+        return _part(RunnerSettings, self, models=self.models, sim=self.sim, skip_graders=frozenset(),
+                     record=self.model_dump())
 
     @property
     def proposal(self) -> ProposalSettings:

@@ -72,6 +72,10 @@ class RunnerSettings:
     workspace_dir: str | None
     sim: SimSettings
     """Handed through to the simulated models (`TrialContext.sim_noise`, the cache's variant)."""
+    skip_graders: frozenset[str] = frozenset()
+    """Graders not asked when a task has another grader: the loop's LLM judges that do not vote
+    (`non_voting_judges = skip`). A run's spec records them, so its trials are reused only by a
+    run that skips the same."""
     record: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Every setting as given (`Settings.model_dump()`), stored with each run as its provenance;
     the runner records it and reads nothing from it."""
@@ -188,6 +192,8 @@ class LoopSettings:
     request_token_budget: int
     night_alpha: float
     ablation_trials: int
+    non_voting_judges: str
+    """`skip`: the loop's trials do not ask the judges that do not vote (`skip_graders`); `run`: they do."""
 
     @property
     def models(self) -> ModelSettings:

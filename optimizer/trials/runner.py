@@ -22,21 +22,19 @@ from queue import Empty, SimpleQueue
 from typing import Callable
 
 from optimizer.trials.agent_run import AgentContext
-from optimizer.settings.sources import find_project_root
 from optimizer.errors import (DeadlinePassed, InputError, ModelCallError, OptimizerError, StoreError, TrialCutShort,
                               TrialTimeout, first_line)
 from optimizer.trials.judging import JudgeSettings, judging
 from optimizer.ledger import BudgetExceeded
 from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answer_variant, concurrency_limit,
                               litellm_module, register_trial, unregister_trial)
-from optimizer.provenance import (ModelSpec, RunSpec, TaskSpec, agent_spec, git_state, grader_spec,
-                                 optimizer_source, package_versions, tree_hash)
-from optimizer.registry import AgentEntry, get_agent, get_grader, judges_of
+from optimizer.registry import get_agent, get_grader, judges_of
 from optimizer.run_ids import new_run_id
 from optimizer.scoring import INFRASTRUCTURE_ENDING, trial_verdict
 from optimizer.settings.parts import RunnerSettings
 from optimizer.store import Store
-from optimizer.suites import fixture_paths, task_fingerprint
+from optimizer.suites import fixture_paths
+from optimizer.trials.run_spec import fingerprints, read_prompt
 from optimizer.types import GraderResult, Outcome, RunResult, Suite, Task, Transcript, Trial, TrialStatus
 
 GRACE_S = 5.0
@@ -86,44 +84,6 @@ def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | lis
         raise InputError(f"no task matches --task {' '.join(globs)!r}", field="--task",
                          fix="use a glob that matches some task id, e.g. 'card_event_*'")
     return planned
-
-
-def read_prompt(entry: AgentEntry, prompt_root: Path) -> str:
-    path = prompt_root / entry.prompt_file
-    if not path.is_file():
-        raise InputError(f"prompt file of agent {entry.name!r} not found", path=path,
-                         fix="restore the file or run from the project root")
-    return path.read_text(encoding="utf-8")
-
-
-def fingerprints(suites: list[Suite], settings: RunnerSettings, prompt_root: Path,
-                 planned: list[PlannedTrial] | None = None) -> dict:
-    """What a later run must match to reuse this one's results: the run spec
-    (`optimizer.provenance.RunSpec`) as JSON. The project (its commit, its base fixtures) is
-    found from the suite folder as the CLI finds it, since a loop's `prompt_root` holds only the
-    exported prompts."""
-    trials: dict[str, int] = {}
-    for item in planned or []:
-        key = f"{item.suite.name}/{item.task.id}"
-        trials[key] = trials.get(key, 0) + 1
-    agents, tasks, graders = {}, {}, {}
-    for suite in suites:
-        entry = get_agent(suite.spec.agent_name)
-        agents[entry.name] = agent_spec(entry, read_prompt(entry, prompt_root))
-        project_root = find_project_root(suite.root)
-        for task in suite.tasks:
-            key = f"{suite.name}/{task.id}"
-            tasks[key] = TaskSpec(file=task_fingerprint(task), fixtures=tree_hash(fixture_paths(task, project_root)),
-                                  trials=trials.get(key, 0))
-            for spec in task.graders:
-                if spec.name not in graders:
-                    graders[spec.name] = grader_spec(get_grader(spec.name))
-    given = settings.models
-    models = ModelSpec(agent=given.agent_model, judge=given.judge_model, temperature=given.temperature,
-                       seed=given.seed, agent_variant=answer_variant(given.agent_model, settings.sim.sim_noise))
-    spec = RunSpec(git=git_state(find_project_root(suites[0].root)) if suites else None, packages=package_versions(),
-                   optimizer_source=optimizer_source(), models=models, agents=agents, tasks=tasks, graders=graders)
-    return spec.model_dump(mode="json")
 
 
 class Runner:
@@ -240,7 +200,7 @@ class Runner:
             trial = Trial(suite=suite.name, task_id=task.id, bucket=task.bucket, split=task.split,
                           index=item.index, status="failed", transcript=result.transcript,
                           outcome=result.outcome)
-            trial.grader_results = [self._grade(task, trial, index) for index in range(len(task.graders))]
+            trial.grader_results = [self._grade(task, trial, index) for index in graded(task, self.settings.skip_graders)]
             trial.status, trial.score = trial_verdict(trial.grader_results)
             if trial.status == "errored":
                 trial.error = "; ".join(f"{r.grader}: {r.rationale}" for r in trial.grader_results if r.errored)
@@ -267,6 +227,13 @@ class Runner:
             return GraderResult(grader=spec.name, errored=True, rationale=f"grader crashed: {detail}")
         result.details.setdefault("grader_version", entry.version)
         return result
+
+
+def graded(task: Task, skip: frozenset[str]) -> list[int]:
+    """Indexes of the graders of `task` to ask: all but those in `skip`, or all when that is none
+    (a bucket only skipped graders score stays *unjudged*, never passed ungraded)."""
+    asked = [index for index, spec in enumerate(task.graders) if spec.name not in skip]
+    return asked or list(range(len(task.graders)))
 
 
 def early_ending(exc: BaseException) -> tuple[str, str]:

@@ -192,6 +192,7 @@ def test_history_reads_a_recorded_spec_by_its_parts_without_the_models():
     RunSpec.model_validate(spec)
     assert short_spec(spec) == "0123456789+dirty dspy=3.0 litellm=1.0"
     assert short_spec({**spec, "git": None}) == "no git dspy=3.0 litellm=1.0"
+    assert short_spec({**spec, "skipped_graders": ["judge"]}) == short_spec(spec)  # a later part, absent before it
     for other in ({**spec, "unknown": 1}, {key: spec[key] for key in list(spec)[1:]}, {**spec, "git": {"commit": 3}},
                   {**spec, "packages": {"litellm": 1}}, [], None, {}):
         assert short_spec(other) is None

@@ -253,7 +253,7 @@ def test_targets_rank_on_every_recorded_trial_of_the_base_prompt(tmp_path):
     from optimizer.settings.loading import load_settings
     from optimizer.loop.staging import Stage
     from optimizer.proposal.request import select_targets
-    from optimizer.trials.runner import fingerprints
+    from optimizer.trials.run_spec import fingerprints
     from optimizer.store import Store, default_url
     from optimizer.types import RunResult
 

@@ -26,7 +26,7 @@ UNUSUAL = Settings(agent_model="mock/sim@20ms", judge_model="mock/oracle", patch
                    request_token_budget=5000, night_alpha=0.3, model_prices={"mock/sim": (1.0, 2.0)}, local_slots=5,
                    refuse_unsafe="any", clear_after=4, refuse_beyond_margin=False, margin_min_pairs=12,
                    name_weighting=True, propose_open="any", safety_rollouts=33, proposer_env=["MY_TOKEN"],
-                   holdout_rule="harm", watch_rounds=3, watch_nights=4)
+                   holdout_rule="harm", watch_rounds=3, watch_nights=4, non_voting_judges="run", ablation_trials=5)
 """Every setting a part carries set away from its default, so a part reading a default is seen."""
 
 SIM_KNOBS = {"sim_noise", "mock_patcher_script", "mock_patcher_skill"}
