@@ -48,10 +48,11 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
-def project_repo(root: Path, extra_files: dict[str, str] | None = None) -> Path:
-    """A throw-away git repository holding a copy of the card suite, prompts and manual (one
-    commit on main), for `optimizer run` to branch from."""
-    for folder in ("suites/card_agent", "agents/prompts", "prompt_manual", "fixtures"):
+def project_repo(root: Path, extra_files: dict[str, str] | None = None, suite: str = "card_agent") -> Path:
+    """A throw-away git repository holding a copy of one suite (the card suite unless named),
+    the prompts and manual (one commit on main), for `optimizer run` to branch from; `extra_files`
+    are written after the project's own `pyproject.toml` (and may replace it)."""
+    for folder in (f"suites/{suite}", "agents/prompts", "prompt_manual", "fixtures"):
         shutil.copytree(PROJECT_ROOT / folder, root / folder)
     (root / "pyproject.toml").write_text("[tool.optimizer]\nconcurrency = 8\n")
     for relative, text in (extra_files or {}).items():

@@ -119,8 +119,8 @@ def measure_noise(ctx: LoopContext, *, repeats: int, suite_names: list[str] | No
         seeds["b"] = seeds["a"] + SEED_STRIDE
 
         def run(side: str, items: list[PlannedTrial], prompt_root: Path | None) -> list[Trial]:
-            runner = Runner(runner_settings(settings, non_voting).with_seed(seeds[side]), ctx.store, project_root=ctx.project_root,
-                            prompt_root=prompt_root, on_trial=ctx.on_trial)
+            runner = Runner(runner_settings(settings, non_voting).with_seed(seeds[side]), ctx.store,
+                            project_root=ctx.project_root, prompt_root=prompt_root, on_trial=ctx.on_trial)
             done = runner.run(suites, items, kind="noise")
             finish(done, ctx.store)
             result.rollouts += len(items)

@@ -200,7 +200,8 @@ class Runner:
             trial = Trial(suite=suite.name, task_id=task.id, bucket=task.bucket, split=task.split,
                           index=item.index, status="failed", transcript=result.transcript,
                           outcome=result.outcome)
-            trial.grader_results = [self._grade(task, trial, index) for index in graded(task, self.settings.skip_graders)]
+            asked = graded(task, self.settings.skip_graders)
+            trial.grader_results = [self._grade(task, trial, index) for index in asked]
             trial.status, trial.score = trial_verdict(trial.grader_results)
             if trial.status == "errored":
                 trial.error = "; ".join(f"{r.grader}: {r.rationale}" for r in trial.grader_results if r.errored)

@@ -3,7 +3,6 @@ verdicts and values the gate reads are the same as when they are asked and left 
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import replace
 import sqlite3
 
@@ -17,7 +16,7 @@ from optimizer.suites import load_suite
 from optimizer.trials.evaluate import non_voting_graders
 from optimizer.trials.run_spec import fingerprints
 from optimizer.trials.runner import Runner, graded, plan
-from tests.helpers import PROJECT_ROOT, git
+from tests.helpers import PROJECT_ROOT, project_repo
 
 
 def judge_graders(suite) -> frozenset[str]:
@@ -47,7 +46,7 @@ def test_skipped_judges_leave_the_gates_verdicts_and_values_as_leaving_them_out_
     assert judged >= len(asked) // 2  # most PKM tasks have a judge: the comparison above is not empty
 
 
-def test_a_task_only_skipped_graders_score_is_graded_by_them(tmp_path):
+def test_a_task_only_skipped_graders_score_is_graded_by_them():
     suite = load_suite("pkm_agent", PROJECT_ROOT)
     task = next(task for task in suite.tasks if any(get_grader(spec.name).judge for spec in task.graders))
     names = [spec.name for spec in task.graders]
@@ -70,13 +69,8 @@ def test_a_run_that_skips_judges_is_not_reused_by_one_that_asks_them():
 @pytest.mark.parametrize("setting, asked", [("skip", False), ("run", True)])
 def test_the_loops_trials_ask_the_judges_that_do_not_vote_only_when_told_to(cli, isolated, tmp_path, monkeypatch,
                                                                               setting, asked):
-    root = tmp_path / "repo"
-    for folder in ("suites/pkm_agent", "agents/prompts", "prompt_manual", "fixtures"):
-        shutil.copytree(PROJECT_ROOT / folder, root / folder)
-    (root / "pyproject.toml").write_text(f'[tool.optimizer]\nconcurrency = 8\nnon_voting_judges = "{setting}"\n')
-    git(root, "init", "-q", "-b", "main")
-    git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "add", "-A")
-    git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "start")
+    settings = f'[tool.optimizer]\nconcurrency = 8\nnon_voting_judges = "{setting}"\n'
+    root = project_repo(tmp_path / "repo", {"pyproject.toml": settings}, suite="pkm_agent")
     monkeypatch.setenv("OPTIMIZER_ROOT", str(root))
     code, out, err = cli("run", "--suite", "pkm_agent", "--trials", "1", "--dry-run")
     assert code == 0, out + err
