@@ -26,18 +26,25 @@ alone (no LLM judge): a PKM trial's judges take minutes on the embedded model, a
 figures that matter here (notes filed in the right place, notes rightly skipped) come from the
 completion and routing graders; a trial then passes when every code grader passed. Run it with
 nothing else on the machine (docs/benchmarks.md#transfer-to-notes-nobody-tuned-to).
+
+`--record FILE` appends every finished trial to FILE (JSON lines, one trial each, with the side's
+commit, the agent model, the grading and the task's hash) and reuses the trials already there
+that match: a measurement too long for one sitting runs in parts (`--trials 4`, later
+`--trials 8` runs trials 4-7 of each task), and a killed one loses only the trials in flight.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import itertools
 import json
 import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -190,10 +197,52 @@ def without_judges(suites: list) -> list:
     return kept
 
 
+class TrialRecord:
+    """`--record`'s file: finished trials, one JSON line each, under the key of the measurement
+    side they belong to (commit, agent model, grading, seed) and their task's hash."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.lock = threading.Lock()
+
+    def recorded(self, key: dict, tasks: dict[str, str]) -> dict[tuple[str, int], object]:
+        """The recorded trials of side `key` whose task is in `tasks` (id -> hash) unchanged, by (task, index)."""
+        from optimizer.types import Trial
+
+        found = {}
+        if self.path is None or not self.path.exists():
+            return found
+        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                if entry["key"] != key or tasks.get(entry["trial"]["task_id"]) != entry["task_hash"]:
+                    continue
+                trial = Trial.model_validate(entry["trial"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SystemExit(f"{self.path}:{number}: not a trial this script recorded ({exc}); "
+                                 f"fix: remove that line or pass another --record file") from exc
+            found[(trial.task_id, trial.index)] = trial
+        return found
+
+    def add(self, key: dict, task_hash: str, trial) -> None:
+        """Record `trial`, unless it errored (a later part runs it again)."""
+        if self.path is None or trial.status == "errored":
+            return
+        line = json.dumps({"key": key, "task_hash": task_hash, "trial": trial.model_dump(mode="json")})
+        with self.lock, self.path.open("a", encoding="utf-8") as out:
+            out.write(line + "\n")
+
+
+def task_hash(task) -> str:
+    return hashlib.sha256(task.model_dump_json().encode()).hexdigest()[:16]
+
+
 def measure(agent: str, before: str, after: str, trials: int, overrides: dict, split: str = "test",
-            code_graders: bool = False) -> dict:
+            code_graders: bool = False, record: Path | None = None) -> dict:
     """Both sides on the agent's tasks of `split` (`test`: its sealed suite); the summaries and the
-    paired change. `code_graders`: no LLM judge grades a trial."""
+    paired change. `code_graders`: no LLM judge grades a trial. `record`: see `TrialRecord`."""
     from optimizer import gitops
     from optimizer.settings.loading import load_settings
     from optimizer.loop.staging import export_prompts
@@ -211,19 +260,32 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
     if code_graders:
         suites = without_judges(suites)
     planned = [item for item in plan(suites, trials=trials) if item.task.split == split]
+    hashes = {item.task.id: task_hash(item.task) for item in planned}
+    kept = TrialRecord(record)
     sides = {}
     with tempfile.TemporaryDirectory(prefix="optimizer-transfer-") as scratch:
         store = Store(default_url(Path(scratch) / "store"))
         try:
             for side, ref in (("before", before), ("after", after)):
                 commit = repo.commit(ref).hexsha
+                key = {"agent": agent, "split": split, "commit": commit, "agent_model": settings.models.agent_model,
+                       "grading": "code graders" if code_graders else settings.models.judge_model,
+                       "seed": settings.models.seed}
+                reused = kept.recorded(key, hashes)
+                todo = [item for item in planned if (item.task.id, item.index) not in reused]
                 root = export_prompts(repo, commit, {entry.prompt_file: prompt}, Path(scratch) / side)
                 started = time.monotonic()
-                run = Runner(settings.runner, store, project_root=PROJECT_ROOT, prompt_root=root).run(
-                    suites, planned, kind="transfer")
+                run_trials = []
+                if todo:
+                    runner = Runner(settings.runner, store, project_root=PROJECT_ROOT, prompt_root=root,
+                                    on_trial=lambda trial, key=key: kept.add(key, hashes[trial.task_id], trial))
+                    run_trials = runner.run(suites, todo, kind="transfer").trials
+                wanted = {(item.task.id, item.index) for item in planned}
+                side_trials = [trial for at, trial in reused.items() if at in wanted] + list(run_trials)
                 sides[side] = {"ref": ref, "commit": commit[:12], "seconds": round(time.monotonic() - started),
-                               "trials": run.trials}
-                print(f"{side} ({ref} at {commit[:12]}): {len(run.trials)} trials in {sides[side]['seconds']} s",
+                               "reused": len(planned) - len(todo), "trials": side_trials}
+                print(f"{side} ({ref} at {commit[:12]}): {len(run_trials)} trials run in {sides[side]['seconds']} s"
+                      + (f", {len(planned) - len(todo)} reused from {record}" if len(todo) < len(planned) else ""),
                       file=sys.stderr)
         finally:
             store.close()
@@ -309,6 +371,8 @@ def main() -> None:
     parser.add_argument("--code-graders", action="store_true",
                         help="grade with the code graders only, no LLM judge (a trial passes when they all pass)")
     parser.add_argument("--json", type=Path, help="write the result here")
+    parser.add_argument("--record", type=Path,
+                        help="append every finished trial here and reuse the matching ones already there")
     args = parser.parse_args()
     names = args.suite or sorted(SEALED)
     if args.validate:
@@ -319,7 +383,8 @@ def main() -> None:
         parser.error("--judge-model has nothing to grade with --code-graders: pass one or the other")
     overrides = {key: value for key, value in (("agent_model", args.agent_model), ("judge_model", args.judge_model),
                                                ("concurrency", args.concurrency)) if value}
-    results = [measure(name, args.before, args.after, args.trials, overrides, split, args.code_graders)
+    results = [measure(name, args.before, args.after, args.trials, overrides, split, args.code_graders,
+                       args.record)
                for name in names for split in args.split or ["test"]]
     for result in results:
         show(result)

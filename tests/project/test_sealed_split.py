@@ -154,3 +154,34 @@ def test_the_transfer_benchmark_counts_how_pkm_trials_filed_and_skipped():
     assert paths.count("skip") >= 1 and paths.count("persist") >= 10
     assert f"in the right place {paths.count('persist')} (100%)" in module.filing_line(counts)
     assert module.filings("card_agent", []) == {}
+
+
+def test_the_transfer_benchmark_runs_in_parts_through_its_record(tmp_path):
+    """`--record`: a measurement too long for one sitting runs in parts; a later part runs only
+    the trials the record lacks, and a line the script did not write is refused by its number."""
+    module = transfer()
+    mock = {"agent_model": "mock/sim", "judge_model": "mock/sim", "sim_noise": "paired"}
+    record = tmp_path / "trials.jsonl"
+
+    first = module.measure("card_agent", "HEAD", "HEAD", 1, mock, "holdout", record=record)
+    tasks = first["paired"]["tasks"]
+    assert len(record.read_text().splitlines()) == tasks
+    assert (first["sides"]["before"]["reused"], first["sides"]["after"]["reused"]) == (0, tasks), \
+        "the same commit measured the same way is the same side: the after side reuses the before side's trials"
+
+    second = module.measure("card_agent", "HEAD", "HEAD", 2, mock, "holdout", record=record)
+    assert (second["sides"]["before"]["reused"], second["sides"]["after"]["reused"]) == (tasks, 2 * tasks)
+    assert second["sides"]["before"]["overall"]["trials"] == second["sides"]["after"]["overall"]["trials"] == 2 * tasks
+    indices = sorted(json.loads(line)["trial"]["index"] for line in record.read_text().splitlines())
+    assert indices == [0] * tasks + [1] * tasks, "only the second trial of each task ran"
+
+    fresh = module.measure("card_agent", "HEAD", "HEAD", 2, mock, "holdout")
+    assert fresh["sides"]["before"]["overall"] == pytest.approx(second["sides"]["before"]["overall"]), \
+        "reused trials give the figures a fresh measurement gives (mock/sim reproduces by seed)"
+
+    other_model = module.measure("card_agent", "HEAD", "HEAD", 1, {**mock, "seed": 7}, "holdout", record=record)
+    assert other_model["sides"]["before"]["reused"] == 0, "another seed is another measurement"
+
+    record.write_text(record.read_text() + "not json\n")
+    with pytest.raises(SystemExit, match=r"trials\.jsonl:\d+: not a trial this script recorded"):
+        module.measure("card_agent", "HEAD", "HEAD", 1, mock, "holdout", record=record)
