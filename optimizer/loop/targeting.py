@@ -4,11 +4,14 @@ each confirmed failing on fresh trials (`select`); or, for a hand edit, the buck
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from optimizer.loop.candidate import Candidates
 from optimizer.loop.hand_edit import HandEdit, hand_selection
 from optimizer.loop.state import IterationState
 from optimizer.proposal.diffs import unified as text_diff
+from optimizer.proposal.proposers import patch_format
 from optimizer.proposal.request import Selection, exhausted_buckets, select_targets
 from optimizer.proposal.targets import prefers_named
 
@@ -28,13 +31,17 @@ def exhausted(state: IterationState, rejected: list[dict[str, Any]]) -> set[tupl
 
 def select(state: IterationState, agent: str | None, exhausted: set[tuple[str, str]]) -> Selection | None:
     """The targets, each confirmed failing on fresh trials (`confirm_trials`): a target
-    whose confirmation passes every trial is skipped for the next failing bucket."""
+    whose confirmation passes every trial is skipped for the next failing bucket. In the
+    `example` patch format the targets are the failing buckets a worked example can address
+    (`with_examples`), when there is one."""
     skip = set(exhausted)
     confirm = state.settings.confirm_trials
     prefer_named = prefers_named(state.settings.target_order, state.settings.models.agent_model)
     while True:
         selection = select_targets(state.evidence, state.suites, max_targets=state.settings.target_buckets,
                                    agent=agent, skip=skip, prefer_named=prefer_named)
+        if selection is not None and patch_format(state.settings.proposal) == "example":
+            selection = with_examples(state, selection, agent, skip, prefer_named)
         if selection is None or not confirm:
             return selection
         adapter = state.screening_adapter(selection)
@@ -53,6 +60,34 @@ def select(state: IterationState, agent: str | None, exhausted: set[tuple[str, s
         state.log(f"skipped (the baseline saw failures; {confirm} fresh trials each all passed): "
                   f"{', '.join(names)}")
         skip |= solved
+
+
+def with_examples(state: IterationState, selection: Selection, agent: str | None, skip: set[tuple[str, str]],
+                  prefer_named: bool) -> Selection:
+    """In the `example` format, the failing buckets a worked example can address, in the
+    targeting's order (`select_targets`): a bucket with none to show (one train task, or every
+    candidate's answer also another task's) would get a rule from the small patcher, which
+    carries over to new notes far less often than an example does (docs/proposers.md). When no
+    failing bucket has an example, `selection` as it was (its targets then get a rule)."""
+    candidates = Candidates(state)
+    path = state.prompt_paths[selection.agent]
+    prompt = state.base_prompt(selection.agent)
+    passed_over: set[tuple[str, str]] = set()
+    current: Selection | None = selection
+    while current is not None:
+        keep = [target for target in current.targets
+                if candidates.examples(replace(current, targets=[target]), prompt, path, 0)]
+        if len(keep) == len(current.targets):
+            break
+        passed_over |= {(target.suite, target.bucket) for target in current.targets if target not in keep}
+        current = select_targets(state.evidence, state.suites, max_targets=state.settings.target_buckets,
+                                 agent=current.agent, skip=skip | passed_over, prefer_named=prefer_named)
+    if current is None:
+        return selection
+    if passed_over:
+        state.log("no worked example to show for " + ", ".join(sorted("/".join(key) for key in passed_over))
+                  + "; targeting " + ", ".join(f"{t.suite}/{t.bucket}" for t in current.targets) + " instead")
+    return current
 
 
 def hand_targets(state: IterationState, edit: HandEdit) -> Selection | None:

@@ -541,3 +541,33 @@ def test_the_example_patch_format_shows_a_targets_note_and_the_gate_leaves_that_
     assert candidate_tasks and not set(shown) & candidate_tasks
     assert "Not paired (their input is shown in the prompt as a worked example)" in \
         Path(summary["report"]).read_text()
+
+
+def test_the_example_patch_format_targets_the_worst_bucket_an_example_can_address(cli, repo, tmp_path,
+                                                                                   monkeypatch):
+    """A bucket with no worked example to show would get a small patcher's rule, which carries
+    over to new notes far less often: in the `example` format the targeting passes it over for
+    the next failing bucket that has one, and keeps it only when no failing bucket has one."""
+    import re
+
+    from optimizer.loop import candidate
+
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))
+    monkeypatch.setenv("OPTIMIZER_PATCH_FORMAT", "example")
+    real = candidate.choose_examples
+
+    def targeted(*flags: str) -> tuple[str, str]:
+        code, out, err = cli("run", "--dry-run", *flags)
+        assert code == 0, out + err
+        return re.search(r"^targets: (\S+) ", err, re.M).group(1), err
+
+    first, _ = targeted()
+    monkeypatch.setattr(candidate, "choose_examples", lambda suites, targets, *rest:
+                        [] if ("card_agent", first.split("/")[1]) in targets else real(suites, targets, *rest))
+    second, err = targeted()
+    assert second != first and second.startswith("card_agent/")
+    passed_over = re.search(r"^no worked example to show for (.+); targeting (\S+) instead$", err, re.M)
+    assert passed_over and first in passed_over.group(1).split(", ") and passed_over.group(2) == second, err
+
+    monkeypatch.setattr(candidate, "choose_examples", lambda *args: [])
+    assert targeted()[0] == first, "with no example anywhere the worst bucket stays the target (it gets a rule)"
