@@ -43,6 +43,10 @@ from optimizer.proposal.pool import (PROMOTE, Candidate, SearchOutcome, carries,
 from optimizer.proposal.screening import COMPONENT, MINIBATCH, Example, ScreeningAdapter, text_sha
 
 
+UNCHANGED_IN_A_ROW = 2
+"""Candidates in a row that change nothing after which the search ends (`SearchProposer.should_stop`)."""
+
+
 class SearchProposer:
     """gepa's `custom_candidate_proposer`: our request, our proposer, our pre-rollout checks."""
 
@@ -55,9 +59,21 @@ class SearchProposer:
         self.stopped: BaseException | None = None
         """What ended the search from inside a proposal (gepa would log it and go on): raised
         again once gepa has stopped."""
+        self.ended_unchanged = False
 
     def should_stop(self, state=None) -> bool:
-        """gepa's stop callback: the search ends at the first proposal that raised."""
+        """gepa's stop callback: the search ends at the first proposal that raised, or after
+        `UNCHANGED_IN_A_ROW` candidates in a row that were the same prompt as their parent or an
+        earlier candidate (the proposer has nothing new to offer, e.g. the `example` format once
+        every worked example of the targets was shown: each further try would spend a minibatch
+        of screening trials on the parent for nothing)."""
+        recent = self.records[-UNCHANGED_IN_A_ROW:]
+        if len(recent) == UNCHANGED_IN_A_ROW and all(record.status == "unchanged" for record in recent):
+            if not self.ended_unchanged:
+                self.ended_unchanged = True
+                self.log(f"search: {UNCHANGED_IN_A_ROW} candidates in a row unchanged, nothing new to screen: "
+                         f"the search ends")
+            return True
         return self.stopped is not None
 
     def __call__(self, candidate: dict[str, str], reflective_dataset, components_to_update: list[str]) -> dict[str, str]:

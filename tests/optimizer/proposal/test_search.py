@@ -91,6 +91,32 @@ def pool_search(folder: Path, budget: int, records: list[Candidate] | None = Non
                       folder=folder, seed=0, **resumed), ran
 
 
+def test_a_search_whose_proposer_has_nothing_new_ends_instead_of_spending_its_budget(tmp_path):
+    """The `example` format with one example to show: every later proposal is that prompt again.
+    After two such candidates in a row the search ends, its budget mostly unspent."""
+    from optimizer.proposal.search import UNCHANGED_IN_A_ROW
+
+    items = card_items()
+    run, ran = scripted_run(lambda task, prompt: False)
+    adapter = ScreeningAdapter(items, run, targets={("card_agent", "fact_preservation")},
+                               failures=lambda trials: [{"task_id": t.task_id} for t in trials])
+    said: list[str] = []
+    proposer = SearchProposer(adapter, render=lambda prompt, failures: "request",
+                              propose=lambda path, parent, number: ("base\nThe one example.", "", None),
+                              check=lambda text: None, diff=lambda text: text, records=[],
+                              folder=tmp_path, log=said.append)
+    train, val = screening_sets(plan(load_suites(["card_agent"], PROJECT_ROOT), trials=1),
+                                {("card_agent", "fact_preservation")}, "card_agent", budget=200)
+    outcome = run_search(adapter, proposer, base_prompt="base", train=train, val=val, budget=200,
+                         folder=tmp_path / "pool", seed=0)
+    statuses = [c.status for c in outcome.candidates]
+    assert statuses[-UNCHANGED_IN_A_ROW:] == ["unchanged"] * UNCHANGED_IN_A_ROW
+    assert len(statuses) <= 1 + UNCHANGED_IN_A_ROW + 1
+    assert len(ran) < 100, f"{len(ran)} screening trials of a budget of 200"
+    assert f"search: {UNCHANGED_IN_A_ROW} candidates in a row unchanged, nothing new to screen: the search ends" \
+        in said
+
+
 def test_the_right_candidate_is_promoted_and_useless_ones_are_not(tmp_path):
     outcome, _ = pool_search(tmp_path / "pool", budget=60)
     right = [c for c in outcome.candidates if c.text.endswith(RULE)]
@@ -416,7 +442,9 @@ def test_the_gate_never_judges_on_a_screening_trial(cli, repo, tmp_path, monkeyp
     assert screened and judged
     assert not screened & judged, "the gate judged on screening trials"
     assert sampled and all(sampled), "every search candidate is a sample of the patcher"
-    assert summary["screen_rollouts"] >= 120
+    # a patcher that writes the right rule every time soon has nothing new: the search then ends early
+    ended = "candidates in a row unchanged, nothing new to screen: the search ends" in err
+    assert summary["screen_rollouts"] >= (1 if ended else 120)
     report = Path(summary["report"]).read_text()
     assert "## Search:" in report and "| # | status |" in report
     code, out, err = cli("review", summary["proposals"][0]["branch"])
