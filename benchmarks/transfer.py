@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
 import itertools
 import json
 import random
@@ -235,10 +234,6 @@ class TrialRecord:
             out.write(line + "\n")
 
 
-def task_hash(task) -> str:
-    return hashlib.sha256(task.model_dump_json().encode()).hexdigest()[:16]
-
-
 def measure(agent: str, before: str, after: str, trials: int, overrides: dict, split: str = "test",
             code_graders: bool = False, record: Path | None = None) -> dict:
     """Both sides on the agent's tasks of `split` (`test`: its sealed suite); the summaries and the
@@ -249,7 +244,7 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
     from optimizer.registry import get_agent
     from optimizer.trials.runner import Runner, plan
     from optimizer.store import Store, default_url
-    from optimizer.suites import load_suites
+    from optimizer.suites import load_suites, task_fingerprint
 
     repo = gitops.open_repo(PROJECT_ROOT)
     entry = get_agent(agent)
@@ -260,7 +255,8 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
     if code_graders:
         suites = without_judges(suites)
     planned = [item for item in plan(suites, trials=trials) if item.task.split == split]
-    hashes = {item.task.id: task_hash(item.task) for item in planned}
+    hashes = {item.task.id: task_fingerprint(item.task) for item in planned}
+    wanted = {(item.task.id, item.index) for item in planned}
     kept = TrialRecord(record)
     sides = {}
     with tempfile.TemporaryDirectory(prefix="optimizer-transfer-") as scratch:
@@ -271,7 +267,7 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
                 key = {"agent": agent, "split": split, "commit": commit, "agent_model": settings.models.agent_model,
                        "grading": "code graders" if code_graders else settings.models.judge_model,
                        "seed": settings.models.seed}
-                reused = kept.recorded(key, hashes)
+                reused = {at: trial for at, trial in kept.recorded(key, hashes).items() if at in wanted}
                 todo = [item for item in planned if (item.task.id, item.index) not in reused]
                 root = export_prompts(repo, commit, {entry.prompt_file: prompt}, Path(scratch) / side)
                 started = time.monotonic()
@@ -280,12 +276,11 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
                     runner = Runner(settings.runner, store, project_root=PROJECT_ROOT, prompt_root=root,
                                     on_trial=lambda trial, key=key: kept.add(key, hashes[trial.task_id], trial))
                     run_trials = runner.run(suites, todo, kind="transfer").trials
-                wanted = {(item.task.id, item.index) for item in planned}
-                side_trials = [trial for at, trial in reused.items() if at in wanted] + list(run_trials)
+                side_trials = [*reused.values(), *run_trials]
                 sides[side] = {"ref": ref, "commit": commit[:12], "seconds": round(time.monotonic() - started),
-                               "reused": len(planned) - len(todo), "trials": side_trials}
+                               "reused": len(reused), "trials": side_trials}
                 print(f"{side} ({ref} at {commit[:12]}): {len(run_trials)} trials run in {sides[side]['seconds']} s"
-                      + (f", {len(planned) - len(todo)} reused from {record}" if len(todo) < len(planned) else ""),
+                      + (f", {len(reused)} reused from {record}" if reused else ""),
                       file=sys.stderr)
         finally:
             store.close()

@@ -59,7 +59,6 @@ class SearchProposer:
         self.stopped: BaseException | None = None
         """What ended the search from inside a proposal (gepa would log it and go on): raised
         again once gepa has stopped."""
-        self.ended_unchanged = False
 
     def should_stop(self, state=None) -> bool:
         """gepa's stop callback: the search ends at the first proposal that raised, or after
@@ -67,14 +66,11 @@ class SearchProposer:
         earlier candidate (the proposer has nothing new to offer, e.g. the `example` format once
         every worked example of the targets was shown: each further try would spend a minibatch
         of screening trials on the parent for nothing)."""
+        return self.stopped is not None or self._nothing_new()
+
+    def _nothing_new(self) -> bool:
         recent = self.records[-UNCHANGED_IN_A_ROW:]
-        if len(recent) == UNCHANGED_IN_A_ROW and all(record.status == "unchanged" for record in recent):
-            if not self.ended_unchanged:
-                self.ended_unchanged = True
-                self.log(f"search: {UNCHANGED_IN_A_ROW} candidates in a row unchanged, nothing new to screen: "
-                         f"the search ends")
-            return True
-        return self.stopped is not None
+        return len(recent) == UNCHANGED_IN_A_ROW and all(record.status == "unchanged" for record in recent)
 
     def __call__(self, candidate: dict[str, str], reflective_dataset, components_to_update: list[str]) -> dict[str, str]:
         if self.stopped is not None:
@@ -111,6 +107,9 @@ class SearchProposer:
         screening = record.status == "screened_out"  # until gepa keeps it in its pool
         self.log(f"search candidate {number}: " + ("made, screened on gepa's minibatch next" if screening else
                                                    record.status + (': ' + record.reason if record.reason else '')))
+        if self._nothing_new():
+            self.log(f"search: {UNCHANGED_IN_A_ROW} candidates in a row unchanged, nothing new to screen: "
+                     f"the search ends")
         return {COMPONENT: patched} if screening else {}
 
 
