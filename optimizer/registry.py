@@ -25,7 +25,7 @@ from optimizer.errors import GraderConfigError, HarnessError, SuiteError
 if TYPE_CHECKING:
     from optimizer.trials.agent_run import AgentContext, AgentRun
     from optimizer.trials.sim import SimProfile
-    from optimizer.types import GraderResult, Task, Trial
+    from optimizer.types import GraderResult, Task, ToolCallSpec, Trial
 
 AGENT_GROUP = "optimizer.agents"
 GRADER_GROUP = "optimizer.graders"
@@ -68,6 +68,9 @@ class AgentEntry:
     may call only these (checked when the suite loads)."""
     outcome: type[BaseModel] | None = None
     """The agent's typed outcome (an `OutcomeModel`), which its graders read."""
+    demonstrate: "Callable[[Task], list[ToolCallSpec]] | None" = None
+    """The calls a worked example of a task shows (`optimizer.proposal.examples`), when they are
+    not its reference calls as written: the path the agent's prompt asks its model to take."""
 
 
 @dataclass(frozen=True)
@@ -121,17 +124,20 @@ _load_lock = threading.Lock()
 
 
 def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = None, tools: Iterable[str] = (),
-          outcome: type[BaseModel] | None = None):
+          outcome: type[BaseModel] | None = None,
+          demonstrate: "Callable[[Task], list[ToolCallSpec]] | None" = None):
     """Register an agent: a function `(AgentContext) -> AgentRun`, offering its model `tools`.
 
     `outcome` is the agent's typed outcome (an `OutcomeModel`): what the run returns is validated
     against it when the run ends, so a missing or mistyped field makes the trial errored (agent
-    crashed) instead of reaching the graders."""
+    crashed) instead of reaching the graders. `demonstrate` gives the calls a worked example of a
+    task shows, when its reference calls are not the path the agent's prompt teaches."""
 
     def register(func):
         run = _checked_outcome(func, outcome) if outcome is not None else func
         _agents[name] = AgentEntry(name=name, run=run, prompt_file=prompt_file, sim_profile=sim_profile,
-                                   source=_source(func), tools=tuple(tools), outcome=outcome)
+                                   source=_source(func), tools=tuple(tools), outcome=outcome,
+                                   demonstrate=demonstrate)
         return func
 
     return register

@@ -19,6 +19,8 @@ from pathlib import Path
 from rank_bm25 import BM25Plus
 
 from .sandbox import Sandbox, SandboxError, plain_files
+from .state import marker_for
+from optimizer.types import Task, ToolCallSpec
 from prompt_optimizer_outcomes.pkm import MARKER, PARA_ROOTS
 
 LISTED_FILES = 200
@@ -163,3 +165,32 @@ def appended(text: str, entry: str) -> str:
     last = body.splitlines()[-1].strip()
     gap = "\n" if _ITEM.match(last) and _ITEM.match(entry) else "\n\n"
     return body + gap + entry + "\n"
+
+
+def demonstration(task: Task) -> list[ToolCallSpec]:
+    """The calls a worked example of `task` shows (`optimizer.proposal.examples`): the note filed
+    with one `file_note`, as the prompt asks, when its reference solution adds the note to one
+    PARA file (an `Edit` that appends to a file, or a `Write` of a new one) and saves an insight;
+    the reference calls as written otherwise (a skip, or a reorganisation that moves, removes or
+    writes several files, which needs the other tools). The entry is the text the reference adds,
+    without the note's marker, which `file_note` adds."""
+    calls = list(task.reference_solution.tool_calls) if task.reference_solution else []
+    writes = [call for call in calls if call.name in ("Write", "Edit")]
+    insights = [call for call in calls if call.name == "update_timeline_card_insight"]
+    if len(writes) != 1 or len(insights) != 1 or any(call.name in ("Move", "Remove") for call in calls):
+        return calls
+    write, arguments = writes[0], writes[0].arguments
+    if write.name == "Edit":
+        old, new = str(arguments.get("old_string", "")), str(arguments.get("new_string", ""))
+        if not old or not new.startswith(old) or arguments.get("replace_all"):
+            return calls
+        entry = new[len(old):]
+    else:
+        entry = str(arguments.get("content", ""))
+    entry = entry.replace(marker_for(task.input.resolved_fact_id()), "").strip()
+    folder, _, file = str(arguments.get("path", "")).strip("/").rpartition("/")
+    insight = insights[0].arguments.get("insight_text")
+    if not entry or not folder or folder.split("/")[0] not in PARA_ROOTS or not isinstance(insight, str):
+        return calls
+    return [ToolCallSpec(name="file_note", arguments={"folder": folder, "file": file, "entry": entry,
+                                                      "insight": insight})]

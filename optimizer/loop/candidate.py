@@ -22,7 +22,7 @@ from optimizer.loop.state import IterationState
 from optimizer.nightly.spending import decision_alpha
 from optimizer.proposal.ablation import ablate
 from optimizer.proposal.box import Box, open_box
-from optimizer.proposal.examples import Example, template_path
+from optimizer.proposal.examples import Example, reference_calls, template_path
 from optimizer.proposal.examples import choose as choose_examples
 from optimizer.proposal.patch import LintIndex, check_change, check_prompt_text
 from optimizer.proposal.proposers import Proposal, ProposalRequest, patch_format
@@ -152,8 +152,9 @@ class Candidates:
                               f"worked example", field="patch_format",
                               fix=f"write {template.name} with {{note}} and {{calls}}, or choose another patch_format")
         suites = [suite for suite in self.state.suites if suite.spec.agent_name == selection.agent]
+        demonstrate = get_agent(selection.agent).demonstrate or reference_calls
         chosen = choose_examples(suites, [(t.suite, t.bucket) for t in selection.targets], self.state.baseline, prompt,
-                                 template.read_text(encoding="utf-8"))
+                                 template.read_text(encoding="utf-8"), demonstrate)
         skip = skip % len(chosen) if chosen else 0
         return chosen[skip:] + chosen[:skip]
 

@@ -25,8 +25,10 @@ them (from the train set's own labels), one per proposal:
   most often first, each under the same rules as the target's.
 
 The example's wording is the agent's `<prompt>.example.md` beside its prompt file (prompt text
-lives in prompt files): `{note}` becomes the task's input and `{calls}` its reference calls, one
-per line as `name {arguments as JSON}`. With `patch_format = "example"` a target with no example
+lives in prompt files): `{note}` becomes the task's input and `{calls}` its calls, one per line as
+`name {arguments as JSON}`: the reference calls, or those the agent registers as its own path
+(`@agent(demonstrate=...)`; the PKM Agent shows a note filed with the one `file_note` call its
+prompt asks for, not the reference's look-read-edit calls, which a small model copied). With `patch_format = "example"` a target with no example
 left gets what `auto` would ask the patcher for (`optimizer.proposal.make.make_proposer`).
 """
 
@@ -35,10 +37,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from optimizer.proposal.patch import RUN_LENGTH, WORD, LintIndex, lint
-from optimizer.types import Suite, Task, Trial
+from optimizer.types import Suite, Task, ToolCallSpec, Trial
+
+Demonstrate = Callable[[Task], list[ToolCallSpec]]
+"""The calls an example of a task shows: its reference calls, or the agent's own
+(`AgentEntry.demonstrate`)."""
 
 COMPANIONS = 3
 """A proposal's examples, with those the prompt shows, span this many buckets besides the target's."""
@@ -60,9 +66,13 @@ def template_path(prompt_file: Path) -> Path:
     return prompt_file.with_name(prompt_file.stem + ".example.md")
 
 
-def render(template: str, task: Task) -> str:
+def reference_calls(task: Task) -> list[ToolCallSpec]:
+    return list(task.reference_solution.tool_calls) if task.reference_solution else []
+
+
+def render(template: str, task: Task, demonstrate: Demonstrate = reference_calls) -> str:
     calls = "\n".join(f"{call.name} {json.dumps(_cut(call.arguments), ensure_ascii=False)}"
-                      for call in task.reference_solution.tool_calls)
+                      for call in demonstrate(task))
     return template.replace("{note}", task.input.content.strip()).replace("{calls}", calls).strip("\n")
 
 
@@ -82,11 +92,15 @@ def showable(task: Task) -> bool:
 
 
 def choose(suites: Iterable[Suite], targets: Iterable[tuple[str, str]], baseline: Iterable[Trial],
-           base_prompt: str, template: str) -> list[Example]:
+           base_prompt: str, template: str, demonstrate: Demonstrate = reference_calls) -> list[Example]:
     """The examples a proposal may add for `targets` (see the module docstring), each with its
     companions; one target's best after another's."""
     suites = list(suites)
     index = LintIndex.from_suites(suites)
+
+    def show(task: Task) -> str:
+        return render(template, task, demonstrate)
+
     shown = index.shown(base_prompt)
     passes: dict[tuple[str, str], list[bool]] = {}
     for trial in baseline:
@@ -103,29 +117,29 @@ def choose(suites: Iterable[Suite], targets: Iterable[tuple[str, str]], baseline
             rate = {task.id: sum(p) / len(p) if (p := passes.get((suite_name, task.id))) else 0.0
                     for task in suite.tasks}
             per_suite[suite_name] = rate, _companions(suite, {b for s, b in targets if s == suite_name}, shown,
-                                                      rate, base_prompt, template, index)
+                                                      rate, base_prompt, show, index)
         rate, companions = per_suite[suite_name]
         examples = [Example(suite_name, tuple(one.id for one in (task, *companions)),
-                            "\n\n".join(render(template, one) for one in (task, *companions)))
-                    for task in _candidates(suite, bucket, shown, rate, base_prompt, template, index)]
+                            "\n\n".join(show(one) for one in (task, *companions)))
+                    for task in _candidates(suite, bucket, shown, rate, base_prompt, show, index)]
         per_target.append([example for example in examples if lint(base_prompt, example.text, index).passed])
     return [examples[rank] for rank in range(max(map(len, per_target), default=0))
             for examples in per_target if rank < len(examples)]
 
 
 def _candidates(suite: Suite, bucket: str, shown: set[str], rate: dict[str, float], base_prompt: str,
-                template: str, index: LintIndex) -> list[Task]:
+                show: Callable[[Task], str], index: LintIndex) -> list[Task]:
     """The bucket's tasks one may show, best first: train, unshown while another stays unshown,
     showable, passing the lint; the ones the baseline passed most often first."""
     unshown = [task for task in suite.tasks if task.split == "train" and task.bucket == bucket and task.id not in shown]
     if len(unshown) < 2:
         return []
     ranked = sorted((task for task in unshown if showable(task)), key=lambda task: (-rate[task.id], task.id))
-    return [task for task in ranked if lint(base_prompt, render(template, task), index).passed]
+    return [task for task in ranked if lint(base_prompt, show(task), index).passed]
 
 
 def _companions(suite: Suite, targets: set[str], shown: set[str], rate: dict[str, float], base_prompt: str,
-                template: str, index: LintIndex) -> list[Task]:
+                show: Callable[[Task], str], index: LintIndex) -> list[Task]:
     """One example task of each of the other buckets that bring the prompt's examples up to
     `COMPANIONS` buckets besides a target's: the bucket whose best task the baseline passed most
     often first (then by name)."""
@@ -135,5 +149,5 @@ def _companions(suite: Suite, targets: set[str], shown: set[str], rate: dict[str
     if need <= 0:
         return []
     best = [found[0] for bucket in sorted({task.bucket for task in suite.tasks} - targets - shown_buckets)
-            if (found := _candidates(suite, bucket, shown, rate, base_prompt, template, index))]
+            if (found := _candidates(suite, bucket, shown, rate, base_prompt, show, index))]
     return sorted(best, key=lambda task: (-rate[task.id], task.bucket))[:need]

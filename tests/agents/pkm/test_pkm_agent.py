@@ -166,3 +166,41 @@ def test_a_trial_ended_at_the_turn_limit_keeps_the_conversation_so_far(cli, isol
     transcript = json.loads(transcript)
     assert [call["name"] for call in transcript["tool_calls"]] == ["file_note", "file_note"]
     assert transcript["usage"]["calls"] == 2
+
+
+def test_a_worked_example_shows_the_one_file_note_call_and_that_call_files_the_note_where_the_task_expects(
+        cli, tmp_path):
+    """A PKM example shows the `file_note` call the prompt asks for, made from the reference's
+    edit or new file (entry without the marker, which the tool adds); replayed on the task's own
+    knowledge base it passes the task's routing, completion and marker graders. A skip or a
+    reorganisation keeps its reference calls."""
+    from optimizer.registry import get_agent
+    from optimizer.suites import load_suite
+
+    demonstrate = get_agent("pkm_agent").demonstrate
+    suite = load_suite("pkm_agent", PROJECT_ROOT)
+    kept = {"pkm_completion", "pkm_routed_correctly", "pkm_fact_id_preserved", "pkm_no_overwrite"}
+    replayed, as_written = [], set()
+    for task in suite.tasks:
+        calls = demonstrate(task)
+        reference = task.reference_solution.tool_calls
+        if [call.name for call in calls] != ["file_note"]:
+            assert calls == list(reference)
+            as_written.add(task.bucket)
+            continue
+        arguments = calls[0].arguments
+        assert "fact_id" not in arguments["entry"] and arguments["insight"].strip()
+        edits = any(call.name == "Edit" for call in reference)
+        data = json.loads(task.model_dump_json(exclude_none=True))
+        data["reference_solution"]["tool_calls"] = [calls[0].model_dump()] * (2 if edits else 1)
+        data["graders"] = [grader for grader in data["graders"] if grader["name"] in kept]
+        replayed.append(data)
+    assert {"skip_trivial", "consolidate_fragmented", "archive_finished_project"} <= as_written
+    assert len(replayed) >= 15
+    out_json = tmp_path / "out.json"
+    code, out, err = cli("eval", "--suite", str(write_suite(tmp_path / "shown", replayed, name="shown",
+                                                            agent_name="pkm_agent")),
+                         "--agent-model", "mock/oracle", "--json", str(out_json))
+    assert code == 0, out + err
+    totals = json.loads(out_json.read_text())["totals"]
+    assert totals["passed"] == totals["trials"] == len(replayed), out
