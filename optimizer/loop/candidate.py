@@ -110,6 +110,9 @@ class Candidates:
         if not found.passed:
             record.status, record.reason = "rejected_check", f"{found.rule}: {found.reason}"
             return
+        if judged := self._judged_before(change.diff):
+            record.status, record.reason = "rejected_check", judged
+            return
         change = self._ablate(selection, prompt, prompt_path, change, workdir, record, lint_index)
         headline = f"{selection.agent}: prompt patch for {', '.join(t.bucket for t in selection.targets)}"
         request = shown_path(result.request_path, Path(self.state.repo.working_tree_dir),
@@ -157,6 +160,15 @@ class Candidates:
                                  template.read_text(encoding="utf-8"), demonstrate)
         skip = skip % len(chosen) if chosen else 0
         return chosen[skip:] + chosen[:skip]
+
+    def _judged_before(self, diff: str) -> str:
+        """Why a patch the gate already rejected at this base is not judged again (a proposer
+        with one worked example to show proposes it every time); "" for a new patch. Judging it
+        again would spend a share of the night's error budget on a known answer."""
+        base = self.state.result.base.commit
+        same = next((row for row in self.state.rejected if row["base_commit"] == base
+                     and row["status"] == "rejected_gate" and row["diff"] == diff), None)
+        return f"already judged: the same patch as proposal {same['id']}, rejected at this base" if same else ""
 
     def _shown(self, agent: str, prompt: str, prompt_root: Path, index: LintIndex) -> set[tuple[str, str]]:
         """The (suite, task) of the agent's tasks whose whole input its base prompt (`prompt`) or

@@ -11,6 +11,7 @@ from optimizer.loop.candidate import Candidates
 from optimizer.loop.hand_edit import HandEdit, hand_selection
 from optimizer.loop.state import IterationState
 from optimizer.proposal.diffs import unified as text_diff
+from optimizer.proposal.pool import load_records, nothing_new, pool_folder
 from optimizer.proposal.proposers import patch_format
 from optimizer.proposal.request import Selection, exhausted_buckets, select_targets
 from optimizer.proposal.targets import prefers_named
@@ -42,6 +43,9 @@ def select(state: IterationState, agent: str | None, exhausted: set[tuple[str, s
                                    agent=agent, skip=skip, prefer_named=prefer_named)
         if selection is not None and patch_format(state.settings.proposal) == "example":
             selection = with_examples(state, selection, agent, skip, prefer_named)
+        if selection is not None and (spent := searched_out(state, selection)):
+            skip |= spent
+            continue
         if selection is None or not confirm:
             return selection
         adapter = state.screening_adapter(selection)
@@ -60,6 +64,23 @@ def select(state: IterationState, agent: str | None, exhausted: set[tuple[str, s
         state.log(f"skipped (the baseline saw failures; {confirm} fresh trials each all passed): "
                   f"{', '.join(names)}")
         skip |= solved
+
+
+def searched_out(state: IterationState, selection: Selection) -> set[tuple[str, str]]:
+    """The targets, when the iteration would search and their pool at this base prompt already
+    ended with nothing new to screen (`search.nothing_new`: e.g. every worked example of them
+    was tried): a search on it would end at once, an iteration rejected without a proposal
+    that only spends the night's patience. Logged; the targeting goes on to the next bucket."""
+    if not state.settings.search_rollouts:
+        return set()
+    targets = {(t.suite, t.bucket) for t in selection.targets}
+    folder = pool_folder(state.search_dir, selection.agent, state.base_prompt(selection.agent), targets)
+    records = load_records(folder)
+    if not nothing_new(records):
+        return set()
+    state.log(f"not targeted (the search pool at this base ended with nothing new to screen, {len(records)} "
+              f"candidate(s)): " + ", ".join(sorted("/".join(key) for key in targets)))
+    return targets
 
 
 def with_examples(state: IterationState, selection: Selection, agent: str | None, skip: set[tuple[str, str]],

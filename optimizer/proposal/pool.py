@@ -27,6 +27,8 @@ KEEP_TARGET_P = 0.25
 """A promoted candidate is judged by the gate on the targets where its screening scores beat the
 base prompt's at this one-sided level (Welch's t-test; `gate_targets`), and checked for harm on
 the others."""
+UNCHANGED_IN_A_ROW = 2
+"""Candidates in a row that change nothing after which the search ends (`search.SearchProposer.should_stop`)."""
 OPEN = ("screened_out", "pool", "not_promoted", "promoted")
 """Statuses of a candidate the gate has not judged (`promoted`: a run killed before its verdict)."""
 @dataclass
@@ -95,6 +97,13 @@ def load_records(folder: Path) -> list[Candidate]:
     if not path.is_file():
         return []
     return [Candidate(**row) for row in json.loads(path.read_text(encoding="utf-8"))]
+
+
+def nothing_new(records: list[Candidate]) -> bool:
+    """Whether a pool's last `UNCHANGED_IN_A_ROW` candidates changed nothing: its search ended
+    with nothing new to screen, and a later one on the same pool would end at once."""
+    recent = records[-UNCHANGED_IN_A_ROW:]
+    return len(recent) == UNCHANGED_IN_A_ROW and all(record.status == "unchanged" for record in recent)
 
 
 def save_records(folder: Path, records: list[Candidate]) -> None:

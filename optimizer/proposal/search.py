@@ -38,13 +38,9 @@ from typing import Any, Callable, Iterable
 
 from optimizer.proposal import gepa_adapter
 from optimizer.files import write_json, write_text
-from optimizer.proposal.pool import (PROMOTE, Candidate, SearchOutcome, carries, faulty, promote_candidates,
-                                     save_records)
+from optimizer.proposal.pool import (PROMOTE, UNCHANGED_IN_A_ROW, Candidate, SearchOutcome, carries, faulty,
+                                     nothing_new, promote_candidates, save_records)
 from optimizer.proposal.screening import COMPONENT, MINIBATCH, Example, ScreeningAdapter, text_sha
-
-
-UNCHANGED_IN_A_ROW = 2
-"""Candidates in a row that change nothing after which the search ends (`SearchProposer.should_stop`)."""
 
 
 class SearchProposer:
@@ -66,11 +62,7 @@ class SearchProposer:
         earlier candidate (the proposer has nothing new to offer, e.g. the `example` format once
         every worked example of the targets was shown: each further try would spend a minibatch
         of screening trials on the parent for nothing)."""
-        return self.stopped is not None or self._nothing_new()
-
-    def _nothing_new(self) -> bool:
-        recent = self.records[-UNCHANGED_IN_A_ROW:]
-        return len(recent) == UNCHANGED_IN_A_ROW and all(record.status == "unchanged" for record in recent)
+        return self.stopped is not None or nothing_new(self.records)
 
     def __call__(self, candidate: dict[str, str], reflective_dataset, components_to_update: list[str]) -> dict[str, str]:
         if self.stopped is not None:
@@ -107,7 +99,7 @@ class SearchProposer:
         screening = record.status == "screened_out"  # until gepa keeps it in its pool
         self.log(f"search candidate {number}: " + ("made, screened on gepa's minibatch next" if screening else
                                                    record.status + (': ' + record.reason if record.reason else '')))
-        if self._nothing_new():
+        if nothing_new(self.records):
             self.log(f"search: {UNCHANGED_IN_A_ROW} candidates in a row unchanged, nothing new to screen: "
                      f"the search ends")
         return {COMPONENT: patched} if screening else {}

@@ -124,7 +124,7 @@ def test_a_second_iteration_on_the_same_base_reuses_its_fresh_base_prompt_trials
     from optimizer.store import open_store
 
     monkeypatch.setenv("OPTIMIZER_ABLATION_TRIALS", "0")  # two gated proposals, each rejected by the gate
-    script(tmp_path, monkeypatch, after_data_line(FACT_RULE, LINK_HARM), after_data_line(FACT_RULE, LINK_HARM))
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE, LINK_HARM), after_data_line(LINK_HARM, FACT_RULE))
     first = cli("run", "--json", str(tmp_path / "first.json"))
     second = cli("run", "--json", str(tmp_path / "second.json"))
     assert first[0] == 0 and second[0] == 0, first[1:] + second[1:]
@@ -136,6 +136,24 @@ def test_a_second_iteration_on_the_same_base_reuses_its_fresh_base_prompt_trials
     decisions = [json.loads((tmp_path / name).read_text())["proposals"][0] for name in ("first.json", "second.json")]
     assert [d["status"] for d in decisions] == ["rejected_gate", "rejected_gate"]
     assert decisions[1]["rollouts"] < decisions[0]["rollouts"]
+
+
+def test_a_patch_the_gate_already_rejected_at_this_base_is_not_judged_again(cli, repo, tmp_path, monkeypatch):
+    """A proposer with one worked example to show proposes it every time: judged again, the same
+    patch would spend a share of the night's error budget on a known answer. It is refused before
+    any rollout, naming the earlier proposal; a different patch is still judged."""
+    monkeypatch.setenv("OPTIMIZER_ABLATION_TRIALS", "0")
+    monkeypatch.setenv("OPTIMIZER_BUCKET_PATIENCE", "5")
+    same = after_data_line(FACT_RULE, LINK_HARM)
+    script(tmp_path, monkeypatch, same, same, after_data_line(LINK_HARM, FACT_RULE))
+    runs = [cli("run", "--json", str(tmp_path / f"{n}.json")) for n in range(3)]
+    assert all(code == 0 for code, _, _ in runs), runs
+    first, again, other = (json.loads((tmp_path / f"{n}.json").read_text())["proposals"][0] for n in range(3))
+    assert first["status"] == "rejected_gate"
+    assert again["status"] == "rejected_check" and again["rollouts"] == 0
+    assert again["reason"].endswith(f"already judged: the same patch as proposal {first['ordinal']}, rejected at "
+                                    f"this base"), again["reason"]
+    assert other["status"] == "rejected_gate" and other["rollouts"] > 0
 
 
 def test_a_regression_suite_is_tested_for_harm_with_the_buckets(cli, repo, tmp_path, monkeypatch):
@@ -571,3 +589,36 @@ def test_the_example_patch_format_targets_the_worst_bucket_an_example_can_addres
 
     monkeypatch.setattr(candidate, "choose_examples", lambda *args: [])
     assert targeted()[0] == first, "with no example anywhere the worst bucket stays the target (it gets a rule)"
+
+
+def test_a_target_whose_search_pool_ended_with_nothing_new_is_passed_over(cli, repo, monkeypatch):
+    """A search that ended because its candidates stopped changing (the `example` format once its
+    examples were tried) ends at once when run again on the same pool: an iteration rejected
+    without a proposal, spending the night's patience. The targeting passes those targets over
+    for the next failing bucket, and says so; without a search the pool does not matter."""
+    import re
+
+    from optimizer.proposal.pool import Candidate, pool_folder, save_records
+
+    monkeypatch.setenv("OPTIMIZER_PATCH_FORMAT", "example")
+
+    def targeted(*flags: str) -> tuple[str, str]:
+        code, out, err = cli("run", "--dry-run", *flags)
+        assert code == 0, out + err
+        return re.search(r"^targets: (\S+) ", err, re.M).group(1), err
+
+    first, err = targeted("--search-rollouts", "24")
+    suite, bucket = first.split("/")
+    state_dir = Path(re.search(r"^request: (\S+)$", err, re.M).group(1)).parents[2]
+    prompt = (repo / "agents/prompts/card_agent.md").read_text(encoding="utf-8")
+    folder = pool_folder(state_dir / "search", "card_agent", prompt, {(suite, bucket)})
+    records = [Candidate(number=1, sha="a1", parent="b0", status="screened_out")]
+    save_records(folder, records)
+    assert targeted("--search-rollouts", "24")[0] == first, "a pool still offering new candidates is continued"
+    records += [Candidate(number=n, sha="a1", parent="b0", status="unchanged") for n in (2, 3)]
+    save_records(folder, records)
+    second, err = targeted("--search-rollouts", "24")
+    assert second != first and second.startswith("card_agent/"), err
+    assert (f"not targeted (the search pool at this base ended with nothing new to screen, 3 candidate(s)): "
+            f"{first}") in err
+    assert targeted()[0] == first
