@@ -28,8 +28,9 @@ The example's wording is the agent's `<prompt>.example.md` beside its prompt fil
 lives in prompt files): `{note}` becomes the task's input and `{calls}` its calls, one per line as
 `name {arguments as JSON}`: the reference calls, or those the agent registers as its own path
 (`@agent(demonstrate=...)`; the PKM Agent shows a note filed with the one `file_note` call its
-prompt asks for, not the reference's look-read-edit calls, which a small model copied). With `patch_format = "example"` a target with no example
-left gets what `auto` would ask the patcher for (`optimizer.proposal.make.make_proposer`).
+prompt asks for, not the reference's look-read-edit calls). With `patch_format = "example"` a
+target with no example left gets what `auto` would ask the patcher for
+(`optimizer.proposal.make.make_proposer`).
 """
 
 from __future__ import annotations
