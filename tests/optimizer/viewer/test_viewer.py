@@ -423,8 +423,11 @@ def test_a_reviewer_goes_from_a_night_to_a_fallen_buckets_pairs_and_searches_the
     from optimizer.settings.loading import load_settings
     from tests.helpers import FACT_RULE, LINK_HARM, after_data_line, script
 
-    both = f"{FACT_RULE} {LINK_HARM.removeprefix('- ')}"  # one line: the ablation keeps it whole
-    script(isolated.parent, monkeypatch, after_data_line(both), after_data_line(both))
+    # one line each (the ablation keeps it whole); two different patches of the same effect, since
+    # a patch the gate already rejected at this base is not judged again
+    both = f"{FACT_RULE} {LINK_HARM.removeprefix('- ')}"
+    swapped = f"{LINK_HARM} {FACT_RULE.removeprefix('- ')}"
+    script(isolated.parent, monkeypatch, after_data_line(both), after_data_line(swapped))
     code, out, err = cli("nightly", "--plain", "--max-iterations", "2", "--patience", "5")
     assert code == 0 and "reused" in err, out + err
     settings = load_settings(repo)
