@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +22,8 @@ from optimizer.loop.staging import LoopSides, export_prompts
 from optimizer.loop.state import IterationState
 from optimizer.nightly.spending import decision_alpha
 from optimizer.proposal.ablation import ablate
+from optimizer.proposal.anchors import Anchor, read_placeholder
+from optimizer.proposal.anchors import find as find_anchors
 from optimizer.proposal.box import Box, open_box
 from optimizer.proposal.examples import Example, reference_calls, template_path
 from optimizer.proposal.examples import choose as choose_examples
@@ -86,7 +89,7 @@ class Candidates:
             request=result.request_path.read_text(encoding="utf-8"), request_path=result.request_path,
             prompt_file=prompt_path, workdir=workdir, ordinal=record.ordinal, check=check, box=box,
             sample=self.state.settings.candidates > 1,
-            examples=self.examples(selection, prompt, prompt_path, len(result.proposals) - 1)))
+            prepared=self.prepared(selection, prompt, prompt_path, len(result.proposals) - 1)))
         record.rationale, record.usage = proposal.rationale, proposal.usage
         self.state.keep_log(result.run_dir / f"proposal-{record.ordinal}.log", proposal, proposer)
         changed = changes(before, checkout_state(self.state.repo))
@@ -144,22 +147,31 @@ class Candidates:
 
         return check
 
-    def examples(self, selection: Selection, prompt: str, prompt_path: str, skip: int) -> list[Example]:
-        """The worked examples a proposal in the `example` format may add to `prompt` (none in
-        another format), the `skip`-th first (`optimizer.proposal.examples`)."""
+    def prepared(self, selection: Selection, prompt: str, prompt_path: str, skip: int) -> list[Example | Anchor]:
+        """The patches made without the patcher that a proposal in the `example` format may make
+        to `prompt` (none in another format), the `skip`-th first: answers the prompt shows
+        (`optimizer.proposal.anchors`), then worked examples (`optimizer.proposal.examples`)."""
         if patch_format(self.state.settings.proposal) != "example":
             return []
-        template = template_path(Path(self.state.repo.working_tree_dir) / prompt_path)
+        prompt_file = Path(self.state.repo.working_tree_dir) / prompt_path
+        template = template_path(prompt_file)
         if not template.is_file():
             raise ConfigError(f"patch_format = example needs {template.name} beside {prompt_path}: the wording of a "
                               f"worked example", field="patch_format",
                               fix=f"write {template.name} with {{note}} and {{calls}}, or choose another patch_format")
         suites = [suite for suite in self.state.suites if suite.spec.agent_name == selection.agent]
+        targets = [(t.suite, t.bucket) for t in selection.targets]
+        anchors = find_anchors(self.state.baseline, self.lint_index, prompt, targets,
+                               {task.id for suite in suites for task in suite.tasks}, read_placeholder(prompt_file))
         demonstrate = get_agent(selection.agent).demonstrate or reference_calls
-        chosen = choose_examples(suites, [(t.suite, t.bucket) for t in selection.targets], self.state.baseline, prompt,
-                                 template.read_text(encoding="utf-8"), demonstrate)
+        chosen = anchors + choose_examples(suites, targets, self.state.baseline, prompt,
+                                           template.read_text(encoding="utf-8"), demonstrate)
         skip = skip % len(chosen) if chosen else 0
         return chosen[skip:] + chosen[:skip]
+
+    @cached_property
+    def lint_index(self) -> LintIndex:
+        return LintIndex.from_suites(self.state.suites)
 
     def _judged_before(self, diff: str) -> str:
         """Why a patch the gate already rejected at this base is not judged again (a proposer

@@ -95,7 +95,7 @@ class Search:
             proposal = proposer.propose(ProposalRequest(
                 request=request_path.read_text(encoding="utf-8"), request_path=request_path, prompt_file=prompt_path,
                 workdir=box.workdir, ordinal=number, check=check, box=box, sample=True,
-                examples=self.candidates.examples(selection, parent, prompt_path, number - 1)))
+                prepared=self.candidates.prepared(selection, parent, prompt_path, number - 1)))
             patched = target.read_text(encoding="utf-8") if target.is_file() else None
         self.state.keep_log(request_path.with_name(f"proposal-{number}.log"), proposal, proposer)
         changed = changes(before, checkout_state(self.state.repo))

@@ -33,8 +33,8 @@ def exhausted(state: IterationState, rejected: list[dict[str, Any]]) -> set[tupl
 def select(state: IterationState, agent: str | None, exhausted: set[tuple[str, str]]) -> Selection | None:
     """The targets, each confirmed failing on fresh trials (`confirm_trials`): a target
     whose confirmation passes every trial is skipped for the next failing bucket. In the
-    `example` patch format the targets are the failing buckets a worked example can address
-    (`with_examples`), when there is one."""
+    `example` patch format the targets are the failing buckets a patch made without the patcher
+    can address (`with_examples`), when there is one."""
     skip = set(exhausted)
     confirm = state.settings.confirm_trials
     prefer_named = prefers_named(state.settings.target_order, state.settings.models.agent_model)
@@ -85,11 +85,12 @@ def searched_out(state: IterationState, selection: Selection) -> set[tuple[str, 
 
 def with_examples(state: IterationState, selection: Selection, agent: str | None, skip: set[tuple[str, str]],
                   prefer_named: bool) -> Selection:
-    """In the `example` format, the failing buckets a worked example can address, in the
-    targeting's order (`select_targets`): a bucket with none to show (one train task, or every
+    """In the `example` format, the failing buckets a patch made without the patcher can address
+    (an answer the prompt shows, which their failures chose, or a worked example), in the
+    targeting's order (`select_targets`): a bucket with neither (one train task, or every
     candidate's answer also another task's) would get a rule from the small patcher, which
     carries over to new notes far less often than an example does (docs/proposers.md). When no
-    failing bucket has an example, `selection` as it was (its targets then get a rule)."""
+    failing bucket has one, `selection` as it was (its targets then get a rule)."""
     candidates = Candidates(state)
     path = state.prompt_paths[selection.agent]
     prompt = state.base_prompt(selection.agent)
@@ -97,7 +98,7 @@ def with_examples(state: IterationState, selection: Selection, agent: str | None
     current: Selection | None = selection
     while current is not None:
         keep = [target for target in current.targets
-                if candidates.examples(replace(current, targets=[target]), prompt, path, 0)]
+                if candidates.prepared(replace(current, targets=[target]), prompt, path, 0)]
         if len(keep) == len(current.targets):
             break
         passed_over |= {(target.suite, target.bucket) for target in current.targets if target not in keep}

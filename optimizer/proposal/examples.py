@@ -61,6 +61,16 @@ class Example:
     task_ids: tuple[str, ...]
     text: str
 
+    def apply(self, prompt: str) -> str:
+        """The prompt with this example added at its end."""
+        return prompt.rstrip("\n") + "\n\n" + self.text + "\n"
+
+    def rationale(self) -> str:
+        first, *companions = self.task_ids
+        beside = f", beside {len(companions)} of other buckets ({', '.join(companions)})" if companions else ""
+        return (f"worked example: the note of {self.suite}/{first} and its reference calls{beside}; a task shown "
+                f"leaves the gate's pairs")
+
 
 def template_path(prompt_file: Path) -> Path:
     """The example wording beside a prompt file: `card_agent.md` -> `card_agent.example.md`."""

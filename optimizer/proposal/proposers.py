@@ -6,9 +6,10 @@
   `patch_format = "rule"` it returns one new rule instead,
   appended to the prompt; with `patch_format = "contrast"`, a request that ends with a rule to
   complete (its guided form, `optimizer.proposal.contrast`) is answered with the kind of input only.
-  With `patch_format = "example"` (the default for the embedded models) a worked example of a
-  targeted bucket is added instead, from its reference solution (`optimizer.proposal.examples`),
-  when the bucket has one to show; the patcher is asked only for a target with none.
+  With `patch_format = "example"` (the default for the embedded models) a patch made without
+  the patcher is proposed instead when the targets have one: an answer the prompt shows taken
+  out (`optimizer.proposal.anchors`), or a worked example of a targeted bucket from its reference
+  solution (`optimizer.proposal.examples`); the patcher is asked only for a target with neither.
 * `command`: a coding-agent CLI the user already has, configured as a command line with
   `{request}` and `{workdir}`; it runs in the proposal's box (`optimizer.proposal.box`: a clone of its
   own, under bubblewrap when it works here), in a process group of its own, with a timeout. A
@@ -31,6 +32,7 @@ from typing import Callable, Protocol
 
 from optimizer.models import is_embedded
 from optimizer.proposal.box import Box
+from optimizer.proposal.anchors import Anchor
 from optimizer.proposal.examples import Example
 from optimizer.settings.parts import ProposalSettings
 from optimizer.types import Usage
@@ -57,9 +59,10 @@ class ProposalRequest:
     sample: bool = False
     """One of several proposals the iteration asks for (a search's candidates, `candidates` > 1):
     a proposer that can sample draws it at its sampling temperature, so they differ."""
-    examples: list[Example] = field(default_factory=list)
-    """The worked examples this request's targets may show (`examples.choose`), for the
-    `example` patch format; the n-th proposal adds the n-th."""
+    prepared: list[Example | Anchor] = field(default_factory=list)
+    """For the `example` patch format, the patches made without the patcher that this request's
+    targets may get, this proposal's first (`Candidates.prepared`): answers the prompt shows
+    (`anchors.find`), then worked examples (`examples.choose`)."""
 
 
 @dataclass
@@ -126,8 +129,9 @@ class FixedProposer:
 
 
 class ExampleProposer:
-    """Adds the request's next worked example (`ProposalRequest.examples`) at the end of the
-    prompt; a request with none goes to `fallback` (the patcher, in what `auto` would ask)."""
+    """Makes the request's first prepared patch (`ProposalRequest.prepared`: an answer the prompt
+    shows taken out, or a worked example added at its end); a request with none goes to
+    `fallback` (the patcher, in what `auto` would ask)."""
 
     name = "example"
     note = ""
@@ -137,13 +141,9 @@ class ExampleProposer:
         self.fallback = fallback
 
     def propose(self, request: ProposalRequest) -> Proposal:
-        if not request.examples:
+        if not request.prepared:
             return self.fallback.propose(request)
-        example = request.examples[(request.ordinal - 1) % len(request.examples)]
+        patch = request.prepared[0]
         target = request.workdir / request.prompt_file
-        text = target.read_text(encoding="utf-8")
-        target.write_text(text.rstrip("\n") + "\n\n" + example.text + "\n", encoding="utf-8")
-        first, *companions = example.task_ids
-        beside = f", beside {len(companions)} of other buckets ({', '.join(companions)})" if companions else ""
-        return Proposal(rationale=f"worked example: the note of {example.suite}/{first} and its reference "
-                                  f"calls{beside}; a task shown leaves the gate's pairs")
+        target.write_text(patch.apply(target.read_text(encoding="utf-8")), encoding="utf-8")
+        return Proposal(rationale=patch.rationale())

@@ -146,9 +146,9 @@ class Settings(BaseModel):
     `decision`: the contrast request with its cases taken from every bucket where the agent made the
     target's most frequent wrong choice (the same template or folder where another was expected), so
     the rule is scoped to the choice rather than to one bucket's notes.
-    `example`: a worked example of a targeted bucket from its reference solution, beside examples
-    of other buckets the agent gets right, no patcher (`optimizer.proposal.examples`); a target
-    with none to show gets `contrast` from an embedded patcher, else `edits`."""
+    `example`: no patcher where it can: an answer the prompt shows that the targets' failures chose
+    taken out (`optimizer.proposal.anchors`), or a worked example of a target with examples of
+    other buckets (`optimizer.proposal.examples`); else `contrast` (embedded patcher) or `edits`."""
     candidates: int = Field(default=1, ge=1, le=20)
     """Proposals per iteration (the best accepted one is kept); with a search, how many of its
     candidates go to the gate at most (up to 2)."""
