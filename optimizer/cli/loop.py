@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from optimizer.cli._options import BATCH_PAIRS, MAX_ROLLOUTS, MIN_BUCKET_PAIRS, SEARCH_ROLLOUTS, TRIALS
 from optimizer.cli._paths import output_file
 from optimizer.settings.sources import setting_default
 
@@ -20,16 +21,11 @@ def run_command(
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
-    trials: Optional[int] = typer.Option(
-        None, help=f"Trials per task (default: loop_trials = {setting_default('loop_trials')})."),
-    max_rollouts: Optional[int] = typer.Option(
-        None, help=f"Trials the gate may run per proposal, both prompts (default {setting_default('max_rollouts')})."),
-    batch_pairs: Optional[int] = typer.Option(
-        None, help=f"Fresh pairs per target between two looks of the gate (default {setting_default('batch_pairs')})."),
-    min_bucket_pairs: Optional[int] = typer.Option(
-        None, help=f"Pairs of each other bucket before its harm test (default {setting_default('min_bucket_pairs')})."),
-    search_rollouts: Optional[int] = typer.Option(
-        None, help=f"Screening trials of a search before the gate (default {setting_default('search_rollouts')})."),
+    trials: Optional[int] = TRIALS,
+    max_rollouts: Optional[int] = MAX_ROLLOUTS,
+    batch_pairs: Optional[int] = BATCH_PAIRS,
+    min_bucket_pairs: Optional[int] = MIN_BUCKET_PAIRS,
+    search_rollouts: Optional[int] = SEARCH_ROLLOUTS,
     target_buckets: Optional[int] = typer.Option(
         None, help=f"Failure buckets targeted at once, each to improve (default {setting_default('target_buckets')})."),
     base: Optional[str] = typer.Option(None, help="Branch or commit to start from (default HEAD)."),

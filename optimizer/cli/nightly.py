@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from optimizer.cli._options import BATCH_PAIRS, MAX_ROLLOUTS, MIN_BUCKET_PAIRS, SEARCH_ROLLOUTS, TRIALS
 from optimizer.cli._paths import output_file
 from optimizer.settings.sources import setting_default
 
@@ -35,17 +36,14 @@ def nightly_command(
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
     patcher_model: Optional[str] = typer.Option(None, help="Model behind the llm proposer."),
     proposer: Optional[str] = typer.Option(None, help=f"llm or command (default {setting_default('proposer')})."),
-    trials: Optional[int] = typer.Option(
-        None, help=f"Trials per task (default: loop_trials = {setting_default('loop_trials')})."),
-    search_rollouts: Optional[int] = typer.Option(
-        None, help=f"Screening budget of a search on the gepa engine before the gate "
-                   f"(default {setting_default('search_rollouts')}; docs/search.md)."),
+    trials: Optional[int] = TRIALS,
+    search_rollouts: Optional[int] = SEARCH_ROLLOUTS,
     target_buckets: Optional[int] = typer.Option(
         None, help=f"Failure buckets targeted at once, each must improve "
                    f"(default {setting_default('target_buckets')}; 4 with a search: docs/search.md)."),
-    min_bucket_pairs: Optional[int] = typer.Option(
-        None, help=f"Pairs every other bucket gets before its harm test looks "
-                   f"(default {setting_default('min_bucket_pairs')}; docs/gate.md)."),
+    min_bucket_pairs: Optional[int] = MIN_BUCKET_PAIRS,
+    max_rollouts: Optional[int] = MAX_ROLLOUTS,
+    batch_pairs: Optional[int] = BATCH_PAIRS,
     day: Optional[str] = typer.Option(None, "--date", help="Date in the branch name (default today), YYYY-MM-DD."),
     resume: bool = typer.Option(False, "--resume", help="Continue the newest night of this repository that did not "
                                                         "finish, with every setting it started with (finished "
@@ -70,7 +68,8 @@ def nightly_command(
                            budget=Budget(usd=budget_usd, tokens=budget_tokens), patience=patience, order=order)
     root, settings = project_settings(agent_model=agent_model, judge_model=judge_model, patcher_model=patcher_model,
                                proposer=proposer, trials=trials, search_rollouts=search_rollouts,
-                               target_buckets=target_buckets, min_bucket_pairs=min_bucket_pairs)
+                               target_buckets=target_buckets, min_bucket_pairs=min_bucket_pairs,
+                               max_rollouts=max_rollouts, batch_pairs=batch_pairs)
     ctx = loop_context(settings, root)
     if not interactive():
         ctx.log = lambda message: err_console.print(f"{datetime.now().isoformat(timespec='seconds')} {message}",

@@ -148,6 +148,17 @@ def test_a_resume_flag_that_disagrees_with_the_night_is_refused_naming_it(cli, c
     assert code == 3 and [settings.trials for settings in crashed_night] == [2]  # agreeing flags are fine
 
 
+def test_the_gates_budget_flags_are_the_nights_settings(cli, repo, tmp_path, monkeypatch):
+    """`--max-rollouts` and `--batch-pairs` set the night's gate as `run`'s do (the embedded model's
+    shipped settings lower both), and a resume keeps them."""
+    seen = crash_every_iteration(monkeypatch)
+    code, _, output = nightly(cli, tmp_path, "--max-rollouts", "80", "--batch-pairs", "4")
+    assert code == 3 and "stopped here by the test" in output
+    code, _, output = nightly(cli, tmp_path, "--resume")
+    assert code == 3, output
+    assert [(s.max_rollouts, s.batch_pairs) for s in seen] == [(80, 4), (80, 4)]
+
+
 def test_the_environment_of_a_resume_does_not_change_the_night(cli, crashed_night, tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_AGENT_MODEL", "mock/oracle")
     monkeypatch.setenv("OPTIMIZER_LONE_TASK_FACTOR", "5")
