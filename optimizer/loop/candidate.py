@@ -164,8 +164,10 @@ class Candidates:
         anchors = find_anchors(self.state.baseline, self.lint_index, prompt, targets,
                                {task.id for suite in suites for task in suite.tasks}, read_placeholder(prompt_file))
         demonstrate = get_agent(selection.agent).demonstrate or reference_calls
-        chosen = anchors + choose_examples(suites, targets, self.state.baseline, prompt,
-                                           template.read_text(encoding="utf-8"), demonstrate)
+        judged = judged_rationales(self.state.rejected, self.state.result.base.commit)
+        chosen = [patch for patch in anchors + choose_examples(suites, targets, self.state.baseline, prompt,
+                                                               template.read_text(encoding="utf-8"), demonstrate)
+                  if patch.rationale() not in judged]
         skip = skip % len(chosen) if chosen else 0
         return chosen[skip:] + chosen[:skip]
 
@@ -288,3 +290,12 @@ def _targeted_gain(decision: Decision | None) -> float:
     if decision is None:
         return float("-inf")
     return sum(bucket.change for bucket in decision.buckets if bucket.targeted)
+
+
+def judged_rationales(rejected: list[dict], base: str) -> set[str]:
+    """The rationales of the proposals the gate rejected at `base`: a prepared patch says what it
+    is in its rationale, the same each time it is made, so one already judged is not offered
+    again and the next iteration on the bucket gets the next one (or none, and the targeting moves
+    on) rather than the same patch, refused as already judged."""
+    return {(row["rationale"] or "").split("\n\n[optimizer]")[0] for row in rejected
+            if row["base_commit"] == base and row["status"] == "rejected_gate"}

@@ -86,9 +86,10 @@ def searched_out(state: IterationState, selection: Selection) -> set[tuple[str, 
 def with_examples(state: IterationState, selection: Selection, agent: str | None, skip: set[tuple[str, str]],
                   prefer_named: bool) -> Selection:
     """In the `example` format, the failing buckets a patch made without the patcher can address
-    (an answer the prompt shows, which their failures chose, or a worked example), in the
-    targeting's order (`select_targets`): a bucket with neither (one train task, or every
-    candidate's answer also another task's) would get a rule from the small patcher, which
+    (an answer the prompt shows, which their failures chose, or a worked example; not one the
+    gate already rejected at this base), in the targeting's order (`select_targets`): a bucket
+    with neither (one train task, every candidate's answer also another task's, or every one
+    judged) would get a rule from the small patcher, which
     carries over to new notes far less often than an example does (docs/proposers.md). When no
     failing bucket has one, `selection` as it was (its targets then get a rule)."""
     candidates = Candidates(state)
@@ -107,7 +108,8 @@ def with_examples(state: IterationState, selection: Selection, agent: str | None
     if current is None:
         return selection
     if passed_over:
-        state.log("no worked example to show for " + ", ".join(sorted("/".join(key) for key in passed_over))
+        state.log("no worked example or shown answer left for "
+                  + ", ".join(sorted("/".join(key) for key in passed_over))
                   + "; targeting " + ", ".join(f"{t.suite}/{t.bucket}" for t in current.targets) + " instead")
     return current
 

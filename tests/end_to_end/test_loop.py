@@ -584,7 +584,7 @@ def test_the_example_patch_format_targets_the_worst_bucket_an_example_can_addres
                         [] if ("card_agent", first.split("/")[1]) in targets else real(suites, targets, *rest))
     second, err = targeted()
     assert second != first and second.startswith("card_agent/")
-    passed_over = re.search(r"^no worked example to show for (.+); targeting (\S+) instead$", err, re.M)
+    passed_over = re.search(r"^no worked example or shown answer left for (.+); targeting (\S+) instead$", err, re.M)
     assert passed_over and first in passed_over.group(1).split(", ") and passed_over.group(2) == second, err
 
     monkeypatch.setattr(candidate, "choose_examples", lambda *args: [])
@@ -622,3 +622,23 @@ def test_a_target_whose_search_pool_ended_with_nothing_new_is_passed_over(cli, r
     assert (f"not targeted (the search pool at this base ended with nothing new to screen, 3 candidate(s)): "
             f"{first}") in err
     assert targeted()[0] == first
+
+
+def test_a_worked_example_the_gate_rejected_is_not_offered_again_at_this_base(cli, repo, tmp_path, monkeypatch):
+    """Each iteration starts from its first prepared patch: without knowing which ones the gate
+    already rejected at this base, the next iteration on the bucket would make the same one,
+    refused before the gate as already judged. It gets the bucket's next example instead."""
+    monkeypatch.setenv("OPTIMIZER_PATCH_FORMAT", "example")
+    monkeypatch.setenv("OPTIMIZER_ABLATION_TRIALS", "0")
+    monkeypatch.setenv("OPTIMIZER_BUCKET_PATIENCE", "5")
+    script(tmp_path, monkeypatch, after_data_line(FACT_RULE))  # for a target with no example left
+    import os
+    import sqlite3
+
+    runs = [cli("run") for _ in range(2)]
+    assert all(code == 0 for code, _, _ in runs), runs
+    with sqlite3.connect(Path(os.environ["OPTIMIZER_STATE_DIR"]) / "optimizer.db") as db:
+        first, second = db.execute("select status, rationale, reason from proposals order by id").fetchall()
+    assert first[0] == "rejected_gate" and first[1].startswith("worked example"), first
+    assert second[0] != "rejected_check" and second[1].startswith("worked example"), second
+    assert second[1] != first[1]
