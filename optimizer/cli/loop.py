@@ -75,8 +75,7 @@ def noise_command(
                                 help="Repeats: each draws a baseline and compares its candidates (at most 10,000)."),
     agent_model: Optional[str] = typer.Option(None, help="Model that runs the agents."),
     judge_model: Optional[str] = typer.Option(None, help="Model behind LLM graders."),
-    trials: Optional[int] = typer.Option(
-        None, help=f"Trials per task (default: loop_trials = {setting_default('loop_trials')})."),
+    trials: Optional[int] = TRIALS,
     sim_noise: str = typer.Option("independent", help="mock/sim's randomness between prompts: independent "
                                                       "(as a real model at temperature > 0) or paired."),
 ) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import replace
-from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -35,6 +34,10 @@ from optimizer.registry import get_agent
 from optimizer.scoring import voting_passed, voting_value
 from optimizer.trials.evaluate import finish
 from optimizer.trials.runner import new_run_id
+
+
+ABLATION_NOTE = "\n\n[optimizer] "
+"""What precedes the ablation's summary where it is added to a proposal's rationale."""
 
 
 class Candidates:
@@ -161,7 +164,7 @@ class Candidates:
                               fix=f"write {template.name} with {{note}} and {{calls}}, or choose another patch_format")
         suites = [suite for suite in self.state.suites if suite.spec.agent_name == selection.agent]
         targets = [(t.suite, t.bucket) for t in selection.targets]
-        anchors = find_anchors(self.state.baseline, self.lint_index, prompt, targets,
+        anchors = find_anchors(self.state.baseline, self.state.lint_index, prompt, targets,
                                {task.id for suite in suites for task in suite.tasks}, read_placeholder(prompt_file))
         demonstrate = get_agent(selection.agent).demonstrate or reference_calls
         judged = judged_rationales(self.state.rejected, self.state.result.base.commit)
@@ -171,17 +174,12 @@ class Candidates:
         skip = skip % len(chosen) if chosen else 0
         return chosen[skip:] + chosen[:skip]
 
-    @cached_property
-    def lint_index(self) -> LintIndex:
-        return LintIndex.from_suites(self.state.suites)
-
     def _judged_before(self, diff: str) -> str:
         """Why a patch the gate already rejected at this base is not judged again (a proposer
         with one worked example to show proposes it every time); "" for a new patch. Judging it
         again would spend a share of the night's error budget on a known answer."""
-        base = self.state.result.base.commit
-        same = next((row for row in self.state.rejected if row["base_commit"] == base
-                     and row["status"] == "rejected_gate" and row["diff"] == diff), None)
+        same = next((row for row in rejected_at(self.state.rejected, self.state.result.base.commit)
+                     if row["diff"] == diff), None)
         return f"already judged: the same patch as proposal {same['id']}, rejected at this base" if same else ""
 
     def _shown(self, agent: str, prompt: str, prompt_root: Path, index: LintIndex) -> set[tuple[str, str]]:
@@ -234,7 +232,7 @@ class Candidates:
         if not ablation.dropped:
             return change
         (workdir / prompt_path).write_text(ablation.text, encoding="utf-8")
-        record.rationale = f"{record.rationale}\n\n[optimizer] {ablation.summary()}".strip()
+        record.rationale = f"{record.rationale}{ABLATION_NOTE}{ablation.summary()}".strip()
         change = gitops.final_change(self.state.repo, workdir, self.state.result.base.commit)
         record.diff = change.diff
         return change
@@ -292,10 +290,14 @@ def _targeted_gain(decision: Decision | None) -> float:
     return sum(bucket.change for bucket in decision.buckets if bucket.targeted)
 
 
+def rejected_at(rejected: list[dict], base: str) -> list[dict]:
+    """The proposals (rows of `store.proposals.rejected`) the gate rejected at `base`."""
+    return [row for row in rejected if row["base_commit"] == base and row["status"] == "rejected_gate"]
+
+
 def judged_rationales(rejected: list[dict], base: str) -> set[str]:
-    """The rationales of the proposals the gate rejected at `base`: a prepared patch says what it
-    is in its rationale, the same each time it is made, so one already judged is not offered
-    again and the next iteration on the bucket gets the next one (or none, and the targeting moves
-    on) rather than the same patch, refused as already judged."""
-    return {(row["rationale"] or "").split("\n\n[optimizer]")[0] for row in rejected
-            if row["base_commit"] == base and row["status"] == "rejected_gate"}
+    """The rationales of the proposals the gate rejected at `base`, without the ablation's note: a
+    prepared patch says what it is in its rationale, the same each time it is made, so one
+    already judged is not offered again and the next iteration on the bucket gets the next one
+    (or none, and the targeting moves on) rather than the same patch, refused as already judged."""
+    return {(row["rationale"] or "").split(ABLATION_NOTE)[0] for row in rejected_at(rejected, base)}

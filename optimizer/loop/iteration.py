@@ -43,7 +43,6 @@ from optimizer.models import validate_model
 from optimizer.models.mock import check_patcher_script
 from optimizer.nightly.watch import WatchNight, run_watch
 from optimizer.proposal.box import stop_left_proposers
-from optimizer.proposal.patch import LintIndex
 from optimizer.proposal.make import make_proposer
 from optimizer.proposal.request import load_manual
 from optimizer.registry import get_agent
@@ -217,7 +216,7 @@ def propose(state: IterationState) -> str | None:
     selection = state.result.selection
     prompt_path = state.prompt_paths[selection.agent]
     prompt = state.base_prompt(selection.agent)
-    lint_index = LintIndex.from_suites(state.suites)
+    lint_index = state.lint_index
     candidates = Candidates(state)
     if state.hand_edit is None:  # a proposer may not bring back what the watch took out; a person may
         lint_index.reverted = gitops.reverted_lines(state.repo, state.result.base.commit, prompt_path)

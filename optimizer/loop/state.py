@@ -6,6 +6,7 @@ it left here and adds its own; nothing outside the iteration sets it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 from optimizer import gitops
@@ -15,6 +16,7 @@ from optimizer.loop.hand_edit import HAND_EDIT_LINES, HandEdit
 from optimizer.loop.records import IterationResult, LoopContext, ProposalRecord, iteration_summary
 from optimizer.loop.render import write_report
 from optimizer.loop.staging import Stage, unseen_from
+from optimizer.proposal.patch import LintIndex
 from optimizer.proposal.proposers import LOG_TAIL_LINES, Proposal
 from optimizer.proposal.request import Manual, Selection
 from optimizer.proposal.screening import SCREEN_INDEX, ScreeningAdapter
@@ -85,6 +87,12 @@ class IterationState:
         if pooled:
             self.log(f"base prompt: {pooled} trials at fresh indexes that earlier iterations ran on this base are "
                      f"reused")
+
+    @cached_property
+    def lint_index(self) -> LintIndex:
+        """What patches may not copy, from every suite: one per iteration, read by the prepared
+        patches (`Candidates.prepared`) and the checks of every proposal."""
+        return LintIndex.from_suites(self.suites)
 
     def base_prompt(self, agent: str) -> str:
         return gitops.read_at(self.repo, self.result.base.commit, self.prompt_paths[agent])
