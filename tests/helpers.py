@@ -109,6 +109,16 @@ def tool_call_reply(model: str, call_id: str, name: str, arguments: str) -> Any:
                          usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
 
 
+def clean_context() -> Any:
+    """A multiprocessing context whose children start from a fresh single-threaded server
+    process ("forkserver"), for contenders that open a store: a child forked straight from a test
+    worker inherits the locks its other threads (an earlier test's store writer or heartbeat)
+    held at the fork, and hung in sqlite's connect until killed. `target` must be importable."""
+    import multiprocessing
+
+    return multiprocessing.get_context("forkserver")
+
+
 def run_forked(context: Any, target: Any, arguments: list[tuple], timeout: float = 120) -> list[int | None]:
     """Start one `context.Process(target, args)` per entry of `arguments` together, wait for them
     all (each up to `timeout` seconds) and return their exit codes, in order. One still running

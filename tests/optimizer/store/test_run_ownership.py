@@ -27,7 +27,7 @@ from optimizer.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from optimizer.store.ownership import OWNER_COLUMNS, LEASE_S, start_stamp, this_process
 from optimizer.types import RunResult
 from tests.conftest import PROJECT_ROOT
-from tests.helpers import run_forked
+from tests.helpers import clean_context, run_forked
 from tests.optimizer.store.test_store_integrity import _wait_for_trials, database, rows  # noqa: F401 - a fixture
 
 SPEC = {"commit": "abc", "tasks": {"card/t": {"trials": 2}}}
@@ -124,7 +124,7 @@ def test_processes_adopting_one_interrupted_run_at_once_get_it_once(store_url):
     start_run(store, "left")
     store.runs.finish("left", "interrupted", {})
     store.close()
-    context = multiprocessing.get_context("fork")
+    context = clean_context()
     count = 3
     start, taken = context.Barrier(count), context.Queue()
     assert run_forked(context, _adopt, [(store_url, start, taken)] * count) == [0] * count

@@ -3,7 +3,6 @@ processes at once. Each test runs on SQLite and on PostgreSQL (`store_url` in co
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from datetime import datetime, timezone
 
@@ -14,7 +13,7 @@ from optimizer.errors import ConfigError
 from optimizer.store import Store, schema
 from optimizer.store.migrations import MIGRATIONS, SCHEMA_VERSION, table_names
 from optimizer.types import GraderResult, RunResult, Trial
-from tests.helpers import run_forked
+from tests.helpers import clean_context, run_forked
 
 
 def test_blank_database_gets_every_table_and_the_schema_version(store_url):
@@ -100,7 +99,7 @@ def test_processes_writing_trials_to_one_run_at_once_lose_nothing(store_url):
     store = Store(store_url)
     store.runs.start(RunResult(run_id="r", started_at=datetime.now(timezone.utc), settings={}, fingerprints={}))
     store.close()  # nothing of the parent's connections goes into the forked writers
-    context = multiprocessing.get_context("fork")
+    context = clean_context()
     start = context.Barrier(WRITERS)
     exits = run_forked(context, _write_trials, [(store_url, writer, start) for writer in range(WRITERS)])
     assert exits == [0] * WRITERS
@@ -123,7 +122,7 @@ def _open(url: str, start, opened) -> None:
 
 def test_processes_opening_a_blank_postgresql_store_at_once_migrate_it_once(postgres_url):
     """Jobs of a team may start together on a new server database: they take turns migrating."""
-    context = multiprocessing.get_context("fork")
+    context = clean_context()
     count = 4
     start, opened = context.Barrier(count), context.Queue()
     assert run_forked(context, _open, [(postgres_url, start, opened)] * count) == [0] * count
