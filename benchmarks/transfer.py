@@ -196,9 +196,19 @@ def without_judges(suites: list) -> list:
     return kept
 
 
+def agent_build(entry) -> str:
+    """What besides the measured prompt decides the agent's trials, as this checkout holds it:
+    the agent's code, tool schemas and other prompt files (its texts) and the optimizer's source
+    (the tool loop). A record made before any of them changed is not reused."""
+    from optimizer.provenance import agent_spec, combined, optimizer_source
+
+    spec = agent_spec(entry, "")
+    return combined(spec.code, spec.texts, spec.schemas, optimizer_source())
+
+
 class TrialRecord:
     """`--record`'s file: finished trials, one JSON line each, under the key of the measurement
-    side they belong to (commit, agent model, grading, seed) and their task's hash."""
+    side they belong to (commit, agent model, grading, seed, the agent's build) and their task's hash."""
 
     def __init__(self, path: Path | None):
         self.path = path
@@ -266,7 +276,7 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
                 commit = repo.commit(ref).hexsha
                 key = {"agent": agent, "split": split, "commit": commit, "agent_model": settings.models.agent_model,
                        "grading": "code graders" if code_graders else settings.models.judge_model,
-                       "seed": settings.models.seed}
+                       "seed": settings.models.seed, "agent_build": agent_build(entry)}
                 reused = {at: trial for at, trial in kept.recorded(key, hashes).items() if at in wanted}
                 todo = [item for item in planned if (item.task.id, item.index) not in reused]
                 root = export_prompts(repo, commit, {entry.prompt_file: prompt}, Path(scratch) / side)

@@ -99,14 +99,23 @@ def _completion(model: str, messages: list[dict], **kwargs: Any):
 
 def scripted_reply(calls: list, messages: list[dict]) -> tuple[dict[str, Any], str]:
     """The next of a script's tool calls (those the conversation's assistant turns have not made
-    yet) as an OpenAI assistant message and finish reason; the final reply once all are made."""
-    turn = sum(1 for message in messages if message.get("role") == "assistant")
+    yet) as an OpenAI assistant message and finish reason; the final reply once all are made. A
+    call whose answer asked for it again ("call <tool> again", as a PKM Agent's first skip is
+    answered) is made again, as a model that follows the answer would."""
+    made = sum(1 for message in messages if message.get("role") == "assistant")
+    turn = made - _asked_again(messages)
     if turn >= len(calls):
         return {"role": "assistant", "content": FINAL_REPLY}, "stop"
     call = calls[turn]
     return {"role": "assistant", "content": None, "tool_calls": [{
-        "id": f"call_{turn}", "type": "function",
+        "id": f"call_{made}", "type": "function",
         "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}]}, "tool_calls"
+
+
+def _asked_again(messages: list[dict]) -> int:
+    """How many of the conversation's tool answers asked for the same call again."""
+    return sum(1 for message in messages if message.get("role") == "tool"
+               and f"call {message.get('name')} again" in str(message.get("content") or "").lower())
 
 
 def _response(model: str, messages: list[dict], message: dict, finish: str) -> dict[str, Any]:

@@ -82,3 +82,31 @@ def test_code_graders_only_names_a_task_graded_by_judges_alone_and_refuses_to_le
     assert f"left out 1 task(s) graded by judges alone: {first.id}" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="leaves no task with a grader"):
         transfer.without_judges([suite.model_copy(update={"tasks": [judge_only]})])
+
+
+def test_a_record_is_keyed_by_the_agent_build_so_a_changed_tool_text_is_not_reused(transfer, tmp_path, monkeypatch):
+    """A trial recorded before the agent's tool answers changed is not one of the agent as it is."""
+    from optimizer.registry import AgentEntry
+
+    package = tmp_path / "fake_transfer_agent"
+    package.mkdir()
+    (package / "__init__.py").write_text("def run(context):\n    return None\n", encoding="utf-8")
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "fake.md").write_text("You file notes.\n", encoding="utf-8")
+    answers = tmp_path / "prompts" / "fake.filing.yaml"
+    answers.write_text('skipped: "skipped"\n', encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import fake_transfer_agent
+
+    entry = AgentEntry(name="fake", run=fake_transfer_agent.run, prompt_file="prompts/fake.md")
+    before = transfer.agent_build(entry)
+    assert transfer.agent_build(entry) == before, "the same checkout gives the same build"
+    answers.write_text('skipped: "nothing is skipped yet; call it again"\n', encoding="utf-8")
+    after = transfer.agent_build(entry)
+    assert after != before
+
+    record = transfer.TrialRecord(tmp_path / "record.jsonl")
+    key = {"agent": "fake", "commit": "c0ffee", "agent_build": before}
+    record.add(key, "h", trial("a", "quote", 0, "passed", 1.0))
+    assert list(record.recorded(key, {"a": "h"})) == [("a", 0)]
+    assert record.recorded(key | {"agent_build": after}, {"a": "h"}) == {}
