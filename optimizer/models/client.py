@@ -72,12 +72,12 @@ class ToolCallRequest:
 @dataclass
 class Completion:
     """A parsed model reply."""
-
     content: str | None
     tool_calls: list[ToolCallRequest]
     usage: Usage
     cached: bool = False
     latency_s: float = 0.0
+    cut_off: bool = False  # the reply stopped at its length limit (finish reason "length")
 
     @property
     def message(self) -> dict[str, Any]:
@@ -94,13 +94,13 @@ class Completion:
     def to_cache(self) -> dict[str, Any]:
         return {"content": self.content,
                 "tool_calls": [call.__dict__ for call in self.tool_calls],
-                "usage": self.usage.model_dump()}
+                "usage": self.usage.model_dump(), "cut_off": self.cut_off}
 
     @classmethod
     def from_cache(cls, value: dict[str, Any]) -> "Completion":
         return cls(content=value["content"],
                    tool_calls=[ToolCallRequest(**call) for call in value["tool_calls"]],
-                   usage=Usage(cache_hits=1), cached=True)
+                   usage=Usage(cache_hits=1), cached=True, cut_off=bool(value.get("cut_off")))
 
 
 def cache_key(model: str, messages: list[dict], tools: list[dict] | None, params: dict,
@@ -340,7 +340,7 @@ def _parse(response: Any, tools: list[dict] | None) -> Completion:
         cost_usd=float(hidden.get("response_cost") or 0.0),
         calls=1,
     )
-    return Completion(content=message.content, tool_calls=calls, usage=usage)
+    return Completion(content=message.content, tool_calls=calls, usage=usage, cut_off=choice.finish_reason == "length")
 
 
 def _narrowed(model: str, tools: list[dict] | None, params: dict[str, Any],

@@ -24,7 +24,12 @@ agent's limits turn it on, every sentence from the agent's `<agent>.loop.yaml` p
   is not offered again until the agent's state changes (unless nothing else would be left); an
   agent may also name the tools its state makes useful (`offer`);
 * *a call made again on purpose*: a tool that first shows what the call needs (a file to be
-  read before it is changed) asks for the same call again (`ToolOutput.again`), which is then run.
+  read before it is changed) asks for the same call again (`ToolOutput.again`), which is then run;
+* *a cut-off reply said to be one*: a reply that stopped at its length limit before its call was
+  complete (the embedded model's insight looping until the limit) is answered with the
+  `cut_off` sentence (make the call again, shorter) instead of the reminder, which offers
+  the alternatives (the PKM reminder names skipping, and the model then skipped a note whose
+  filing call it had just written).
 """
 
 from __future__ import annotations
@@ -100,7 +105,7 @@ class ToolLoop:
     """Computed before each model call; when it differs from the last note sent (and is not
     empty) it is appended to the conversation as a system message."""
     texts: dict[str, str] = field(default_factory=dict)
-    """The loop's sentences (`budget`, `wrap_up`, `repeated`, `next_step`), from the agent's
+    """The loop's sentences (`budget`, `wrap_up`, `repeated`, `next_step`, `cut_off`), from the agent's
     `<agent>.loop.yaml`. A part whose sentence is missing stays silent."""
     state: Callable[[], Any] | None = None
     """A value that changes whenever the agent's world changes (files written, insight saved);
@@ -174,6 +179,9 @@ class ToolLoop:
                 raise AgentLimitError(f"the agent kept repeating calls it had already made "
                                       f"({streak} times in a row) without finishing")
             if completion.tool_calls:
+                continue
+            if completion.cut_off and self.texts.get("cut_off"):
+                messages.append({"role": "user", "content": self.texts["cut_off"].strip()})
                 continue
             missing = self.completion_check() if self.completion_check else []
             if not missing or reminders >= self.limits.max_reminders or self.reminder is None:

@@ -122,3 +122,46 @@ def test_paths_are_narrowed_to_the_ones_that_exist(tmp_path):
     assert offered["file_note"]["properties"]["folder"] == {"enum": para}, "a folder of the list, PARA first"
     assert "enum" not in json.dumps(offered["file_note"]["properties"]["file"]), "a new file may have any name"
     assert "update_timeline_card_insight" not in offered, "no insight before anything is written"
+
+
+CUT: list[list[dict]] = []
+
+
+def _cut_model():
+    """`scripted_cut/pkm` writes a file_note call whose insight loops until the reply stops at its
+    length limit (as the embedded model's server returns it: plain content, finish reason
+    "length"), then, told so, makes the call complete."""
+    from litellm import CustomLLM
+    from litellm.types.utils import ModelResponse
+
+    call = {"folder": "Areas", "file": "Health/running.md", "entry": "- Tempo 5k in 24:10",
+            "insight": "A faster 5k."}
+
+    class Cut(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            CUT.append([dict(m) for m in messages])
+            if len(CUT) == 1:
+                looping = json.dumps({"name": "file_note", "arguments": call})[:-20] + " faster" * 200
+                return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": looping},
+                                                            "finish_reason": "length"}],
+                                     usage={"prompt_tokens": 10, "completion_tokens": 512, "total_tokens": 522})
+            return tool_call_reply(model, f"cut{len(CUT)}", "file_note", json.dumps(call))
+
+    return Cut()
+
+
+register_provider("scripted_cut", _cut_model, ["scripted_cut/pkm"])
+
+
+def test_a_reply_cut_off_at_its_length_limit_is_told_so_not_reminded_of_skipping(tmp_path):
+    CUT.clear()
+    task = {"id": "pkm_cut", "metadata": {"failure_bucket": "harness"},
+            "input": {"content": "Tempo 5k in 24:10 today.", "base_fixture": "fresh",
+                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
+            "graders": [{"name": "pkm_completion"}]}
+    trial = run_task(tmp_path, task, "scripted_cut/pkm")
+    assert trial.status == "passed", trial.error
+    said = CUT[1][-1]
+    assert said["role"] == "user" and said["content"].startswith("Your last reply stopped at the length limit")
+    assert "skip_pkm_organization" not in said["content"]
+    assert [call.name for call in trial.transcript.tool_calls] == ["file_note"]
