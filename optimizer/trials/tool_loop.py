@@ -29,7 +29,8 @@ agent's limits turn it on, every sentence from the agent's `<agent>.loop.yaml` p
   complete (the embedded model's insight looping until the limit) is answered with the
   `cut_off` sentence (make the call again, shorter) instead of the reminder, which offers
   the alternatives (the PKM reminder names skipping, and the model then skipped a note whose
-  filing call it had just written).
+  filing call it had just written). The reply stays in the conversation cut to its first
+  `CUT_OFF_SHOWN` characters: kept whole, the model copied its own loop into the next reply.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ from typing import Any, Callable
 from optimizer.trials.agent_run import AgentContext
 from optimizer.errors import ModelCallError, TrialCutShort, TrialTimeout
 from optimizer.types import ToolCall, Transcript
+
+CUT_OFF_SHOWN = 200
+"""Characters of a reply cut off at its length limit kept in the conversation."""
 
 
 @dataclass
@@ -180,14 +184,22 @@ class ToolLoop:
                                       f"({streak} times in a row) without finishing")
             if completion.tool_calls:
                 continue
-            if completion.cut_off and self.texts.get("cut_off"):
-                messages.append({"role": "user", "content": self.texts["cut_off"].strip()})
+            if self._said_cut_off(completion, messages):
                 continue
             missing = self.completion_check() if self.completion_check else []
             if not missing or reminders >= self.limits.max_reminders or self.reminder is None:
                 return
             reminders += 1
             messages.append({"role": "user", "content": self.reminder(missing)})
+
+    def _said_cut_off(self, completion: Any, messages: list[dict[str, Any]]) -> bool:
+        """Answer a reply cut off at its length limit with the `cut_off` sentence, the reply cut
+        to its start; False when it was not cut off (or the agent has no such sentence)."""
+        if not completion.cut_off or not self.texts.get("cut_off"):
+            return False
+        messages[-1]["content"] = str(completion.content or "")[:CUT_OFF_SHOWN]
+        messages.append({"role": "user", "content": self.texts["cut_off"].strip()})
+        return True
 
     def _answer(self, request: Any, by_name: dict[str, Tool], answered: dict[str, int], turn: int) -> "_Answer":
         """Run one requested call, or answer it as a repeat."""

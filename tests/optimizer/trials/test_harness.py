@@ -161,7 +161,9 @@ def test_a_reply_cut_off_at_its_length_limit_is_told_so_not_reminded_of_skipping
             "graders": [{"name": "pkm_completion"}]}
     trial = run_task(tmp_path, task, "scripted_cut/pkm")
     assert trial.status == "passed", trial.error
-    said = CUT[1][-1]
+    said, cut = CUT[1][-1], CUT[1][-2]
     assert said["role"] == "user" and said["content"].startswith("Your last reply stopped at the length limit")
+    assert cut["role"] == "assistant" and len(cut["content"]) == 200 and " faster" * 20 not in cut["content"], \
+        "the loop the reply ran into is not shown to the model again"
     assert "skip_pkm_organization" not in said["content"]
     assert [call.name for call in trial.transcript.tool_calls] == ["file_note"]
