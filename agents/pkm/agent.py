@@ -93,7 +93,7 @@ def run(context: AgentContext) -> AgentRun:
     settle_mtimes(pkm, task)
     before = snapshot(pkm)
     history = load_history(state_dir)
-    tools = PKMTools(sandbox, fact_id, note=task.input.content)
+    tools = PKMTools(sandbox, fact_id)
     shown: list[str] = []
     computed: dict[int, str] = {}
 

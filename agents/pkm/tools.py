@@ -44,13 +44,9 @@ class Insight:
 class PKMTools:
     sandbox: Sandbox
     fact_id: str
-    note: str = ""
-    """The note being filed (the skip check states its length)."""
     events: list[dict[str, Any]] = field(default_factory=list)
     insight: Insight | None = None
     skip_evidence: str | None = None
-    skip_checked: bool = False
-    """Whether the first `skip_pkm_organization` call was answered with the skip check."""
     _origins: dict[str, str] = field(default_factory=dict)
     _listing: tuple[int, tuple[list[str], list[str]]] | None = None
 
@@ -348,20 +344,11 @@ class PKMTools:
         return ToolOutput("insight saved on the timeline card")
 
     def skip(self, args: dict[str, Any]) -> ToolOutput:
-        """Finish without filing. The trial's first call skips nothing: it is answered with the
-        skip check (what may be skipped, and the note's length) and asks for the call again.
-        On the embedded model, 71 of 552 trials of notes that had to be filed ended in a skip, 16
-        of them giving as their reason the loop's own reminder that the note was not filed yet; a
-        greeting or an emoji is skipped all the same, one turn later."""
         evidence = args.get("evidence")
         if not isinstance(evidence, str) or not evidence.strip():
             return tool_error(["evidence must say why this input should not be filed"])
-        if not self.skip_checked:
-            self.skip_checked = True
-            return ToolOutput(texts("pkm_agent.filing.yaml")["skip_check"].format(chars=len(self.note.strip())),
-                              again=True)
         self.skip_evidence = evidence.strip()
-        return ToolOutput(texts("pkm_agent.filing.yaml")["skipped"])
+        return ToolOutput("skipped: nothing will be filed for this note")
 
     # ------------------------------------------------------------ helpers
 

@@ -100,8 +100,8 @@ def _completion(model: str, messages: list[dict], **kwargs: Any):
 def scripted_reply(calls: list, messages: list[dict]) -> tuple[dict[str, Any], str]:
     """The next of a script's tool calls (those the conversation's assistant turns have not made
     yet) as an OpenAI assistant message and finish reason; the final reply once all are made. A
-    call whose answer asked for it again ("call <tool> again", as a PKM Agent's first skip is
-    answered) is made again, as a model that follows the answer would."""
+    call whose answer asked for it again ("call <tool> again", as the PKM Agent's `file_note`
+    answers with a file it has not read) is made again, as a model that follows the answer would."""
     made = sum(1 for message in messages if message.get("role") == "assistant")
     turn = made - _asked_again(messages)
     if turn >= len(calls):

@@ -55,8 +55,7 @@ def grade(name: str, trial: Trial, config: dict | None = None, content: str = "r
 
 
 FILED = [("Read", {"path": "Areas/Health/running.md"}), ("Edit", APPEND), ("update_timeline_card_insight", INSIGHT)]
-SKIPPED = [("skip_pkm_organization", {"evidence": "a greeting with nothing to keep"})] * 2
-"""A skip as the agent makes it: its first call is answered with the skip check and skips nothing."""
+SKIPPED = [("skip_pkm_organization", {"evidence": "a greeting with nothing to keep"})]
 
 
 def test_a_well_filed_note_passes_every_grader(tmp_path):

@@ -238,44 +238,25 @@ def test_a_note_with_no_file_for_it_filed_in_a_new_file_of_the_right_folder_pass
     assert [call.name for call in trial.transcript.tool_calls] == ["file_note"], "one call files it"
 
 
-def test_the_trivial_note_is_skipped_once_the_skip_check_is_answered_and_passes(tmp_path):
+def test_the_trivial_note_is_skipped_at_once_and_passes(tmp_path):
     CALLS.clear()
     trial = run_task(tmp_path, suite_task("pkm_skip_trivial_ok"), "scripted_file/pkm")
     assert trial.status == "passed", trial.error
-    calls = trial.transcript.tool_calls
-    assert [call.name for call in calls] == ["skip_pkm_organization", "skip_pkm_organization"]
-    assert calls[0].result.startswith("Nothing is skipped yet") and "2 characters long" in calls[0].result
-    assert calls[1].result == "skipped: nothing will be filed for this note"
+    assert [call.name for call in trial.transcript.tool_calls] == ["skip_pkm_organization"]
     assert {"file_note", "skip_pkm_organization"} <= CALLS[0]["offered"], "filing and skipping both offered"
     assert benchmark_filing()(trial) == "rightly skipped", "graded as a skip, not counted among the filings"
 
 
-def _doubting_model():
-    """`scripted_doubt/pkm` skips every note, then files it in Areas/Work/one-on-ones.md once the
-    skip check answers (making the same call again when shown the file)."""
-    from litellm import CustomLLM
-
-    class Doubting(CustomLLM):
-        def completion(self, model, messages, *args, **kwargs):
-            answers = [str(message.get("content")) for message in messages if message["role"] == "tool"]
-            if not any(answer.startswith("Nothing is skipped yet") for answer in answers):
-                name, arguments = "skip_pkm_organization", {"evidence": "a change of plans, nothing to keep"}
-            else:
-                name, arguments = "file_note", {"folder": "Areas/Work", "file": "one-on-ones.md",
-                                                "entry": "- 2026-05-21 told Dana: not doing the Leeds secondment",
-                                                "insight": "Settles the Leeds secondment question Dana raised."}
-            return tool_call_reply(model, f"doubt{len(messages)}", name, json.dumps(arguments))
-
-    return Doubting()
-
-
-register_provider("scripted_doubt", _doubting_model, ["scripted_doubt/pkm"])
-
-
-def test_a_note_skipped_by_mistake_is_filed_after_the_skip_check(tmp_path):
-    """The first skip skips nothing: it states what may be skipped and the note's length."""
-    trial = run_task(tmp_path, suite_task("pkm_route_one_on_one_secondment"), "scripted_doubt/pkm")
+def test_mock_oracle_makes_a_file_note_call_again_when_shown_the_file_first(tmp_path):
+    """A reference solution that files with `file_note` into an existing file replays as the
+    agent needs it: the first call shows the file and asks for the call again, which is made."""
+    task = suite_task("pkm_route_one_on_one_secondment")
+    task["reference_solution"]["tool_calls"] = [{"name": "file_note", "arguments": {
+        "folder": "Areas/Work", "file": "one-on-ones.md",
+        "entry": "- 2026-05-21 told Dana: not doing the Leeds secondment",
+        "insight": "Settles the Leeds secondment question Dana raised."}}]
+    trial = run_task(tmp_path, task, "mock/oracle")
     assert trial.status == "passed", [(r.grader, r.rationale) for r in trial.grader_results]
-    assert [call.name for call in trial.transcript.tool_calls] == ["skip_pkm_organization", "file_note", "file_note"]
-    assert "file it with file_note instead" in trial.transcript.tool_calls[0].result
-    assert benchmark_filing()(trial) == "right place"
+    calls = trial.transcript.tool_calls
+    assert [call.name for call in calls] == ["file_note", "file_note"]
+    assert calls[0].result.startswith("Nothing is filed yet") and calls[1].result.startswith("filed in")
