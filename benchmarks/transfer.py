@@ -268,6 +268,7 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
     hashes = {item.task.id: task_fingerprint(item.task) for item in planned}
     wanted = {(item.task.id, item.index) for item in planned}
     kept = TrialRecord(record)
+    build = agent_build(entry)
     sides = {}
     with tempfile.TemporaryDirectory(prefix="optimizer-transfer-") as scratch:
         store = Store(default_url(Path(scratch) / "store"))
@@ -276,7 +277,7 @@ def measure(agent: str, before: str, after: str, trials: int, overrides: dict, s
                 commit = repo.commit(ref).hexsha
                 key = {"agent": agent, "split": split, "commit": commit, "agent_model": settings.models.agent_model,
                        "grading": "code graders" if code_graders else settings.models.judge_model,
-                       "seed": settings.models.seed, "agent_build": agent_build(entry)}
+                       "seed": settings.models.seed, "agent_build": build}
                 reused = {at: trial for at, trial in kept.recorded(key, hashes).items() if at in wanted}
                 todo = [item for item in planned if (item.task.id, item.index) not in reused]
                 root = export_prompts(repo, commit, {entry.prompt_file: prompt}, Path(scratch) / side)

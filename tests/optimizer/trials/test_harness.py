@@ -17,6 +17,14 @@ SEEN: list[dict] = []
 """What the scripted model was offered on each call: tool names, and the messages it saw."""
 
 
+def harness_task(task_id: str, content: str, fixture: str, **metadata: str) -> dict:
+    """A PKM task of the bucket `harness` on `fixture`, graded by the completion grader alone."""
+    return {"id": task_id, "metadata": {"failure_bucket": "harness", **metadata},
+            "input": {"content": content, "base_fixture": fixture,
+                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
+            "graders": [{"name": "pkm_completion"}]}
+
+
 def _scripted_model():
     """`scripted/pkm` looks around with a different Glob each turn until the loop offers only the
     finishing tools, then files the note with `file_note` but leaves the insight empty, then saves
@@ -43,10 +51,7 @@ def _scripted_model():
 
 def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_tools(tmp_path):
     SEEN.clear()
-    task = {"id": "pkm_harness", "metadata": {"failure_bucket": "harness", "max_turns": "10"},
-            "input": {"content": "Tempo 5k in 24:10 today.", "base_fixture": "fresh",
-                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
-            "graders": [{"name": "pkm_completion"}]}
+    task = harness_task("pkm_harness", "Tempo 5k in 24:10 today.", "fresh", max_turns="10")
     trial = run_task(tmp_path, task, "scripted/pkm")
     assert trial.status == "passed", trial.error
 
@@ -100,10 +105,7 @@ register_provider("scripted_look", _looking_model, ["scripted_look/pkm"])
 
 def test_paths_are_narrowed_to_the_ones_that_exist(tmp_path):
     LOOKED.clear()
-    task = {"id": "pkm_look", "metadata": {"failure_bucket": "harness"},
-            "input": {"content": "hello", "base_fixture": "_starter_pkm",
-                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
-            "graders": [{"name": "pkm_completion"}]}
+    task = harness_task("pkm_look", "hello", "_starter_pkm")
     trial = run_task(tmp_path, task, "scripted_look/pkm")
     assert trial.status != "errored", trial.error
 
@@ -155,10 +157,7 @@ register_provider("scripted_cut", _cut_model, ["scripted_cut/pkm"])
 
 def test_a_reply_cut_off_at_its_length_limit_is_told_so_not_reminded_of_skipping(tmp_path):
     CUT.clear()
-    task = {"id": "pkm_cut", "metadata": {"failure_bucket": "harness"},
-            "input": {"content": "Tempo 5k in 24:10 today.", "base_fixture": "fresh",
-                      "fact_id": FACT_ID, "published_at": "2026-05-25T08:00:00"},
-            "graders": [{"name": "pkm_completion"}]}
+    task = harness_task("pkm_cut", "Tempo 5k in 24:10 today.", "fresh")
     trial = run_task(tmp_path, task, "scripted_cut/pkm")
     assert trial.status == "passed", trial.error
     said, cut = CUT[1][-1], CUT[1][-2]
