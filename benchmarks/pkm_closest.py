@@ -2,8 +2,10 @@
 belongs in: for every task of a PKM suite whose reference outcome names files, the rank of the
 first named file among the files shown (1-3, or "-" when it is not shown), over the task's own
 knowledge base. No model is called. A task whose file does not exist yet (a new project, an
-archived one, a merged file) cannot be ranked; its line says "new file". Prints a table and the
-counts; asserts nothing.
+archived one, a merged file) cannot be ranked; its line says "new file". Beside it, whether the
+first shown file is a place the task's routing grader passes (the file, or a file in the right
+folder): how often an agent that always files in the first closest file would be right. Prints
+a table and the counts; asserts nothing.
 
     .venv/bin/python benchmarks/pkm_closest.py [--suite pkm_agent]
 """
@@ -17,18 +19,39 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from graders.pkm import RoutingConfig, _under  # noqa: E402
+from optimizer.registry import get_grader  # noqa: E402
 from optimizer.suites import fixture_paths, load_suite  # noqa: E402
 from prompt_optimizer_agents.pkm import filing  # noqa: E402
+
+def shown(task, project_root: Path) -> tuple[Path | None, list[str]]:
+    """The task's knowledge base and the files `ranked` shows for its note, first first."""
+    knowledge_bases = [path / "PKM" for path in fixture_paths(task, project_root) if (path / "PKM").is_dir()]
+    if not knowledge_bases:
+        return None, []
+    return knowledge_bases[-1], [path for path, _ in filing.ranked(knowledge_bases[-1], task.input.content)]
+
 
 def rank(task, project_root: Path) -> str:
     """The first expected file's place among the shown files, "-" when not shown, "new file"
     when no such file is in the task's knowledge base."""
     expected = task.reference_solution.expected_outcome.get("files") or []
-    knowledge_bases = [path / "PKM" for path in fixture_paths(task, project_root) if (path / "PKM").is_dir()]
-    if not knowledge_bases or not (knowledge_bases[-1] / expected[0]).is_file():
+    knowledge_base, paths = shown(task, project_root)
+    if knowledge_base is None or not (knowledge_base / expected[0]).is_file():
         return "new file"
-    paths = [path for path, _ in filing.ranked(knowledge_bases[-1], task.input.content)]
     return str(paths.index(expected[0]) + 1) if expected[0] in paths else "-"
+
+
+def first_is_right(task, project_root: Path) -> bool:
+    """Whether the routing grader, as the task configures it, passes the first shown file."""
+    _, paths = shown(task, project_root)
+    spec = next((one for one in task.graders if one.name == "pkm_routed_correctly"), None)
+    if not paths or spec is None:
+        return False
+    config = RoutingConfig.model_validate(get_grader(spec.name).task_config(task, spec.config))
+    score = 1.0 if paths[0] in config.expected_files else \
+        (0.5 if config.expected_files else 1.0) if any(_under(paths[0], bucket) for bucket in config.expected_buckets) else 0.0
+    return score >= config.min_score
 
 
 def main() -> None:
@@ -36,16 +59,18 @@ def main() -> None:
     parser.add_argument("--suite", default="pkm_agent")
     args = parser.parse_args()
     suite = load_suite(args.suite, ROOT)
-    ranks = {}
+    ranks, right = {}, {}
+    print(f"{'task':40} {'split':8} rank  first shown graded right")
     for task in suite.tasks:
         outcome = task.reference_solution.expected_outcome if task.reference_solution else None
         if outcome and outcome.get("files"):
-            ranks[task.id] = rank(task, ROOT)
-            print(f"{task.id:40} {ranks[task.id]}")
+            ranks[task.id], right[task.id] = rank(task, ROOT), first_is_right(task, ROOT)
+            print(f"{task.id:40} {task.split:8} {ranks[task.id]:5} {'yes' if right[task.id] else 'no'}")
     ranked = [value for value in ranks.values() if value != "new file"]
     print(f"{len(ranks)} tasks name files; {len(ranked)} of those files exist before the note: "
           f"first {ranked.count('1')}, among the {filing.CLOSEST} shown "
           f"{sum(value.isdigit() for value in ranked)}, not shown {ranked.count('-')}")
+    print(f"the first shown file is graded right for {sum(right.values())} of {len(right)}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import pytest
 from prompt_optimizer_agents.pkm import filing
 from prompt_optimizer_agents.pkm.sandbox import Sandbox
 from prompt_optimizer_agents.pkm.tools import PKMTools
-from prompt_optimizer_agents.texts import texts
 from optimizer.models import register_provider
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import run_pkm_task as run_task
@@ -225,13 +224,10 @@ def test_a_note_filed_with_file_note_passes_the_graders_in_the_right_place(tmp_p
     assert [call.name for call in trial.transcript.tool_calls] == ["file_note", "file_note"]
     assert "Nothing is filed yet" in trial.transcript.tool_calls[0].result, "shown first, then made again"
     assert "Areas/Work/\n" in CALLS[0]["user"] and "  one-on-ones.md: 1:1s with Dana\n" in CALLS[0]["user"]
-    # the file the note continues is named first in the closest files, which end the message (the
-    # last thing read before answering), and the knowledge base's reminder (a catch-all Inbox
-    # here) comes before the note, not after it
-    listing, closest = CALLS[0]["user"].split(texts("pkm_agent.filing.yaml")["closest"] + "\n", 1)
-    assert "one-on-ones.md" in listing, "the knowledge base is listed before the closest files"
-    assert closest.splitlines()[0] == "  Areas/Work/one-on-ones.md: 1:1s with Dana"
-    assert len(closest.splitlines()) == filing.CLOSEST
+    # the file the note continues is named first above the listing, and the knowledge base's
+    # reminder (a catch-all Inbox here) comes before the note, not after it
+    closest = CALLS[0]["user"].split("closest first:\n", 1)[1].splitlines()
+    assert closest[0] == "  Areas/Work/one-on-ones.md: 1:1s with Dana"
     assert CALLS[0]["roles"] == ["system", "system", "user"]
 
 
