@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from graders.pkm import RoutingConfig, _under  # noqa: E402
+from prompt_optimizer_graders.pkm import RoutingConfig, place_score  # noqa: E402
 from optimizer.registry import get_grader  # noqa: E402
 from optimizer.suites import fixture_paths, load_suite  # noqa: E402
 from prompt_optimizer_agents.pkm import filing  # noqa: E402
@@ -49,9 +49,7 @@ def first_is_right(task, project_root: Path) -> bool:
     if not paths or spec is None:
         return False
     config = RoutingConfig.model_validate(get_grader(spec.name).task_config(task, spec.config))
-    score = 1.0 if paths[0] in config.expected_files else \
-        (0.5 if config.expected_files else 1.0) if any(_under(paths[0], bucket) for bucket in config.expected_buckets) else 0.0
-    return score >= config.min_score
+    return place_score(paths[0], config) >= config.min_score
 
 
 def main() -> None:

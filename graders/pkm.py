@@ -149,6 +149,17 @@ def filing(trial: Trial) -> str:
     return "right place" if routing is not None and routing.applicable and routing.passed else "filed elsewhere"
 
 
+def place_score(path: str, config: RoutingConfig) -> float:
+    """One destination's routing score: 1 for an expected file, for a file under an expected
+    bucket 0.5 when files are expected (the right folder, not the file) and 1 when only buckets
+    are, else 0."""
+    if "/".join(segments(path)) in {"/".join(segments(file)) for file in config.expected_files}:
+        return 1.0
+    if any(_under(path, bucket) for bucket in config.expected_buckets):
+        return 0.5 if config.expected_files else 1.0
+    return 0.0
+
+
 @grader(config=RoutingConfig, version="2", agent="pkm_agent", from_task=_routing_from_task)
 def pkm_routed_correctly(task: Task, trial: Trial, config: RoutingConfig) -> GraderResult:
     state = _state(trial)
@@ -158,15 +169,7 @@ def pkm_routed_correctly(task: Task, trial: Trial, config: RoutingConfig) -> Gra
     destinations = list(state.filed_in) or changed
     if not destinations:
         return result(0.0, False, "nothing was filed")
-    files = {"/".join(segments(path)) for path in config.expected_files}
-    scores = {}
-    for path in destinations:
-        if "/".join(segments(path)) in files:
-            scores[path] = 1.0
-        elif any(_under(path, bucket) for bucket in config.expected_buckets):
-            scores[path] = 0.5 if files else 1.0
-        else:
-            scores[path] = 0.0
+    scores = {path: place_score(path, config) for path in destinations}
     score = sum(scores.values()) / len(scores)
     wanted = ", ".join(config.expected_files or config.expected_buckets)
     rationale = "; ".join(f"{path}: {value:g}" for path, value in scores.items()) + f" (expected {wanted})"
