@@ -32,19 +32,17 @@ def shown(task, project_root: Path) -> tuple[Path | None, list[str]]:
     return knowledge_bases[-1], [path for path, _ in filing.ranked(knowledge_bases[-1], task.input.content)]
 
 
-def rank(task, project_root: Path) -> str:
-    """The first expected file's place among the shown files, "-" when not shown, "new file"
-    when no such file is in the task's knowledge base."""
+def rank(task, knowledge_base: Path | None, paths: list[str]) -> str:
+    """The first expected file's place among the shown files (`shown`), "-" when not shown, "new
+    file" when no such file is in the task's knowledge base."""
     expected = task.reference_solution.expected_outcome.get("files") or []
-    knowledge_base, paths = shown(task, project_root)
     if knowledge_base is None or not (knowledge_base / expected[0]).is_file():
         return "new file"
     return str(paths.index(expected[0]) + 1) if expected[0] in paths else "-"
 
 
-def first_is_right(task, project_root: Path) -> bool:
+def first_is_right(task, paths: list[str]) -> bool:
     """Whether the routing grader, as the task configures it, passes the first shown file."""
-    _, paths = shown(task, project_root)
     spec = next((one for one in task.graders if one.name == "pkm_routed_correctly"), None)
     if not paths or spec is None:
         return False
@@ -62,7 +60,8 @@ def main() -> None:
     for task in suite.tasks:
         outcome = task.reference_solution.expected_outcome if task.reference_solution else None
         if outcome and outcome.get("files"):
-            ranks[task.id], right[task.id] = rank(task, ROOT), first_is_right(task, ROOT)
+            knowledge_base, paths = shown(task, ROOT)
+            ranks[task.id], right[task.id] = rank(task, knowledge_base, paths), first_is_right(task, paths)
             print(f"{task.id:40} {task.split:8} {ranks[task.id]:5} {'yes' if right[task.id] else 'no'}")
     ranked = [value for value in ranks.values() if value != "new file"]
     print(f"{len(ranks)} tasks name files; {len(ranked)} of those files exist before the note: "

@@ -3,13 +3,14 @@ repository `optimizer run` branches from, and the scripted proposals its tests s
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -167,3 +168,19 @@ def run_pkm_task(tmp_path, task: dict, model: str):
     settings = load_settings(PROJECT_ROOT, {"agent_model": model, "cache": False})
     run, _ = execute(prepare(settings.evaluation, PROJECT_ROOT, [str(suite)]), open_store(settings, PROJECT_ROOT))
     return run.trials[0]
+
+
+def benchmark_module(name: str) -> Iterator[Any]:
+    """benchmarks/<name>.py as a module (benchmarks/ is not a package), registered in
+    `sys.modules` while in use (dataclasses look their module up there); for a module fixture:
+    `yield from benchmark_module("transfer")`."""
+    from tests.conftest import PROJECT_ROOT
+
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", PROJECT_ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)

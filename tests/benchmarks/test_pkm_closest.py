@@ -3,26 +3,16 @@ of them is a place the task's routing grader passes."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
 from optimizer.suites import load_suite
 from tests.conftest import PROJECT_ROOT
+from tests.helpers import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def closest():
-    path = PROJECT_ROOT / "benchmarks" / "pkm_closest.py"
-    spec = importlib.util.spec_from_file_location("benchmark_pkm_closest", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+    yield from benchmark_module("pkm_closest")
 
 
 @pytest.fixture(scope="module")
@@ -38,5 +28,6 @@ def tasks():
 ])
 def test_the_first_shown_file_is_graded_as_the_routing_grader_would(closest, tasks, task_id, rank, right):
     task = tasks[task_id]
-    assert closest.rank(task, PROJECT_ROOT) == rank
-    assert closest.first_is_right(task, PROJECT_ROOT) is right
+    knowledge_base, paths = closest.shown(task, PROJECT_ROOT)
+    assert closest.rank(task, knowledge_base, paths) == rank
+    assert closest.first_is_right(task, paths) is right

@@ -4,26 +4,16 @@ eval` reports (`optimizer.scoring`)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
 from optimizer.types import Trial
 from tests.conftest import PROJECT_ROOT
+from tests.helpers import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def transfer():
-    path = PROJECT_ROOT / "benchmarks" / "transfer.py"
-    spec = importlib.util.spec_from_file_location("benchmark_transfer_figures", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+    yield from benchmark_module("transfer")
 
 
 def trial(task_id: str, bucket: str, index: int, status: str, score: float | None) -> Trial:
