@@ -71,6 +71,10 @@ class AgentEntry:
     demonstrate: "Callable[[Task], list[ToolCallSpec]] | None" = None
     """The calls a worked example of a task shows (`optimizer.proposal.examples`), when they are
     not its reference calls as written: the path the agent's prompt asks its model to take."""
+    replay: "Callable[[Task, list[ToolCallSpec]], list[ToolCallSpec]] | None" = None
+    """How a scripted model (`mock/oracle`, `mock/sim`, a test's stub server) makes a script's
+    calls in the order the agent asks for them, when that adds calls (the PKM Agent's `keep_note`
+    before the note is filed)."""
 
 
 @dataclass(frozen=True)
@@ -125,19 +129,21 @@ _load_lock = threading.Lock()
 
 def agent(name: str, *, prompt_file: str, sim_profile: "SimProfile | None" = None, tools: Iterable[str] = (),
           outcome: type[BaseModel] | None = None,
-          demonstrate: "Callable[[Task], list[ToolCallSpec]] | None" = None):
+          demonstrate: "Callable[[Task], list[ToolCallSpec]] | None" = None,
+          replay: "Callable[[Task, list[ToolCallSpec]], list[ToolCallSpec]] | None" = None):
     """Register an agent: a function `(AgentContext) -> AgentRun`, offering its model `tools`.
 
     `outcome` is the agent's typed outcome (an `OutcomeModel`): what the run returns is validated
     against it when the run ends, so a missing or mistyped field makes the trial errored (agent
     crashed) instead of reaching the graders. `demonstrate` gives the calls a worked example of a
-    task shows, when its reference calls are not the path the agent's prompt teaches."""
+    task shows, when its reference calls are not the path the agent's prompt teaches; `replay` the
+    calls a scripted model makes for a script (`AgentEntry.replay`)."""
 
     def register(func):
         run = _checked_outcome(func, outcome) if outcome is not None else func
         _agents[name] = AgentEntry(name=name, run=run, prompt_file=prompt_file, sim_profile=sim_profile,
                                    source=_source(func), tools=tuple(tools), outcome=outcome,
-                                   demonstrate=demonstrate)
+                                   demonstrate=demonstrate, replay=replay)
         return func
 
     return register

@@ -5,6 +5,7 @@
 It prints `PORT <n>` once it listens, then answers `POST /v1/chat/completions` as `mock/oracle`
 would: it finds the task by the first user message (each suite's agent builds it with its
 `user_message(task)`), replays the task's `reference_solution.tool_calls` one per assistant turn
+(in the order the agent asks for them: `AgentEntry.replay`)
 and then answers with a short final message. A request that matches no task gets that final
 message. Every answered request is one line in the `--log` file, so a test can count what each
 server answered even after it is gone. `--die-on N` kills the process with SIGKILL when the N-th
@@ -44,10 +45,11 @@ def task_calls(suite_names: list[str], root: Path = PROJECT_ROOT) -> dict[str, t
 
     calls: dict[str, list] = {}
     for suite in load_suites(suite_names, root):
-        user_message = importlib.import_module(get_agent(suite.spec.agent_name).run.__module__).user_message
+        entry = get_agent(suite.spec.agent_name)
+        user_message = importlib.import_module(entry.run.__module__).user_message
         for task in suite.tasks:
-            calls[user_message(task)] = (task.reference_solution.tool_calls if task.reference_solution else [],
-                                         task.bucket)
+            script = list(task.reference_solution.tool_calls) if task.reference_solution else []
+            calls[user_message(task)] = (entry.replay(task, script) if entry.replay else script, task.bucket)
     return calls
 
 

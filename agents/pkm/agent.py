@@ -24,28 +24,36 @@ from . import filing
 from .reminders import load_history, reminders
 from .sandbox import Sandbox, SandboxError, write_file
 from .state import build_state, marker_for, snapshot
-from .tools import PARA_ROOTS, SCHEMAS, PKMTools
+from .tools import PARA_ROOTS, PKMTools
+from .triage import Triage
 from ..texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, LoopLimits, Outcome, Task, ToolLoop
 
-MAX_TURNS = 12
-"""Model turns a trial may take (a task may set `metadata.max_turns`); past it the trial fails with score 0."""
+MAX_TURNS = 13
+"""Model turns a trial may take, the first deciding whether to keep the note (a task may set
+`metadata.max_turns`); past it the trial fails with score 0."""
 MAX_REMINDERS = 2
 BUDGET_NOTICE = 6
 """From this many turns left, the agent is told how many remain."""
 WRAP_UP = 3
-"""In the last turns only the finishing tools are offered (see `finishing_tools`)."""
+"""In the last turns only the finishing tools are offered (see `Triage.finishing`)."""
 
 
-def user_message(task: Task, knowledge_base: str = "", closest: str = "") -> str:
-    """The note, the files closest to it (`agents.pkm.filing.closest`) and the knowledge base as
-    listed by `agents.pkm.filing.listing`."""
+def user_message(task: Task) -> str:
+    """The note and the first question: keep it or skip it (`agents.pkm.triage`)."""
     return template("pkm_agent.user.md").format(
-        content=task.input.content, closest=closest,
-        fact_id=task.input.resolved_fact_id(),
+        content=task.input.content, fact_id=task.input.resolved_fact_id(),
         published_at=task.input.resolved_published_at().isoformat(),
-        knowledge_base=knowledge_base,
     ).strip() + "\n"
+
+
+def kept_message(knowledge_base: str, closest: str) -> str:
+    """What `keep_note` answers: the knowledge base as listed by `agents.pkm.filing.listing`, the
+    files closest to the note (`agents.pkm.filing.closest`) and where to file it."""
+    said = texts("pkm_agent.filing.yaml")
+    return template("pkm_agent.kept.md").format(
+        knowledge_base=knowledge_base, closest=closest,
+        where=said["where_closest"] if closest else said["where_listed"]).strip()
 
 
 def settle_mtimes(pkm: Path, task: Task) -> None:
@@ -68,22 +76,6 @@ def missing_parts(tools: PKMTools) -> list[str]:
     return missing
 
 
-def finishing_tools(tools: PKMTools) -> list[str]:
-    """What finishes the job from here: filing the note in one call (or skipping it) until it is
-    filed, then the insight. (Offered Write and Edit here, the embedded model rewrote whole
-    files with one line each.)"""
-    if tools.filed():
-        return ["update_timeline_card_insight"]
-    return ["file_note", "skip_pkm_organization"]
-
-
-def offered_tools(tools: PKMTools) -> list[str]:
-    """Every tool, but the insight only once the knowledge base was changed: saved before
-    anything was written, it led the embedded model to skip the note it was then told was not
-    filed (`file_note` takes the insight itself)."""
-    return list(SCHEMAS) if tools.mutated else [name for name in SCHEMAS if name != "update_timeline_card_insight"]
-
-
 def run(context: AgentContext) -> AgentRun:
     task = context.task
     fact_id = task.input.resolved_fact_id()
@@ -94,6 +86,9 @@ def run(context: AgentContext) -> AgentRun:
     before = snapshot(pkm)
     history = load_history(state_dir)
     tools = PKMTools(sandbox, fact_id)
+    said = texts("pkm_agent.filing.yaml")
+    triage = Triage(kept_message(filing.listing(pkm, tools.folders(), said["more"]),
+                                 filing.closest(pkm, task.input.content, said["closest"])))
     shown: list[str] = []
     computed: dict[int, str] = {}
 
@@ -110,17 +105,15 @@ def run(context: AgentContext) -> AgentRun:
 
     limits = LoopLimits(max_turns=int(task.metadata.get("max_turns", MAX_TURNS)), max_reminders=MAX_REMINDERS,
                         budget_notice=BUDGET_NOTICE, wrap_up=WRAP_UP)
-    loop = ToolLoop(context, tools.tools(), limits,
+    loop = ToolLoop(context, triage.listed(tools.tools()), limits,
                     completion_check=lambda: missing_parts(tools),
                     reminder=lambda missing: reminder("pkm_agent.reminder.md", missing),
                     system_note=system_note, tool_choice="required", texts=texts("pkm_agent.loop.yaml"),
                     state=lambda: (tools.mutations, tools.insight, tools.skip_evidence),
-                    finishing=lambda: finishing_tools(tools), offer=lambda: offered_tools(tools))
-    said = texts("pkm_agent.filing.yaml")
-    listing = filing.listing(pkm, tools.folders(), said["more"])
-    closest = filing.closest(pkm, task.input.content, said["closest"])
+                    finishing=lambda: triage.finishing(tools.filed()),
+                    offer=lambda: triage.offered(tools.mutated))
     messages = [{"role": "system", "content": context.system_prompt},
-                {"role": "user", "content": user_message(task, listing, closest)}]
+                {"role": "user", "content": user_message(task)}]
     transcript = loop.run(messages)
     after = snapshot(pkm)
     state = build_state(fact_id=fact_id, before=before, after=after, events=tools.events,

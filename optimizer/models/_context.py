@@ -38,6 +38,8 @@ class TrialContext:
     """How `mock/sim` draws this trial's outcome (setting `sim_noise`, see `optimizer.trials.sim`)."""
     sim_profile: Any = None
     """The agent's `optimizer.trials.sim.SimProfile`, which `mock/sim` plays (None: the agent has none)."""
+    replay: Any = None
+    """The agent's `AgentEntry.replay`: how the scripted mocks make a script's calls (None: as written)."""
 
 
 _lock = threading.Lock()

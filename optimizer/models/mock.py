@@ -278,14 +278,18 @@ def _feedback_given(messages: list[dict]) -> bool:
 
 
 def _script(name: str, context, messages: list[dict]):
+    """The calls `mock/oracle` (the task's reference calls) or `mock/sim` (its profile's play)
+    makes, in the order the agent asks for them (`TrialContext.replay`)."""
     task = context.task
     if name == "oracle":
-        return task.reference_solution.tool_calls if task.reference_solution else []
-    profile = context.sim_profile
-    if profile is None:
-        raise ValueError(f"agent {context.agent_name!r} has no sim profile; mock/sim cannot play it")
-    system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
-    return profile.play(task, system, context.seed, context.trial_index, context.sim_noise)
+        calls = list(task.reference_solution.tool_calls) if task.reference_solution else []
+    else:
+        profile = context.sim_profile
+        if profile is None:
+            raise ValueError(f"agent {context.agent_name!r} has no sim profile; mock/sim cannot play it")
+        system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
+        calls = profile.play(task, system, context.seed, context.trial_index, context.sim_noise)
+    return context.replay(task, calls) if context.replay else calls
 
 
 def _make_handler():

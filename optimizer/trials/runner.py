@@ -165,7 +165,7 @@ class Runner:
         entry = get_agent(suite.spec.agent_name)
         register_trial(key, TrialContext(task=task, agent_name=entry.name, trial_index=item.index,
                                          seed=self.settings.models.seed, sim_noise=self.settings.sim.sim_noise,
-                                         sim_profile=entry.sim_profile))
+                                         sim_profile=entry.sim_profile, replay=entry.replay))
         workspace = Path(tempfile.mkdtemp(prefix="optimizer-trial-", dir=self.workspace_parent))
         begun = time.monotonic()
         deadline = begun + task.timeout_seconds

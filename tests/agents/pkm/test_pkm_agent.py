@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from optimizer.suites import load_suite
 from prompt_optimizer_agents.pkm.reminders import load_history, reminders
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import write_suite
@@ -112,7 +113,6 @@ def test_every_simulated_trial_passes_exactly_when_the_sim_decides_it_does(cli, 
     passes them: so a rule that raises a bucket's pass probability raises its measured score."""
     from prompt_optimizer_agents.pkm.sim import PROFILE
     from optimizer.trials.sim import decide
-    from optimizer.suites import load_suite
 
     out_json = tmp_path / "pkm.json"
     code, out, err = cli("eval", "--suite", "pkm_agent", "--agent-model", "mock/sim", "--judge-model", "mock/sim",
@@ -164,30 +164,35 @@ def test_a_trial_ended_at_the_turn_limit_keeps_the_conversation_so_far(cli, isol
             "select status, score, error, transcript_json from trials").fetchone()
     assert (status, score, error) == ("failed", 0.0, "ended: the agent used all 2 turns without finishing")
     transcript = json.loads(transcript)
-    assert [call["name"] for call in transcript["tool_calls"]] == ["file_note", "file_note"]
+    assert [call["name"] for call in transcript["tool_calls"]] == ["keep_note", "file_note"], \
+        "the oracle keeps the note first, as the agent asks"
     assert transcript["usage"]["calls"] == 2
 
 
 def test_a_worked_example_shows_the_one_file_note_call_and_that_call_files_the_note_where_the_task_expects(
         cli, tmp_path):
-    """A PKM example shows the `file_note` call the prompt asks for, made from the reference's
-    edit or new file (entry without the marker, which the tool adds); replayed on the task's own
-    knowledge base it passes the task's routing, completion and marker graders. A skip or a
-    reorganisation keeps its reference calls."""
+    """A PKM example shows the calls the prompt asks for: `keep_note`, then one `file_note` made
+    from the reference's edit or new file (entry without the marker, which the tool adds);
+    replayed on the task's own knowledge base it passes the task's routing, completion and marker
+    graders. A skip keeps its reference calls; a reorganisation keeps them after `keep_note`."""
     from optimizer.registry import get_agent
-    from optimizer.suites import load_suite
 
-    demonstrate = get_agent("pkm_agent").demonstrate
+    entry = get_agent("pkm_agent")
     suite = load_suite("pkm_agent", PROJECT_ROOT)
     kept = {"pkm_completion", "pkm_routed_correctly", "pkm_fact_id_preserved", "pkm_no_overwrite"}
     replayed, as_written = [], set()
     for task in suite.tasks:
-        calls = demonstrate(task)
-        reference = task.reference_solution.tool_calls
-        if [call.name for call in calls] != ["file_note"]:
-            assert calls == list(reference)
+        calls = entry.demonstrate(task)
+        reference = list(task.reference_solution.tool_calls)
+        if reference[0].name == "skip_pkm_organization":
+            assert calls == reference
+        else:
+            assert calls[0].name == "keep_note" and task.input.content.split()[0] in calls[0].arguments["topic"]
+        if [call.name for call in calls] != ["keep_note", "file_note"]:
+            assert calls == entry.replay(task, reference)
             as_written.add(task.bucket)
             continue
+        calls = calls[1:]
         arguments = calls[0].arguments
         assert "fact_id" not in arguments["entry"] and arguments["insight"].strip()
         edits = any(call.name == "Edit" for call in reference)

@@ -165,19 +165,23 @@ CALLS: list[dict] = []
 
 
 def _filing_model():
-    """`scripted_file/pkm` skips a note that says only "ok", files the brake-bleeding note in a new
-    file under Resources/Bike, and any other note in Areas/Work/one-on-ones.md (making the same
-    call again when shown the file), all with file_note."""
+    """`scripted_file/pkm` skips a note that says only "ok" and keeps any other, then files the
+    brake-bleeding note in a new file under Resources/Bike, and any other note in
+    Areas/Work/one-on-ones.md (making the same call again when shown the file), all with file_note.
+    Each call records what it was offered, the note's message, and the last message it was shown."""
     from litellm import CustomLLM
 
     class Filing(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
             tools = (kwargs.get("optional_params") or {}).get("tools") or []
             user = next(message["content"] for message in messages if message["role"] == "user")
-            CALLS.append({"offered": {tool["function"]["name"] for tool in tools}, "user": user,
+            offered = {tool["function"]["name"] for tool in tools}
+            CALLS.append({"offered": offered, "user": user, "last": messages[-1]["content"],
                           "roles": [message["role"] for message in messages]})
             if user.startswith("ok\n"):
                 name, arguments = "skip_pkm_organization", {"evidence": "only 'ok': nothing to keep"}
+            elif "keep_note" in offered:
+                name, arguments = "keep_note", {"topic": "a note to keep"}
             elif "shimano" in user:
                 name, arguments = "file_note", {"folder": "Resources", "file": "Bike/bleeding-shimano-brakes.md",
                                                 "entry": "# Bleeding Shimano brakes\n\nMineral oil only.",
@@ -221,21 +225,29 @@ def test_a_note_filed_with_file_note_passes_the_graders_in_the_right_place(tmp_p
     assert {result.grader for result in trial.grader_results} >= {
         "pkm_completion", "pkm_routed_correctly", "pkm_read_before_write", "pkm_no_overwrite"}
     assert benchmark_filing()(trial) == "right place"
-    assert [call.name for call in trial.transcript.tool_calls] == ["file_note", "file_note"]
-    assert "Nothing is filed yet" in trial.transcript.tool_calls[0].result, "shown first, then made again"
-    assert "Areas/Work/\n" in CALLS[0]["user"] and "  one-on-ones.md: 1:1s with Dana\n" in CALLS[0]["user"]
-    # the file the note continues is named first above the listing, and the knowledge base's
-    # reminder (a catch-all Inbox here) comes before the note, not after it
-    closest = CALLS[0]["user"].split("closest first:\n", 1)[1].splitlines()
-    assert closest[0] == "  Areas/Work/one-on-ones.md: 1:1s with Dana"
+    assert [call.name for call in trial.transcript.tool_calls] == ["keep_note", "file_note", "file_note"]
+    assert "Nothing is filed yet" in trial.transcript.tool_calls[1].result, "shown first, then made again"
+    # first the note alone, with the question whether to keep it (the knowledge base's reminder,
+    # a catch-all Inbox here, comes before the note, not after it); once kept, the knowledge base,
+    # the file the note continues named first among the closest, and where to file it, last
+    assert CALLS[0]["offered"] == {"keep_note", "skip_pkm_organization"}
     assert CALLS[0]["roles"] == ["system", "system", "user"]
+    assert CALLS[0]["last"].rstrip().endswith(
+        "Call keep_note with its topic, or skip_pkm_organization if it should not be kept.")
+    assert "one-on-ones.md" not in CALLS[0]["last"], "the knowledge base is not shown before the note is kept"
+    shown = CALLS[1]["last"]
+    assert "Areas/Work/\n" in shown and "  one-on-ones.md: 1:1s with Dana\n" in shown
+    closest = shown.split("closest first:\n", 1)[1].splitlines()
+    assert closest[0] == "  Areas/Work/one-on-ones.md: 1:1s with Dana"
+    assert closest[-1].startswith("File the note with file_note now: in the first of these closest files")
+    assert "skip_pkm_organization" not in CALLS[1]["offered"], "a kept note is filed"
 
 
 def test_a_note_with_no_file_for_it_filed_in_a_new_file_of_the_right_folder_passes(tmp_path):
     trial = run_task(tmp_path, suite_task("pkm_create_bike_brake_bleed"), "scripted_file/pkm")
     assert trial.status == "passed", [(r.grader, r.rationale) for r in trial.grader_results]
     assert benchmark_filing()(trial) == "right place"
-    assert [call.name for call in trial.transcript.tool_calls] == ["file_note"], "one call files it"
+    assert [call.name for call in trial.transcript.tool_calls] == ["keep_note", "file_note"], "one call files it"
 
 
 def test_the_trivial_note_is_skipped_at_once_and_passes(tmp_path):
@@ -243,7 +255,7 @@ def test_the_trivial_note_is_skipped_at_once_and_passes(tmp_path):
     trial = run_task(tmp_path, suite_task("pkm_skip_trivial_ok"), "scripted_file/pkm")
     assert trial.status == "passed", trial.error
     assert [call.name for call in trial.transcript.tool_calls] == ["skip_pkm_organization"]
-    assert {"file_note", "skip_pkm_organization"} <= CALLS[0]["offered"], "filing and skipping both offered"
+    assert CALLS[0]["offered"] == {"keep_note", "skip_pkm_organization"}, "keeping and skipping offered first"
     assert benchmark_filing()(trial) == "rightly skipped", "graded as a skip, not counted among the filings"
 
 
@@ -258,5 +270,5 @@ def test_mock_oracle_makes_a_file_note_call_again_when_shown_the_file_first(tmp_
     trial = run_task(tmp_path, task, "mock/oracle")
     assert trial.status == "passed", [(r.grader, r.rationale) for r in trial.grader_results]
     calls = trial.transcript.tool_calls
-    assert [call.name for call in calls] == ["file_note", "file_note"]
-    assert calls[0].result.startswith("Nothing is filed yet") and calls[1].result.startswith("filed in")
+    assert [call.name for call in calls] == ["keep_note", "file_note", "file_note"], "kept first, as the agent asks"
+    assert calls[1].result.startswith("Nothing is filed yet") and calls[2].result.startswith("filed in")

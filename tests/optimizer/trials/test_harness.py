@@ -26,8 +26,8 @@ def harness_task(task_id: str, content: str, fixture: str, **metadata: str) -> d
 
 
 def _scripted_model():
-    """`scripted/pkm` looks around with a different Glob each turn until the loop offers only the
-    finishing tools, then files the note with `file_note` but leaves the insight empty, then saves
+    """`scripted/pkm` keeps the note, looks around with a different Glob each turn until the loop
+    offers only the finishing tools, then files the note with `file_note` but leaves the insight empty, then saves
     the insight."""
     from litellm import CustomLLM
 
@@ -36,7 +36,9 @@ def _scripted_model():
             tools = (kwargs.get("optional_params") or {}).get("tools") or []
             offered = {tool["function"]["name"] for tool in tools}
             SEEN.append({"offered": offered, "messages": [dict(m) for m in messages]})
-            if offered == {"update_timeline_card_insight"}:
+            if "keep_note" in offered:
+                name, arguments = "keep_note", {"topic": "a tempo run"}
+            elif offered == {"update_timeline_card_insight"}:
                 name, arguments = "update_timeline_card_insight", {"fact_id": FACT_ID,
                                                                    "insight_text": "The user ran a tempo 5k."}
             elif "Glob" not in offered:
@@ -56,13 +58,14 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
     assert trial.status == "passed", trial.error
 
     every_tool = {"file_note", "Read", "BatchRead", "Write", "Edit", "Move", "Remove", "LS", "Glob", "Grep",
-                  "update_timeline_card_insight", "skip_pkm_organization"}
-    # 10 turns, wrap-up in the last 3. Calls 1-7 are offered every tool but the insight (nothing
-    # is written yet; file_note takes the insight itself); call 8 (the wrap-up) only what files
-    # the note in one call or skips it; call 9 (filed, insight empty) only the insight, which ends it
-    looking = every_tool - {"update_timeline_card_insight"}
-    assert [seen["offered"] for seen in SEEN] == [looking] * 7 + [
-        {"file_note", "skip_pkm_organization"}, {"update_timeline_card_insight"}]
+                  "update_timeline_card_insight", "keep_note", "skip_pkm_organization"}
+    # 10 turns, wrap-up in the last 3. Call 1 is offered only keeping or skipping the note; calls
+    # 2-7 (kept) every filing tool but the insight (nothing is written yet; file_note takes the
+    # insight itself); call 8 (the wrap-up) only what files the note in one call; call 9 (filed,
+    # insight empty) only the insight, which ends it
+    looking = every_tool - {"update_timeline_card_insight", "keep_note", "skip_pkm_organization"}
+    assert [seen["offered"] for seen in SEEN] == [{"keep_note", "skip_pkm_organization"}] + [looking] * 6 + [
+        {"file_note"}, {"update_timeline_card_insight"}]
 
     def system_notes(call: int) -> list[str]:
         return [m["content"] for m in SEEN[call - 1]["messages"][2:] if m["role"] == "system"]
@@ -71,7 +74,7 @@ def test_the_budget_is_announced_and_the_last_turns_offer_only_the_finishing_too
     assert system_notes(5) == ["Turns left: 6 of 10. Finish this note before they run out."]
     assert system_notes(7)[-1] == "Turns left: 4 of 10. Finish this note before they run out."
     wrap_up = ("Only 3 turns are left, so only the tools that finish the job are offered now: "
-               "file_note, skip_pkm_organization. Use them to complete this note.")
+               "file_note. Use them to complete this note.")
     assert system_notes(8)[-1] == wrap_up
     assert system_notes(9)[-2:] == [wrap_up, "Turns left: 2 of 10. Finish this note before they run out."]
 
@@ -87,14 +90,18 @@ LOOKED: list[dict] = []
 
 
 def _looking_model():
-    """`scripted/look` records the tools it is offered, then skips the note."""
+    """`scripted_look/pkm` records the tools it is offered each turn: it keeps the note, then
+    files it in a new file of Areas."""
     from litellm import CustomLLM
 
     class Looking(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
             LOOKED.append({tool["function"]["name"]: tool["function"]["parameters"]
                            for tool in (kwargs.get("optional_params") or {}).get("tools") or []})
-            return tool_call_reply(model, "skip", "skip_pkm_organization", json.dumps({"evidence": "a test"}))
+            if "keep_note" in LOOKED[-1]:
+                return tool_call_reply(model, "keep", "keep_note", json.dumps({"topic": "a greeting"}))
+            return tool_call_reply(model, "file", "file_note", json.dumps(
+                {"folder": "Areas", "file": "hello.md", "entry": "hello", "insight": "A greeting."}))
 
     return Looking()
 
@@ -109,10 +116,11 @@ def test_paths_are_narrowed_to_the_ones_that_exist(tmp_path):
     trial = run_task(tmp_path, task, "scripted_look/pkm")
     assert trial.status != "errored", trial.error
 
+    assert set(LOOKED[0]) == {"keep_note", "skip_pkm_organization"}, "first: keep the note or skip it"
     fixture = PROJECT_ROOT / "fixtures" / "_starter_pkm" / "PKM"
     files = sorted(path.relative_to(fixture).as_posix() for path in fixture.rglob("*.md"))
     folders = sorted({path.relative_to(fixture).as_posix() for path in fixture.rglob("*") if path.is_dir()})
-    offered = LOOKED[0]
+    offered = LOOKED[1]
     assert offered["Read"] == {"type": "object", "properties": {"path": {"enum": files}}, "required": ["path"]}
     assert offered["BatchRead"]["properties"]["paths"]["items"] == {"enum": files}
     assert offered["Edit"]["properties"]["path"] == {"enum": files}
@@ -130,7 +138,7 @@ CUT: list[list[dict]] = []
 
 
 def _cut_model():
-    """`scripted_cut/pkm` writes a file_note call whose insight loops until the reply stops at its
+    """`scripted_cut/pkm` keeps the note, then writes a file_note call whose insight loops until the reply stops at its
     length limit (as the embedded model's server returns it: plain content, finish reason
     "length"), then, told so, makes the call complete."""
     from litellm import CustomLLM
@@ -143,6 +151,8 @@ def _cut_model():
         def completion(self, model, messages, *args, **kwargs):
             CUT.append([dict(m) for m in messages])
             if len(CUT) == 1:
+                return tool_call_reply(model, "keep", "keep_note", json.dumps({"topic": "a tempo run"}))
+            if len(CUT) == 2:
                 looping = json.dumps({"name": "file_note", "arguments": call})[:-20] + " faster" * 200
                 return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": looping},
                                                             "finish_reason": "length"}],
@@ -160,9 +170,9 @@ def test_a_reply_cut_off_at_its_length_limit_is_told_so_not_reminded_of_skipping
     task = harness_task("pkm_cut", "Tempo 5k in 24:10 today.", "fresh")
     trial = run_task(tmp_path, task, "scripted_cut/pkm")
     assert trial.status == "passed", trial.error
-    said, cut = CUT[1][-1], CUT[1][-2]
+    said, cut = CUT[2][-1], CUT[2][-2]
     assert said["role"] == "user" and said["content"].startswith("Your last reply stopped at the length limit")
     assert cut["role"] == "assistant" and len(cut["content"]) == 200 and " faster" * 20 not in cut["content"], \
         "the loop the reply ran into is not shown to the model again"
     assert "skip_pkm_organization" not in said["content"]
-    assert [call.name for call in trial.transcript.tool_calls] == ["file_note"]
+    assert [call.name for call in trial.transcript.tool_calls] == ["keep_note", "file_note"]
