@@ -110,6 +110,17 @@ def tool_call_reply(model: str, call_id: str, name: str, arguments: str) -> Any:
                          usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
 
 
+def text_reply(model: str, content: str, finish: str = "stop", completion_tokens: int = 5) -> Any:
+    """A litellm response whose message is plain text (no call), ending for `finish`: "stop", or
+    "length" for a reply cut off at its limit."""
+    from litellm.types.utils import ModelResponse
+
+    return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": content},
+                                                "finish_reason": finish}],
+                         usage={"prompt_tokens": 10, "completion_tokens": completion_tokens,
+                                "total_tokens": 10 + completion_tokens})
+
+
 def clean_context() -> Any:
     """A multiprocessing context whose children start from a fresh single-threaded server
     process ("forkserver"), for contenders that open a store: a child forked straight from a test

@@ -64,10 +64,13 @@ def settle_mtimes(pkm: Path, task: Task) -> None:
         os.utime(path, (stamp, stamp), follow_symlinks=False)
 
 
-def missing_parts(tools: PKMTools) -> list[str]:
+def missing_parts(tools: PKMTools, triage: Triage) -> list[str]:
+    """What the note still needs, each naming only tools the agent is offered at that point."""
     if tools.skip_evidence is not None:
         return []
     says = texts("pkm_agent.checks.yaml")
+    if not triage.kept and not tools.mutated:
+        return [says["not_decided"]]
     missing = []
     if not tools.filed():
         missing.append(says["not_filed"].format(roots=", ".join(PARA_ROOTS), marker=marker_for(tools.fact_id)))
@@ -106,7 +109,7 @@ def run(context: AgentContext) -> AgentRun:
     limits = LoopLimits(max_turns=int(task.metadata.get("max_turns", MAX_TURNS)), max_reminders=MAX_REMINDERS,
                         budget_notice=BUDGET_NOTICE, wrap_up=WRAP_UP)
     loop = ToolLoop(context, triage.listed(tools.tools()), limits,
-                    completion_check=lambda: missing_parts(tools),
+                    completion_check=lambda: missing_parts(tools, triage),
                     reminder=lambda missing: reminder("pkm_agent.reminder.md", missing),
                     system_note=system_note, tool_choice="required", texts=texts("pkm_agent.loop.yaml"),
                     state=lambda: (tools.mutations, tools.insight, tools.skip_evidence),

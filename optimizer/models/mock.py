@@ -1,7 +1,9 @@
 """Built-in in-process providers, served through litellm like any remote model.
 
 * `mock/oracle` replays the task's `reference_solution.tool_calls`, one per turn, then answers
-  with a short final message. Every task of a suite must score 1.0 with it.
+  with a short final message. Every task of a suite must score 1.0 with it. Both it and
+  `mock/sim` make their calls in the order the agent asks for them (`AgentEntry.replay`, which
+  comes with the trial as `TrialContext.replay`: the PKM Agent's `keep_note` first).
 * `mock/sim` plays the agent as its registered `SimProfile` says (see `optimizer.trials.sim`): seeded,
   prompt-sensitive, reproducible.
 

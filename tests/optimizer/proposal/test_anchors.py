@@ -14,7 +14,15 @@ from optimizer.types import Trial
 from tests.conftest import PROJECT_ROOT
 
 PKM_PROMPT = PROJECT_ROOT / "agents/prompts/pkm_agent.md"
-SHOWN = "Areas/Health/running.md"  # the prompt's example path, the answer of two train tasks
+SHOWN = "Areas/Health/running.md"  # an example path that is the answer of two train tasks
+
+
+def shown_prompt() -> str:
+    """The PKM prompt with `SHOWN` as its example path, as it once was (it now shows the
+    placeholder itself)."""
+    prompt = PKM_PROMPT.read_text(encoding="utf-8")
+    assert prompt.count("`<folder>/<file>.md`") == 1, "the prompt's example path is where this test expects it"
+    return prompt.replace("`<folder>/<file>.md`", f"`{SHOWN}`")
 
 
 def pkm():
@@ -35,7 +43,7 @@ ONE_ON_ONE = ("pkm_route_one_on_one_secondment", "route_into_existing_file")
 
 def test_the_prompts_example_path_is_taken_out_once_a_failed_note_of_a_target_was_filed_there():
     suite, index, tasks = pkm()
-    prompt = PKM_PROMPT.read_text(encoding="utf-8")
+    prompt = shown_prompt()
     placeholder = read_placeholder(PKM_PROMPT)
     trial = filed(*ONE_ON_ONE, got="Areas/Health", expected="Areas/Work")
     [anchor] = find([trial], index, prompt, [("pkm_agent", ONE_ON_ONE[1])], tasks, placeholder)
@@ -61,13 +69,13 @@ def test_the_prompts_example_path_is_taken_out_once_a_failed_note_of_a_target_wa
 ])
 def test_no_answer_is_taken_out_without_a_failed_target_note_that_chose_it(trial, targets, why):
     _, index, tasks = pkm()
-    prompt = PKM_PROMPT.read_text(encoding="utf-8")
+    prompt = shown_prompt()
     assert find([trial], index, prompt, targets, tasks, read_placeholder(PKM_PROMPT)) == [], why
 
 
 def test_an_agent_without_a_placeholder_or_a_literal_that_is_no_answer_gets_none():
     _, index, tasks = pkm()
-    prompt = PKM_PROMPT.read_text(encoding="utf-8")
+    prompt = shown_prompt()
     trial = filed(*ONE_ON_ONE, got="Areas/Health", expected="Areas/Work")
     targets = [("pkm_agent", ONE_ON_ONE[1])]
     assert find([trial], index, prompt, targets, tasks, None) == [], "no placeholder file beside the prompt"
@@ -88,7 +96,7 @@ def test_a_placeholder_file_without_one_line_is_refused_naming_it(tmp_path):
 
 def test_the_example_proposer_makes_the_first_prepared_patch_and_asks_the_patcher_for_none(tmp_path):
     _, index, tasks = pkm()
-    prompt = PKM_PROMPT.read_text(encoding="utf-8")
+    prompt = shown_prompt()
     [anchor] = find([filed(*ONE_ON_ONE, got="Areas/Health", expected="Areas/Work")], index, prompt,
                     [("pkm_agent", ONE_ON_ONE[1])], tasks, "<folder>/<file>{suffix}")
     (tmp_path / "prompt.md").write_text(prompt, encoding="utf-8")

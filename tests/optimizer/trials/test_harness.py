@@ -10,7 +10,7 @@ import json
 from optimizer.models import register_provider
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import run_pkm_task as run_task
-from tests.helpers import tool_call_reply
+from tests.helpers import text_reply, tool_call_reply
 
 FACT_ID = "2026/05/25.md#ts_1"
 SEEN: list[dict] = []
@@ -142,7 +142,6 @@ def _cut_model():
     length limit (as the embedded model's server returns it: plain content, finish reason
     "length"), then, told so, makes the call complete."""
     from litellm import CustomLLM
-    from litellm.types.utils import ModelResponse
 
     call = {"folder": "Areas", "file": "Health/running.md", "entry": "- Tempo 5k in 24:10",
             "insight": "A faster 5k."}
@@ -154,9 +153,7 @@ def _cut_model():
                 return tool_call_reply(model, "keep", "keep_note", json.dumps({"topic": "a tempo run"}))
             if len(CUT) == 2:
                 looping = json.dumps({"name": "file_note", "arguments": call})[:-20] + " faster" * 200
-                return ModelResponse(model=model, choices=[{"message": {"role": "assistant", "content": looping},
-                                                            "finish_reason": "length"}],
-                                     usage={"prompt_tokens": 10, "completion_tokens": 512, "total_tokens": 522})
+                return text_reply(model, looping, "length", completion_tokens=512)
             return tool_call_reply(model, f"cut{len(CUT)}", "file_note", json.dumps(call))
 
     return Cut()
@@ -175,4 +172,42 @@ def test_a_reply_cut_off_at_its_length_limit_is_told_so_not_reminded_of_skipping
     assert cut["role"] == "assistant" and len(cut["content"]) == 200 and " faster" * 20 not in cut["content"], \
         "the loop the reply ran into is not shown to the model again"
     assert "skip_pkm_organization" not in said["content"]
+    assert [call.name for call in trial.transcript.tool_calls] == ["keep_note", "file_note"]
+
+
+CHATTY: list[list[dict]] = []
+
+
+def _chatty_model():
+    """`scripted_chat/pkm` answers each turn first in prose (no call), then, reminded, makes the
+    call the turn offers: keep_note, then file_note."""
+    from litellm import CustomLLM
+
+    class Chatty(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            CHATTY.append([dict(m) for m in messages])
+            offered = {tool["function"]["name"] for tool in (kwargs.get("optional_params") or {}).get("tools") or []}
+            if "not finished" not in str(messages[-1]["content"]):
+                return text_reply(model, "Noted.")
+            if "keep_note" in offered:
+                return tool_call_reply(model, "keep", "keep_note", json.dumps({"topic": "a tempo run"}))
+            return tool_call_reply(model, "file", "file_note", json.dumps(
+                {"folder": "Areas", "file": "running.md", "entry": "- Tempo 5k", "insight": "A faster 5k."}))
+
+    return Chatty()
+
+
+register_provider("scripted_chat", _chatty_model, ["scripted_chat/pkm"])
+
+
+def test_a_reminder_names_only_the_tools_the_agent_is_offered_then(tmp_path):
+    CHATTY.clear()
+    task = harness_task("pkm_chat", "Tempo 5k in 24:10 today.", "fresh")
+    trial = run_task(tmp_path, task, "scripted_chat/pkm")
+    assert trial.status == "passed", trial.error
+    reminders = [m["content"] for call in CHATTY for m in call[-1:] if m["role"] == "user" and "not finished" in m["content"]]
+    assert len(reminders) == 2
+    assert "call keep_note with its topic, or skip_pkm_organization" in reminders[0] and "file_note" not in reminders[0]
+    assert "call file_note with the folder and file" in reminders[1]
+    assert "skip_pkm_organization" not in reminders[1], "a kept note is not told to skip: that tool is gone"
     assert [call.name for call in trial.transcript.tool_calls] == ["keep_note", "file_note"]
