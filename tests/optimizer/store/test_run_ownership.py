@@ -112,10 +112,13 @@ def test_a_running_run_whose_owner_is_alive_is_never_adopted(store_url, other_pr
     assert Store(store_url).runs.adopt(SPEC, "baseline") is None  # now this live process's own
 
 
-def _adopt(url: str, start, taken) -> None:
+def _adopt(url: str, start, done, taken) -> None:
+    """Adopt at the same moment as the others, and stay alive until they all tried: a process
+    that has exited owns nothing, so its run may rightly be adopted again."""
     store = Store(url)
     start.wait()
     taken.put(store.runs.adopt(SPEC, "baseline"))
+    done.wait()
     store.close()
 
 
@@ -126,8 +129,8 @@ def test_processes_adopting_one_interrupted_run_at_once_get_it_once(store_url):
     store.close()
     context = clean_context()
     count = 3
-    start, taken = context.Barrier(count), context.Queue()
-    assert run_forked(context, _adopt, [(store_url, start, taken)] * count) == [0] * count
+    start, done, taken = context.Barrier(count), context.Barrier(count), context.Queue()
+    assert run_forked(context, _adopt, [(store_url, start, done, taken)] * count) == [0] * count
     results = [taken.get(timeout=10) for _ in range(count)]
     assert results.count("left") == 1 and results.count(None) == count - 1, results
 
