@@ -280,13 +280,13 @@ def test_a_daemon_the_proposer_started_with_setsid_is_killed_before_it_writes_to
         cli, repo, tmp_path, monkeypatch, isolated):
     monkeypatch.setattr("optimizer.proposal.box.find_bwrap", lambda: None)  # unconfined: bubblewrap's pid namespace
     marker = f"proposer-daemon-{uuid.uuid4().hex}"                   # would end the daemon by itself
-    daemon = f"sleep 5; echo {marker} >> {shlex.quote(str(repo / PROMPT))}"  # seconds the harness has, on a busy host
+    daemon = f"sleep 15; echo {marker} >> {shlex.quote(str(repo / PROMPT))}"  # seconds the harness has, on a busy host
     # the proposer goes on for a second after starting the daemon, so the daemon is out of its group when it exits
     propose_with(monkeypatch, f"{APPEND_RULE}; setsid sh -c {shlex.quote(daemon)} & sleep 1; exit 0")
     before = (repo / PROMPT).read_text()
     summary, proposal = run(cli, tmp_path)
     assert proposal["status"] == "accepted", proposal
-    time.sleep(6)  # past the daemon's sleep
+    time.sleep(16)  # past the daemon's sleep
     assert (repo / PROMPT).read_text() == before
     assert marked_processes(marker) == []
     log = next(isolated.glob("runs/*/proposal-1.log")).read_text()
