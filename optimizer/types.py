@@ -139,6 +139,10 @@ class Task(_Strict):
     def path(self) -> Path | None:
         return self._path
 
+    def reference_calls(self) -> list[ToolCallSpec]:
+        """The reference solution's tool calls (none when the task has no reference solution)."""
+        return list(self.reference_solution.tool_calls) if self.reference_solution else []
+
     @property
     def suite_root(self) -> Path | None:
         return self._suite_root

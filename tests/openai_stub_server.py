@@ -48,7 +48,7 @@ def task_calls(suite_names: list[str], root: Path = PROJECT_ROOT) -> dict[str, t
         entry = get_agent(suite.spec.agent_name)
         user_message = importlib.import_module(entry.run.__module__).user_message
         for task in suite.tasks:
-            script = list(task.reference_solution.tool_calls) if task.reference_solution else []
+            script = task.reference_calls()
             calls[user_message(task)] = (entry.replay(task, script) if entry.replay else script, task.bucket)
     return calls
 

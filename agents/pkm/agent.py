@@ -24,8 +24,8 @@ from . import filing
 from .reminders import load_history, reminders
 from .sandbox import Sandbox, SandboxError, write_file
 from .state import build_state, marker_for, snapshot
-from .tools import PARA_ROOTS, PKMTools
-from .triage import Triage
+from .tools import PARA_ROOTS, SCHEMAS, PKMTools
+from .triage import KEEP, Triage, deciding_choice
 from ..texts import reminder, template, texts
 from optimizer import AgentContext, AgentRun, LoopLimits, Outcome, Task, ToolLoop
 
@@ -39,21 +39,33 @@ WRAP_UP = 3
 """In the last turns only the finishing tools are offered (see `Triage.finishing`)."""
 
 
-def user_message(task: Task) -> str:
-    """The note and the first question: keep it or skip it (`agents.pkm.triage`)."""
-    return template("pkm_agent.user.md").format(
+def user_message(task: Task, name: str = "pkm_agent.user.md", closest: str = "") -> str:
+    """The note and the first question: keep it or skip it (`agents.pkm.triage`); with `name`
+    `pkm_agent.again.md`, the same asked again with the files `closest` to the note."""
+    return template(name).format(
         content=task.input.content, fact_id=task.input.resolved_fact_id(),
-        published_at=task.input.resolved_published_at().isoformat(),
+        published_at=task.input.resolved_published_at().isoformat(), closest=closest,
     ).strip() + "\n"
 
 
-def kept_message(knowledge_base: str, closest: str) -> str:
-    """What `keep_note` answers: the knowledge base as listed by `agents.pkm.filing.listing`, the
-    files closest to the note (`agents.pkm.filing.closest`) and where to file it."""
-    said = texts("pkm_agent.filing.yaml")
+def kept_message(said: dict[str, str], reminded: str, knowledge_base: str, closest: str) -> str:
+    """What `keep_note` answers: the knowledge base's reminders, the knowledge base as listed by
+    `agents.pkm.filing.listing`, the files closest to the note (`agents.pkm.filing.closest`) and,
+    last, where to file it."""
     return template("pkm_agent.kept.md").format(
-        knowledge_base=knowledge_base, closest=closest,
+        reminders=reminded + "\n\n" if reminded else "", knowledge_base=knowledge_base, closest=closest,
         where=said["where_closest"] if closest else said["where_listed"]).strip()
+
+
+def read_again(context: AgentContext, pkm: Path, said: dict[str, str]) -> bool:
+    """Whether the note, asked about again in a fresh conversation with the files closest to it
+    named (`pkm_agent.again.md`), is kept (`agents.pkm.triage`)."""
+    task = context.task
+    message = user_message(task, "pkm_agent.again.md", filing.closest(pkm, task.input.content, said["closest_again"]))
+    completion = context.model.complete(
+        [{"role": "system", "content": context.system_prompt}, {"role": "user", "content": message}],
+        [schema for schema in SCHEMAS.values()], tool_choice=deciding_choice())
+    return any(call.name == KEEP for call in completion.tool_calls)
 
 
 def settle_mtimes(pkm: Path, task: Task) -> None:
@@ -90,12 +102,11 @@ def run(context: AgentContext) -> AgentRun:
     history = load_history(state_dir)
     tools = PKMTools(sandbox, fact_id)
     said = texts("pkm_agent.filing.yaml")
-    triage = Triage(kept_message(filing.listing(pkm, tools.folders(), said["more"]),
-                                 filing.closest(pkm, task.input.content, said["closest"])))
     shown: list[str] = []
     computed: dict[int, str] = {}
+    told: list[str] = []
 
-    def system_note() -> str:
+    def reminded() -> str:
         """The reminders for the tree as it is now; recomputed only after the tree changed."""
         changes = tools.mutations
         if changes not in computed:
@@ -105,6 +116,21 @@ def run(context: AgentContext) -> AgentRun:
         if note and note not in shown:
             shown.append(note)
         return note
+
+    def kept() -> str:
+        told.append(reminded())
+        return kept_message(said, told[-1], filing.listing(pkm, tools.folders(), said["more"]),
+                            filing.closest(pkm, task.input.content, said["closest"]))
+
+    def system_note() -> str:
+        """The reminders once the note is kept (the decision to keep it is made on the note
+        alone), unless `keep_note`'s answer told them already."""
+        if not triage.kept and not tools.mutated:
+            return ""
+        note = reminded()
+        return "" if told and note == told[-1] else note
+
+    triage = Triage(kept, lambda: read_again(context, pkm, said), said["kept_again"])
 
     limits = LoopLimits(max_turns=int(task.metadata.get("max_turns", MAX_TURNS)), max_reminders=MAX_REMINDERS,
                         budget_notice=BUDGET_NOTICE, wrap_up=WRAP_UP)

@@ -174,7 +174,7 @@ def demonstration(task: Task) -> list[ToolCallSpec]:
     the reference calls as written otherwise (a skip, or a reorganisation that moves, removes or
     writes several files, which needs the other tools). The entry is the text the reference adds,
     without the note's marker, which `file_note` adds."""
-    calls = list(task.reference_solution.tool_calls) if task.reference_solution else []
+    calls = task.reference_calls()
     writes = [call for call in calls if call.name in ("Write", "Edit")]
     insights = [call for call in calls if call.name == "update_timeline_card_insight"]
     if len(writes) != 1 or len(insights) != 1 or any(call.name in ("Move", "Remove") for call in calls):

@@ -100,7 +100,7 @@ def _without_seed_lines(text: str) -> str:
 
 
 def failing_calls(task: Task, rng: random.Random) -> list[ToolCallSpec]:
-    reference = list(task.reference_solution.tool_calls) if task.reference_solution else []
+    reference = task.reference_calls()
     bucket = task.bucket
     if bucket == "read_before_write":
         return [call for call in reference if call.name not in READS]

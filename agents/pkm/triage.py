@@ -8,12 +8,19 @@ the message said, whatever its condition: told last to file in the closest file,
 declined note there; told last to skip trivial notes, it skipped every note
 (docs/benchmarks.md, "The closest file as the default (tried)"). Apart, each question is the last
 one when it is asked.
+
+A skip at the first turn is asked about once more, in a fresh conversation whose message also
+names the files closest to the note (`pkm_agent.again.md`), and the note is skipped only when that
+reading skips it too. The 1.5B model's answer to the question changed with its wording more than
+with the note: each wording skipped a different few notes to keep, while every wording skipped the
+notes to skip. Two readings in different words, skipping only on both, is the prompt ensemble of
+Arora et al. 2022 ("Ask Me Anything"), aggregated for the costlier error: a lost note.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from . import filing
 from .tools import SCHEMAS
@@ -30,22 +37,43 @@ TOPIC_WORDS = 8
 
 @dataclass
 class Triage:
-    shown: str
-    """What `keep_note` answers: the knowledge base, the files closest to the note, where to file."""
+    answer: Callable[[], str]
+    """What `keep_note` answers, built when the note is kept: the knowledge base, the files closest
+    to the note, where to file it."""
+    read_again: Callable[[], bool]
+    """Whether the note, asked about again in other words, is kept (see the module docstring)."""
+    kept_again: str
+    """Said before `answer` when that second reading keeps a note the agent skipped."""
     kept: bool = False
+    asked_again: bool = False
+    overruled: bool = False
 
     def keep(self, args: dict[str, Any]) -> ToolOutput:
         self.kept = True
-        return ToolOutput(self.shown)
+        return ToolOutput(self.answer())
 
     def tool(self) -> Tool:
         return Tool(SCHEMAS[KEEP], self.keep)
 
+    def checked(self, skip: Tool) -> Tool:
+        """`skip` that, the first time it is called before the note is kept, reads the note again
+        and keeps it instead when that reading does (the call then does not finish the run)."""
+        def handler(args: dict[str, Any]) -> ToolOutput:
+            self.overruled = False
+            evidence = args.get("evidence")
+            if not self.kept and not self.asked_again and isinstance(evidence, str) and evidence.strip():
+                self.asked_again = True
+                if self.read_again():
+                    self.overruled = self.kept = True
+                    return ToolOutput(self.kept_again + "\n" + self.answer())
+            return skip.handler(args)
+        return Tool(skip.schema, handler, terminal=lambda: not self.overruled, narrow=skip.narrow)
+
     def listed(self, tools: list[Tool]) -> list[Tool]:
         """`tools` with `keep_note` added just before `skip_pkm_organization`, as the schemas list
-        them (the order the model reads the two choices in)."""
+        them (the order the model reads the two choices in), and the skip `checked`."""
         at = next((i for i, tool in enumerate(tools) if tool.name == SKIP), len(tools))
-        return [*tools[:at], self.tool(), *tools[at:]]
+        return [*tools[:at], self.tool(), *(self.checked(tool) if tool.name == SKIP else tool for tool in tools[at:])]
 
     def offered(self, mutated: bool) -> list[str]:
         """Keep or skip until the note is kept (or something was written: a model that files at
@@ -64,6 +92,12 @@ class Triage:
         if filed:
             return [INSIGHT]
         return ["file_note"] if self.kept else ["file_note", SKIP]
+
+
+def deciding_choice() -> dict[str, Any]:
+    """A tool choice that allows only keeping or skipping (an OpenAI `allowed_tools` choice)."""
+    return {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+        {"type": "function", "function": {"name": name}} for name in DECIDING]}}
 
 
 def opened(task: Task, calls: list[ToolCallSpec]) -> list[ToolCallSpec]:

@@ -24,7 +24,7 @@ from optimizer.proposal.ablation import ablate
 from optimizer.proposal.anchors import Anchor, read_placeholder
 from optimizer.proposal.anchors import find as find_anchors
 from optimizer.proposal.box import Box, open_box
-from optimizer.proposal.examples import Example, reference_calls, template_path
+from optimizer.proposal.examples import Example, template_path
 from optimizer.proposal.examples import choose as choose_examples
 from optimizer.proposal.patch import LintIndex, check_change, check_prompt_text
 from optimizer.proposal.proposers import Proposal, ProposalRequest, patch_format
@@ -34,6 +34,7 @@ from optimizer.registry import get_agent
 from optimizer.scoring import voting_passed, voting_value
 from optimizer.trials.evaluate import finish
 from optimizer.trials.runner import new_run_id
+from optimizer.types import Task
 
 
 ABLATION_NOTE = "\n\n[optimizer] "
@@ -166,7 +167,7 @@ class Candidates:
         targets = [(t.suite, t.bucket) for t in selection.targets]
         anchors = find_anchors(self.state.baseline, self.state.lint_index, prompt, targets,
                                {task.id for suite in suites for task in suite.tasks}, read_placeholder(prompt_file))
-        demonstrate = get_agent(selection.agent).demonstrate or reference_calls
+        demonstrate = get_agent(selection.agent).demonstrate or Task.reference_calls
         judged = judged_rationales(self.state.rejected, self.state.result.base.commit)
         chosen = [patch for patch in anchors + choose_examples(suites, targets, self.state.baseline, prompt,
                                                                template.read_text(encoding="utf-8"), demonstrate)

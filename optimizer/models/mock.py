@@ -284,7 +284,7 @@ def _script(name: str, context, messages: list[dict]):
     makes, in the order the agent asks for them (`TrialContext.replay`)."""
     task = context.task
     if name == "oracle":
-        calls = list(task.reference_solution.tool_calls) if task.reference_solution else []
+        calls = task.reference_calls()
     else:
         profile = context.sim_profile
         if profile is None:

@@ -77,11 +77,7 @@ def template_path(prompt_file: Path) -> Path:
     return prompt_file.with_name(prompt_file.stem + ".example.md")
 
 
-def reference_calls(task: Task) -> list[ToolCallSpec]:
-    return list(task.reference_solution.tool_calls) if task.reference_solution else []
-
-
-def render(template: str, task: Task, demonstrate: Demonstrate = reference_calls) -> str:
+def render(template: str, task: Task, demonstrate: Demonstrate = Task.reference_calls) -> str:
     calls = "\n".join(f"{call.name} {json.dumps(_cut(call.arguments), ensure_ascii=False)}"
                       for call in demonstrate(task))
     return template.replace("{note}", task.input.content.strip()).replace("{calls}", calls).strip("\n")
@@ -103,7 +99,7 @@ def showable(task: Task) -> bool:
 
 
 def choose(suites: Iterable[Suite], targets: Iterable[tuple[str, str]], baseline: Iterable[Trial],
-           base_prompt: str, template: str, demonstrate: Demonstrate = reference_calls) -> list[Example]:
+           base_prompt: str, template: str, demonstrate: Demonstrate = Task.reference_calls) -> list[Example]:
     """The examples a proposal may add for `targets` (see the module docstring), each with its
     companions; one target's best after another's."""
     suites = list(suites)

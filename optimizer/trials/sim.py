@@ -292,6 +292,6 @@ def decide(profile: SimProfile, task: Task, system_prompt: str, seed: int, trial
     probability = profile.pass_probability(task, system_prompt)
     value, rng = trial_draw(seed, task.id, trial_index, prompt_key(system_prompt, noise))
     if value < probability:
-        calls = list(task.reference_solution.tool_calls) if task.reference_solution else []
+        calls = task.reference_calls()
         return SimDecision(True, probability, calls)
     return SimDecision(False, probability, profile.failing_calls(task, rng))

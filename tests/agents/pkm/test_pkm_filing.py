@@ -177,7 +177,7 @@ def _filing_model():
             user = next(message["content"] for message in messages if message["role"] == "user")
             offered = {tool["function"]["name"] for tool in tools}
             CALLS.append({"offered": offered, "user": user, "last": messages[-1]["content"],
-                          "roles": [message["role"] for message in messages]})
+                          "roles": [message["role"] for message in messages], "messages": list(messages)})
             if user.startswith("ok\n"):
                 name, arguments = "skip_pkm_organization", {"evidence": "only 'ok': nothing to keep"}
             elif "keep_note" in offered:
@@ -227,16 +227,20 @@ def test_a_note_filed_with_file_note_passes_the_graders_in_the_right_place(tmp_p
     assert benchmark_filing()(trial) == "right place"
     assert [call.name for call in trial.transcript.tool_calls] == ["keep_note", "file_note", "file_note"]
     assert "Nothing is filed yet" in trial.transcript.tool_calls[1].result, "shown first, then made again"
-    # first the note alone, with the question whether to keep it (the knowledge base's reminder,
-    # a catch-all Inbox here, comes before the note, not after it); once kept, the knowledge base,
-    # the file the note continues named first among the closest, and where to file it, last
+    # first the note alone, with the question whether to keep it (not even the knowledge base's
+    # reminder, a catch-all Inbox here); once kept, the reminder, the knowledge base, the file the
+    # note continues named first among the closest, and where to file it, last
     assert CALLS[0]["offered"] == {"keep_note", "skip_pkm_organization"}
-    assert CALLS[0]["roles"] == ["system", "system", "user"]
+    assert CALLS[0]["roles"] == ["system", "user"]
     assert CALLS[0]["last"].rstrip().endswith(
         "Call keep_note with its topic, or skip_pkm_organization if it should not be kept.")
     assert "one-on-ones.md" not in CALLS[0]["last"], "the knowledge base is not shown before the note is kept"
     shown = CALLS[1]["last"]
     assert "Areas/Work/\n" in shown and "  one-on-ones.md: 1:1s with Dana\n" in shown
+    assert shown.index("Inbox") < shown.index("The knowledge base now"), "the reminder comes with the knowledge base"
+    assert not any("System note" in str(m) for m in CALLS[2]["messages"][:-1] if m["role"] == "system"), \
+        "a reminder told in keep_note's answer is not told again"
+    assert trial.outcome.environment_state["reminders"], "the reminder shown is recorded"
     closest = shown.split("closest first:\n", 1)[1].splitlines()
     assert closest[0] == "  Areas/Work/one-on-ones.md: 1:1s with Dana"
     assert closest[-1].startswith("File the note with file_note now: in the first of these closest files")
@@ -257,6 +261,56 @@ def test_the_trivial_note_is_skipped_at_once_and_passes(tmp_path):
     assert [call.name for call in trial.transcript.tool_calls] == ["skip_pkm_organization"]
     assert CALLS[0]["offered"] == {"keep_note", "skip_pkm_organization"}, "keeping and skipping offered first"
     assert benchmark_filing()(trial) == "rightly skipped", "graded as a skip, not counted among the filings"
+    assert len(CALLS) == 2 and CALLS[1]["roles"] == ["system", "user"], "the skip was asked about once more, afresh"
+
+
+def _skipping_model(again: str):
+    """A model that skips the note at its first question; asked again (a fresh conversation whose
+    message names the closest files), it calls `again`; once the note is kept, it files it in
+    Areas/Work/one-on-ones.md. Each call's messages are recorded in CALLS."""
+    from litellm import CustomLLM
+
+    class Skipping(CustomLLM):
+        def completion(self, model, messages, *args, **kwargs):
+            CALLS.append({"messages": list(messages)})
+            user = next(message["content"] for message in messages if message["role"] == "user")
+            if len(messages) == 2 and "Files of the knowledge base closest to this note:" in user:
+                name, arguments = again, ({"topic": "the secondment"} if again == "keep_note" else {"evidence": "no"})
+            elif len(messages) == 2:
+                name, arguments = "skip_pkm_organization", {"evidence": "a test message"}
+            else:
+                name, arguments = "file_note", {"folder": "Areas/Work", "file": "one-on-ones.md",
+                                                "entry": "- 2026-05-21 told Dana: not doing the Leeds secondment",
+                                                "insight": "Settles the Leeds secondment question Dana raised."}
+            return tool_call_reply(model, f"call{len(CALLS)}", name, json.dumps(arguments))
+
+    return Skipping()
+
+
+register_provider("scripted_again", lambda: _skipping_model("keep_note"), ["scripted_again/keeps"])
+register_provider("scripted_skip", lambda: _skipping_model("skip_pkm_organization"), ["scripted_skip/skips"])
+
+
+def test_a_note_skipped_at_first_but_kept_when_asked_again_with_its_closest_files_is_filed(tmp_path):
+    CALLS.clear()
+    trial = run_task(tmp_path, suite_task("pkm_route_one_on_one_secondment"), "scripted_again/keeps")
+    assert trial.status == "passed", [(r.grader, r.rationale) for r in trial.grader_results]
+    calls = trial.transcript.tool_calls
+    assert [call.name for call in calls] == ["skip_pkm_organization", "file_note", "file_note"]
+    assert calls[0].result.startswith("Asked again with the files closest to it, the note is to be kept")
+    assert "Areas/Work/one-on-ones.md: 1:1s with Dana" in calls[0].result, "then keep_note's answer"
+    asked = CALLS[1]["messages"][-1]["content"]
+    assert "Files of the knowledge base closest to this note:\n  Areas/Work/one-on-ones.md" in asked
+    assert trial.outcome.environment_state["skip_evidence"] is None
+
+
+def test_a_note_skipped_at_both_readings_is_skipped(tmp_path):
+    CALLS.clear()
+    trial = run_task(tmp_path, suite_task("pkm_route_one_on_one_secondment"), "scripted_skip/skips")
+    assert [call.name for call in trial.transcript.tool_calls] == ["skip_pkm_organization"]
+    assert trial.outcome.environment_state["skip_evidence"] == "a test message"
+    assert len(CALLS) == 2, "asked once more, then skipped"
+    assert benchmark_filing()(trial) == "skipped"
 
 
 def test_mock_oracle_makes_a_file_note_call_again_when_shown_the_file_first(tmp_path):
