@@ -64,7 +64,7 @@ def read_again(context: AgentContext, pkm: Path, said: dict[str, str]) -> bool:
     message = user_message(task, "pkm_agent.again.md", filing.closest(pkm, task.input.content, said["closest_again"]))
     completion = context.model.complete(
         [{"role": "system", "content": context.system_prompt}, {"role": "user", "content": message}],
-        [schema for schema in SCHEMAS.values()], tool_choice=deciding_choice())
+        list(SCHEMAS.values()), tool_choice=deciding_choice())
     return any(call.name == KEEP for call in completion.tool_calls)
 
 
