@@ -110,6 +110,16 @@ def tool_call_reply(model: str, call_id: str, name: str, arguments: str) -> Any:
                          usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
 
 
+def sent_tools(kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tools a request to a litellm `CustomLLM` sent (its `optional_params`), as OpenAI schemas."""
+    return (kwargs.get("optional_params") or {}).get("tools") or []
+
+
+def offered_names(kwargs: dict[str, Any]) -> set[str]:
+    """The names of the tools a request to a litellm `CustomLLM` offered (`sent_tools`)."""
+    return {tool["function"]["name"] for tool in sent_tools(kwargs)}
+
+
 def text_reply(model: str, content: str, finish: str = "stop", completion_tokens: int = 5) -> Any:
     """A litellm response whose message is plain text (no call), ending for `finish`: "stop", or
     "length" for a reply cut off at its limit."""

@@ -81,7 +81,7 @@ def missing_parts(tools: PKMTools, triage: Triage) -> list[str]:
     if tools.skip_evidence is not None:
         return []
     says = texts("pkm_agent.checks.yaml")
-    if not triage.kept and not tools.mutated:
+    if triage.deciding(tools.mutated):
         return [says["not_decided"]]
     missing = []
     if not tools.filed():
@@ -125,7 +125,7 @@ def run(context: AgentContext) -> AgentRun:
     def system_note() -> str:
         """The reminders once the note is kept (the decision to keep it is made on the note
         alone), unless `keep_note`'s answer told them already."""
-        if not triage.kept and not tools.mutated:
+        if triage.deciding(tools.mutated):
             return ""
         note = reminded()
         return "" if told and note == told[-1] else note

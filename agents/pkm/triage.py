@@ -14,7 +14,7 @@ names the files closest to the note (`pkm_agent.again.md`), and the note is skip
 reading skips it too. The 1.5B model's answer to the question changed with its wording more than
 with the note: each wording skipped a different few notes to keep, while every wording skipped the
 notes to skip. Two readings in different words, skipping only on both, is the prompt ensemble of
-Arora et al. 2022 ("Ask Me Anything"), aggregated for the costlier error: a lost note.
+Arora et al. ("Ask Me Anything", ICLR 2023), aggregated for the costlier error: a lost note.
 """
 
 from __future__ import annotations
@@ -75,12 +75,16 @@ class Triage:
         at = next((i for i, tool in enumerate(tools) if tool.name == SKIP), len(tools))
         return [*tools[:at], self.tool(), *(self.checked(tool) if tool.name == SKIP else tool for tool in tools[at:])]
 
+    def deciding(self, mutated: bool) -> bool:
+        """Whether the note is still to be kept or skipped: it is not kept and nothing was written
+        (a model that files at once has kept it)."""
+        return not self.kept and not mutated
+
     def offered(self, mutated: bool) -> list[str]:
-        """Keep or skip until the note is kept (or something was written: a model that files at
-        once has kept it); then the filing tools, the insight only once something was written (saved
-        before anything was written, it led the embedded model to skip the note it was then told
-        was not filed; `file_note` takes the insight itself)."""
-        if not self.kept and not mutated:
+        """Keep or skip while `deciding`; then the filing tools, the insight only once something
+        was written (saved before anything was written, it led the embedded model to skip the note
+        it was then told was not filed; `file_note` takes the insight itself)."""
+        if self.deciding(mutated):
             return list(DECIDING)
         filing = [name for name in SCHEMAS if name not in DECIDING]
         return filing if mutated else [name for name in filing if name != INSIGHT]

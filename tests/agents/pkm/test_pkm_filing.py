@@ -18,7 +18,7 @@ from prompt_optimizer_agents.pkm.tools import PKMTools
 from optimizer.models import register_provider
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import run_pkm_task as run_task
-from tests.helpers import tool_call_reply
+from tests.helpers import offered_names, tool_call_reply
 
 FACT_ID = "2026/05/21.md#ts_2"
 MARKER = f"<!-- fact_id: {FACT_ID} -->"
@@ -164,38 +164,46 @@ def test_entries_follow_the_file_list_items_or_paragraphs():
 CALLS: list[dict] = []
 
 
-def _filing_model():
-    """`scripted_file/pkm` skips a note that says only "ok" and keeps any other, then files the
-    brake-bleeding note in a new file under Resources/Bike, and any other note in
-    Areas/Work/one-on-ones.md (making the same call again when shown the file), all with file_note.
-    Each call records what it was offered, the note's message, and the last message it was shown."""
+ONE_ON_ONE = {"folder": "Areas/Work", "file": "one-on-ones.md",
+              "entry": "- 2026-05-21 told Dana: not doing the Leeds secondment",
+              "insight": "Settles the Leeds secondment question Dana raised."}
+"""The `file_note` call that files the one-to-one note where its task expects it."""
+
+
+def _scripted(decide):
+    """A model whose every call records in CALLS what it was offered, the note's message, the last
+    message it was shown, the roles and the messages, then makes the call `decide(user, offered,
+    messages)` names."""
     from litellm import CustomLLM
 
-    class Filing(CustomLLM):
+    class Scripted(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
-            tools = (kwargs.get("optional_params") or {}).get("tools") or []
             user = next(message["content"] for message in messages if message["role"] == "user")
-            offered = {tool["function"]["name"] for tool in tools}
+            offered = offered_names(kwargs)
             CALLS.append({"offered": offered, "user": user, "last": messages[-1]["content"],
                           "roles": [message["role"] for message in messages], "messages": list(messages)})
-            if user.startswith("ok\n"):
-                name, arguments = "skip_pkm_organization", {"evidence": "only 'ok': nothing to keep"}
-            elif "keep_note" in offered:
-                name, arguments = "keep_note", {"topic": "a note to keep"}
-            elif "shimano" in user:
-                name, arguments = "file_note", {"folder": "Resources", "file": "Bike/bleeding-shimano-brakes.md",
-                                                "entry": "# Bleeding Shimano brakes\n\nMineral oil only.",
-                                                "insight": "A how-to for the bike's hydraulic brakes."}
-            else:
-                name, arguments = "file_note", {"folder": "Areas/Work", "file": "one-on-ones.md",
-                                                "entry": "- 2026-05-21 told Dana: not doing the Leeds secondment",
-                                                "insight": "Settles the Leeds secondment question Dana raised."}
+            name, arguments = decide(user, offered, messages)
             return tool_call_reply(model, f"call{len(CALLS)}", name, json.dumps(arguments))
 
-    return Filing()
+    return Scripted()
 
 
-register_provider("scripted_file", _filing_model, ["scripted_file/pkm"])
+def _filing(user: str, offered: set[str], messages: list[dict]) -> tuple[str, dict]:
+    """`scripted_file/pkm` skips a note that says only "ok" and keeps any other, then files the
+    brake-bleeding note in a new file under Resources/Bike, and any other note in
+    Areas/Work/one-on-ones.md (making the same call again when shown the file), all with file_note."""
+    if user.startswith("ok\n"):
+        return "skip_pkm_organization", {"evidence": "only 'ok': nothing to keep"}
+    if "keep_note" in offered:
+        return "keep_note", {"topic": "a note to keep"}
+    if "shimano" in user:
+        return "file_note", {"folder": "Resources", "file": "Bike/bleeding-shimano-brakes.md",
+                             "entry": "# Bleeding Shimano brakes\n\nMineral oil only.",
+                             "insight": "A how-to for the bike's hydraulic brakes."}
+    return "file_note", ONE_ON_ONE
+
+
+register_provider("scripted_file", lambda: _scripted(_filing), ["scripted_file/pkm"])
 
 
 def suite_task(task_id: str) -> dict:
@@ -264,31 +272,21 @@ def test_the_trivial_note_is_skipped_at_once_and_passes(tmp_path):
     assert len(CALLS) == 2 and CALLS[1]["roles"] == ["system", "user"], "the skip was asked about once more, afresh"
 
 
-def _skipping_model(again: str):
-    """A model that skips the note at its first question; asked again (a fresh conversation whose
-    message names the closest files), it calls `again`; once the note is kept, it files it in
-    Areas/Work/one-on-ones.md. Each call's messages are recorded in CALLS."""
-    from litellm import CustomLLM
-
-    class Skipping(CustomLLM):
-        def completion(self, model, messages, *args, **kwargs):
-            CALLS.append({"messages": list(messages)})
-            user = next(message["content"] for message in messages if message["role"] == "user")
-            if len(messages) == 2 and "Files of the knowledge base closest to this note:" in user:
-                name, arguments = again, ({"topic": "the secondment"} if again == "keep_note" else {"evidence": "no"})
-            elif len(messages) == 2:
-                name, arguments = "skip_pkm_organization", {"evidence": "a test message"}
-            else:
-                name, arguments = "file_note", {"folder": "Areas/Work", "file": "one-on-ones.md",
-                                                "entry": "- 2026-05-21 told Dana: not doing the Leeds secondment",
-                                                "insight": "Settles the Leeds secondment question Dana raised."}
-            return tool_call_reply(model, f"call{len(CALLS)}", name, json.dumps(arguments))
-
-    return Skipping()
+def _skipping(again: str):
+    """A model's choices (for `_scripted`): it skips the note at its first question; asked again (a
+    fresh conversation whose message names the closest files), it calls `again`; once the note is
+    kept, it files it in Areas/Work/one-on-ones.md."""
+    def decide(user: str, offered: set[str], messages: list[dict]) -> tuple[str, dict]:
+        if len(messages) == 2 and "Files of the knowledge base closest to this note:" in user:
+            return again, ({"topic": "the secondment"} if again == "keep_note" else {"evidence": "no"})
+        if len(messages) == 2:
+            return "skip_pkm_organization", {"evidence": "a test message"}
+        return "file_note", ONE_ON_ONE
+    return decide
 
 
-register_provider("scripted_again", lambda: _skipping_model("keep_note"), ["scripted_again/keeps"])
-register_provider("scripted_skip", lambda: _skipping_model("skip_pkm_organization"), ["scripted_skip/skips"])
+register_provider("scripted_again", lambda: _scripted(_skipping("keep_note")), ["scripted_again/keeps"])
+register_provider("scripted_skip", lambda: _scripted(_skipping("skip_pkm_organization")), ["scripted_skip/skips"])
 
 
 def test_a_note_skipped_at_first_but_kept_when_asked_again_with_its_closest_files_is_filed(tmp_path):
@@ -317,10 +315,7 @@ def test_mock_oracle_makes_a_file_note_call_again_when_shown_the_file_first(tmp_
     """A reference solution that files with `file_note` into an existing file replays as the
     agent needs it: the first call shows the file and asks for the call again, which is made."""
     task = suite_task("pkm_route_one_on_one_secondment")
-    task["reference_solution"]["tool_calls"] = [{"name": "file_note", "arguments": {
-        "folder": "Areas/Work", "file": "one-on-ones.md",
-        "entry": "- 2026-05-21 told Dana: not doing the Leeds secondment",
-        "insight": "Settles the Leeds secondment question Dana raised."}}]
+    task["reference_solution"]["tool_calls"] = [{"name": "file_note", "arguments": dict(ONE_ON_ONE)}]
     trial = run_task(tmp_path, task, "mock/oracle")
     assert trial.status == "passed", [(r.grader, r.rationale) for r in trial.grader_results]
     calls = trial.transcript.tool_calls

@@ -10,7 +10,7 @@ import json
 from optimizer.models import register_provider
 from tests.conftest import PROJECT_ROOT
 from tests.helpers import run_pkm_task as run_task
-from tests.helpers import text_reply, tool_call_reply
+from tests.helpers import offered_names, sent_tools, text_reply, tool_call_reply
 
 FACT_ID = "2026/05/25.md#ts_1"
 SEEN: list[dict] = []
@@ -33,8 +33,7 @@ def _scripted_model():
 
     class Scripted(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
-            tools = (kwargs.get("optional_params") or {}).get("tools") or []
-            offered = {tool["function"]["name"] for tool in tools}
+            offered = offered_names(kwargs)
             SEEN.append({"offered": offered, "messages": [dict(m) for m in messages]})
             if "keep_note" in offered:
                 name, arguments = "keep_note", {"topic": "a tempo run"}
@@ -96,8 +95,7 @@ def _looking_model():
 
     class Looking(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
-            LOOKED.append({tool["function"]["name"]: tool["function"]["parameters"]
-                           for tool in (kwargs.get("optional_params") or {}).get("tools") or []})
+            LOOKED.append({tool["function"]["name"]: tool["function"]["parameters"] for tool in sent_tools(kwargs)})
             if "keep_note" in LOOKED[-1]:
                 return tool_call_reply(model, "keep", "keep_note", json.dumps({"topic": "a greeting"}))
             return tool_call_reply(model, "file", "file_note", json.dumps(
@@ -186,7 +184,7 @@ def _chatty_model():
     class Chatty(CustomLLM):
         def completion(self, model, messages, *args, **kwargs):
             CHATTY.append([dict(m) for m in messages])
-            offered = {tool["function"]["name"] for tool in (kwargs.get("optional_params") or {}).get("tools") or []}
+            offered = offered_names(kwargs)
             if "not finished" not in str(messages[-1]["content"]):
                 return text_reply(model, "Noted.")
             if "keep_note" in offered:
