@@ -48,13 +48,18 @@ def user_message(task: Task, name: str = "pkm_agent.user.md", closest: str = "")
     ).strip() + "\n"
 
 
-def kept_message(said: dict[str, str], reminded: str, knowledge_base: str, closest: str) -> str:
+def kept_message(said: dict[str, str], reminded: str, knowledge_base: str, files: list[tuple[str, str]]) -> str:
     """What `keep_note` answers: the knowledge base's reminders, the knowledge base as listed by
-    `agents.pkm.filing.listing`, the files closest to the note (`agents.pkm.filing.closest`) and,
-    last, where to file it."""
+    `agents.pkm.filing.listing`, the files closest to the note (`agents.pkm.filing.ranked`) and,
+    last, where to file it: in the closest file, named, unless the note starts a topic of its own
+    (`where_closest`)."""
+    where = said["where_listed"]
+    if files:
+        folder, _, file = files[0][0].rpartition("/")
+        where = said["where_closest"].format(path=files[0][0], folder=folder, file=file)
     return template("pkm_agent.kept.md").format(
-        reminders=reminded + "\n\n" if reminded else "", knowledge_base=knowledge_base, closest=closest,
-        where=said["where_closest"] if closest else said["where_listed"]).strip()
+        reminders=reminded + "\n\n" if reminded else "", knowledge_base=knowledge_base,
+        closest=filing.named(files, said["closest"]), where=where).strip()
 
 
 def read_again(context: AgentContext, pkm: Path, said: dict[str, str]) -> bool:
@@ -120,7 +125,7 @@ def run(context: AgentContext) -> AgentRun:
     def kept() -> str:
         told.append(reminded())
         return kept_message(said, told[-1], filing.listing(pkm, tools.folders(), said["more"]),
-                            filing.closest(pkm, task.input.content, said["closest"]))
+                            filing.ranked(pkm, task.input.content))
 
     def system_note() -> str:
         """The reminders once the note is kept (the decision to keep it is made on the note

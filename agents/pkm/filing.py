@@ -113,13 +113,15 @@ def ranked(root: Path, note: str) -> list[tuple[str, str]]:
 
 
 def closest(root: Path, note: str, header: str) -> str:
-    """`ranked`'s files under `header`, each as its path and first line; "" when there are none.
-    The 1.5B agent filed into the first file its list showed, whatever the note said; this puts
-    the likely places first and leaves the choice to it."""
-    lines = []
-    for path, text in ranked(root, note):
-        first = summary(text)
-        lines.append(f"  {path}: {first}" if first else f"  {path}")
+    """`ranked`'s files under `header` (`named`); "" when there are none."""
+    return named(ranked(root, note), header)
+
+
+def named(files: list[tuple[str, str]], header: str) -> str:
+    """`files` (as `ranked` gives them) under `header`, each as its path and first line; "" when
+    there are none. The 1.5B agent filed into the first file its list showed, whatever the note
+    said; this puts the likely places first and leaves the choice to it."""
+    lines = [f"  {path}: {summary(text)}" if summary(text) else f"  {path}" for path, text in files]
     return "\n".join([header, *lines]) + "\n\n" if lines else ""
 
 

@@ -251,7 +251,8 @@ def test_a_note_filed_with_file_note_passes_the_graders_in_the_right_place(tmp_p
     assert trial.outcome.environment_state["reminders"], "the reminder shown is recorded"
     closest = shown.split("closest first:\n", 1)[1].splitlines()
     assert closest[0] == "  Areas/Work/one-on-ones.md: 1:1s with Dana"
-    assert closest[-1].startswith("File the note with file_note now: in the first of these closest files")
+    assert closest[-1].startswith("File the note with file_note now.")
+    assert closest[-1].endswith("the closest one: folder Areas/Work, file one-on-ones.md."), "the closest file is named last"
     assert "skip_pkm_organization" not in CALLS[1]["offered"], "a kept note is filed"
 
 
