@@ -11,6 +11,7 @@ import errno
 from html import escape
 import ipaddress
 import socket
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -21,6 +22,8 @@ from optimizer.viewer.reader import Reader, open_engine
 
 READ_TIMEOUT_S = 30.0
 """How long a connection may send nothing before it is closed (idle sockets would hold threads)."""
+CLOSE_WAIT_S = 30.0
+"""How long closing the server waits for the pages being built to finish reading the store."""
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
@@ -44,9 +47,14 @@ class Handler(BaseHTTPRequestHandler):
             self._send(421, f"<!doctype html><title>421</title><p>this viewer does not serve the host "
                             f"{escape(host)}; open it by the address it printed</p>", body)
             return
-        parts = urlsplit(self.path)
-        query = dict(parse_qsl(parts.query))
-        status, html = render(self.server.env, self.server.reader, unquote(parts.path), query)
+        if not self.server.begin_read():
+            self._send(503, "<!doctype html><title>503</title><p>the viewer is stopping</p>", body)
+            return
+        try:
+            parts = urlsplit(self.path)
+            status, html = render(self.server.env, self.server.reader, unquote(parts.path), dict(parse_qsl(parts.query)))
+        finally:
+            self.server.end_read()
         self._send(status, html, body)
 
     def _send(self, status: int, html: str, body: bool) -> None:
@@ -109,6 +117,9 @@ class ViewerServer(ThreadingHTTPServer):
         self.reader = Reader(open_engine(url))
         self.env = environment()
         self.verbose = verbose
+        self._reading = 0
+        self._closing = False
+        self._idle = threading.Condition()
         try:
             super().__init__((host, port), Handler)
         except OSError as exc:
@@ -119,6 +130,27 @@ class ViewerServer(ThreadingHTTPServer):
             raise InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", field="--host",
                              fix="use 127.0.0.1 (the default) or an address of this machine") from None
 
+    def begin_read(self) -> bool:
+        """Counts a page being built from the store; False once the server is closing."""
+        with self._idle:
+            if self._closing:
+                return False
+            self._reading += 1
+            return True
+
+    def end_read(self) -> None:
+        with self._idle:
+            self._reading -= 1
+            self._idle.notify_all()
+
     def server_close(self) -> None:
+        """Stops listening, then closes the store's connections once no page is being built from
+        them (request threads are daemons, not joined: a connection closed under a query running
+        in another thread crashed the process). A page still reading after `CLOSE_WAIT_S` keeps
+        the connections open, to be closed with the process."""
         super().server_close()
-        self.reader.engine.dispose()
+        with self._idle:
+            self._closing = True
+            idle = self._idle.wait_for(lambda: self._reading == 0, timeout=CLOSE_WAIT_S)
+        if idle:
+            self.reader.engine.dispose()

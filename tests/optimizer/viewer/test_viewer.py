@@ -344,6 +344,39 @@ def test_an_idle_connection_is_closed_after_the_read_timeout(store_path, monkeyp
         server.server_close()
 
 
+def test_closing_the_server_waits_for_a_page_being_built_before_closing_the_store(store_path, monkeypatch):
+    """The store's connections are closed only once no request thread reads them: closing one
+    under a query running in another thread crashed the process (seen once in the browser test)."""
+    from optimizer.viewer import server as module
+
+    building, release, disposed = threading.Event(), threading.Event(), threading.Event()
+    real_render = module.render
+
+    def slow_render(*args):
+        building.set()
+        assert release.wait(10)
+        return real_render(*args)
+
+    monkeypatch.setattr(module, "render", slow_render)
+    server = ViewerServer(f"sqlite:///{store_path}", "127.0.0.1", 0)
+    real_dispose = server.reader.engine.dispose
+    monkeypatch.setattr(server.reader.engine, "dispose", lambda: (disposed.set(), real_dispose()))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    replies: list[int] = []
+    request = threading.Thread(target=lambda: replies.append(_raw_get(server, "127.0.0.1")))
+    request.start()
+    assert building.wait(10), "the page is being built"
+    server.shutdown()
+    closing = threading.Thread(target=server.server_close)
+    closing.start()
+    assert not disposed.wait(0.5), "the store stays open while the page reads it"
+    assert not server.begin_read(), "no other page starts once the server is closing"
+    release.set()
+    request.join(10)
+    closing.join(10)
+    assert replies == [200] and disposed.is_set() and not closing.is_alive()
+
+
 def test_a_huge_transcript_is_shown_cut_with_what_was_left_out(isolated):
     from tests.viewer_store import add_run, trial
 
