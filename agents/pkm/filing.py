@@ -121,7 +121,7 @@ def named(files: list[tuple[str, str]], header: str) -> str:
     """`files` (as `ranked` gives them) under `header`, each as its path and first line; "" when
     there are none. The 1.5B agent filed into the first file its list showed, whatever the note
     said; this puts the likely places first and leaves the choice to it."""
-    lines = [f"  {path}: {summary(text)}" if summary(text) else f"  {path}" for path, text in files]
+    lines = [f"  {path}: {first}" if (first := summary(text)) else f"  {path}" for path, text in files]
     return "\n".join([header, *lines]) + "\n\n" if lines else ""
 
 

@@ -52,7 +52,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             parts = urlsplit(self.path)
-            status, html = render(self.server.env, self.server.reader, unquote(parts.path), dict(parse_qsl(parts.query)))
+            query = dict(parse_qsl(parts.query))
+            status, html = render(self.server.env, self.server.reader, unquote(parts.path), query)
         finally:
             self.server.end_read()
         self._send(status, html, body)
