@@ -146,7 +146,17 @@ def stop_left_proposers(parent: Path) -> list[int]:
             and (folder / OWNER_FILE).exists() and not _owner_alive(folder)] if parent.is_dir() else []
     if not dead:
         return []
-    marks = {f"{BOX_MARK}={folder}".encode() for folder in dead}
+    killed = stop_marked(dead)
+    for folder in dead:
+        shutil.rmtree(folder, ignore_errors=True)
+    return killed
+
+
+def stop_marked(folders: list[Path]) -> list[int]:
+    """SIGKILL every process whose environment marks it as one of the boxes `folders`
+    (`BOX_MARK`), whatever its session or parent; returns their pids. Beside `Reaper`, this also
+    ends what a proposer command left running where this process cannot be a subreaper."""
+    marks = {f"{BOX_MARK}={folder}".encode() for folder in folders}
     killed = []
     for _ in range(20):  # a process that forks while being killed is found again
         found = [pid for pid in _marked(marks) if pid != os.getpid()]
@@ -159,8 +169,6 @@ def stop_left_proposers(parent: Path) -> list[int]:
             except OSError:
                 pass
         time.sleep(0.05)
-    for folder in dead:
-        shutil.rmtree(folder, ignore_errors=True)
     return sorted(set(killed))
 
 

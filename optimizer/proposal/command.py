@@ -13,7 +13,7 @@ import tempfile
 from optimizer.errors import ConfigError
 from optimizer.nightly.reaper import Reaper
 from optimizer.proposal.box import (BOX_MARK, Confinement, confined, proposer_environment, record_owner,
-                                    under_private_tmp)
+                                    stop_marked, under_private_tmp)
 from optimizer.proposal.proposers import Proposal, ProposalRequest
 
 STOP_GRACE_S = 2.0
@@ -64,6 +64,8 @@ class CommandProposer:
             finally:  # also on Ctrl-C, SIGTERM, SIGHUP: the command's own session does not get those signals
                 _stop_group(process)
                 strays = reaper.stop_strays(group=process.pid)
+                if request.box:  # also what left this process's tree (marked by its environment)
+                    strays = sorted({*strays, *stop_marked([request.box.folder.resolve()])})
             proposal.log = _tail(output)
         if code is None:
             proposal.error = f"the proposer command timed out after {self.timeout_s:g} s; its changes are not used"
