@@ -64,7 +64,7 @@ class CommandProposer:
             finally:  # also on Ctrl-C, SIGTERM, SIGHUP: the command's own session does not get those signals
                 _stop_group(process)
                 strays = reaper.stop_strays(group=process.pid)
-                if request.box:  # also what left this process's tree (marked by its environment)
+                if request.box:  # also what left our tree (found by the box its environment names)
                     strays = sorted({*strays, *stop_marked([request.box.folder.resolve()])})
             proposal.log = _tail(output)
         if code is None:

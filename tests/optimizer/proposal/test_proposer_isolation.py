@@ -276,10 +276,15 @@ def test_sigterm_or_sighup_during_a_proposer_ends_the_iteration_interrupted_with
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("subreaper", [True, False], ids=["as_subreaper", "by_its_box_mark"])
 def test_a_daemon_the_proposer_started_with_setsid_is_killed_before_it_writes_to_the_checkout(
-        cli, repo, tmp_path, monkeypatch, isolated):
+        cli, repo, tmp_path, monkeypatch, isolated, subreaper):
+    """Found as a child of the optimizer (a subreaper), or where it cannot be one (the daemon goes
+    to init) by the box its environment names."""
     monkeypatch.setattr("optimizer.proposal.box.find_bwrap", lambda: None)  # unconfined: bubblewrap's pid namespace
     marker = f"proposer-daemon-{uuid.uuid4().hex}"                   # would end the daemon by itself
+    if not subreaper:
+        monkeypatch.setattr("optimizer.nightly.reaper._subreaper", lambda: None)
     daemon = f"sleep 60; echo {marker} >> {shlex.quote(str(repo / PROMPT))}"  # seconds the harness has, on a busy host
     # the proposer goes on for a second after starting the daemon, so the daemon is out of its group when it exits
     propose_with(monkeypatch, f"{APPEND_RULE}; setsid sh -c {shlex.quote(daemon)} & sleep 1; exit 0")
@@ -287,23 +292,6 @@ def test_a_daemon_the_proposer_started_with_setsid_is_killed_before_it_writes_to
     summary, proposal = run(cli, tmp_path)
     assert proposal["status"] == "accepted", proposal
     assert marked_processes(marker) == []  # gone, so it never writes
-    assert (repo / PROMPT).read_text() == before
-    log = next(isolated.glob("runs/*/proposal-1.log")).read_text()
-    assert re.search(r"the proposer command left [12] process\(es\) running outside its process group", log)
-
-
-@pytest.mark.slow
-def test_a_daemon_is_killed_by_its_box_mark_where_the_optimizer_cannot_be_a_subreaper(
-        cli, repo, tmp_path, monkeypatch, isolated):
-    monkeypatch.setattr("optimizer.proposal.box.find_bwrap", lambda: None)
-    monkeypatch.setattr("optimizer.nightly.reaper._subreaper", lambda: None)  # the daemon goes to init
-    marker = f"proposer-daemon-{uuid.uuid4().hex}"
-    daemon = f"sleep 60; echo {marker} >> {shlex.quote(str(repo / PROMPT))}"
-    propose_with(monkeypatch, f"{APPEND_RULE}; setsid sh -c {shlex.quote(daemon)} & sleep 1; exit 0")
-    before = (repo / PROMPT).read_text()
-    summary, proposal = run(cli, tmp_path)
-    assert proposal["status"] == "accepted", proposal
-    assert marked_processes(marker) == []
     assert (repo / PROMPT).read_text() == before
     log = next(isolated.glob("runs/*/proposal-1.log")).read_text()
     assert re.search(r"the proposer command left [12] process\(es\) running outside its process group", log)
