@@ -21,9 +21,9 @@ def review_command(
     format: Format = typer.Option(Format.console, "--format", envvar="OPTIMIZER_REVIEW_FORMAT",
                                   help="console (tables) or markdown (GitHub-flavoured, for a pull request body)."),
     viewer_url: Optional[str] = typer.Option(None, "--viewer-url", envvar="OPTIMIZER_VIEWER_URL",
-                                             help="An address of `optimizer view` (or of an export) that the "
-                                                  "review's readers can reach: the markdown links the changed "
-                                                  "pairs there. Without it the markdown names the pages."),
+                                             help="An address of `optimizer view` that the review's readers can "
+                                                  "reach: the markdown links the changed pairs there. Without it "
+                                                  "the markdown names the page, in the viewer and in an export."),
     night: Optional[str] = typer.Option(None, "--night", metavar="ID",
                                         help="Review a whole nightly job (`latest`: the last one) as one markdown "
                                              "body: every patch it accepted or proposed, the watch's reverts, "

@@ -70,9 +70,14 @@ NOT_SETTINGS = {
     "OPTIMIZER_PLAIN": "plain progress lines instead of live bars (`optimizer.cli._common`)",
     "OPTIMIZER_AIDER_VENV": "the aider install `make aider` made, for its end-to-end test "
                             "(`tests/optimizer/proposal/test_aider_proposer.py`)",
+    "OPTIMIZER_VIEWER_URL": "`review` and `gate`: the viewer or export whose pages the review links to",
+    "OPTIMIZER_REVIEW_FORMAT": "`review --format`",
+    "OPTIMIZER_VIEW_HOST": "`view --host`",
+    "OPTIMIZER_VIEW_PORT": "`view --port`",
 }
-"""The `OPTIMIZER_*` environment variables the project reads that are not settings. Every other
-`OPTIMIZER_<NAME>` must name a setting: an unknown one is a typo, refused rather than ignored."""
+"""The `OPTIMIZER_*` environment variables the project reads that are not settings (among them the
+command-line options that read a variable, `envvar=`). Every other `OPTIMIZER_<NAME>` must name a
+setting: an unknown one is a typo, refused rather than ignored."""
 
 REMOVED_SETTINGS = {
     "processes": "trials run on threads in one process (forked worker processes made no run measurably "

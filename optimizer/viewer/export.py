@@ -24,6 +24,7 @@ from optimizer.viewer.reader import Reader, open_engine
 
 LINK = re.compile(r'href="([^"]*)"')
 FORM = re.compile(r"<form\b.*?</form>", re.S)
+ITERATION = re.compile(r"^/iteration/([^/?]+)$")
 LEFT_OUT = "not-exported.html"
 DEFAULT_PAGES = 2000
 
@@ -59,6 +60,18 @@ class _Crawl:
         self.planned = {"/"}
         self.left_out: set[str] = set()
 
+    def plan(self, target: str) -> None:
+        """Plan the page at `target` while there is room; with an iteration's page, the address
+        `optimizer review` names for its changed pairs (`/iterations/<id>/changed`), which no page
+        links to."""
+        addresses = [target]
+        if found := ITERATION.match(target):
+            addresses.append(f"/iterations/{found[1]}/changed")
+        for address in addresses:
+            if address not in self.planned and len(self.planned) < self.limit:
+                self.planned.add(address)
+                self.queue.append(address)
+
     def relinked(self, html: str, address: str) -> str:
         """`html` of the page at `address` without its forms, every link to a viewer page made a
         relative file link (a page not planned yet is planned while there is room)."""
@@ -68,9 +81,7 @@ class _Crawl:
             target = _absolute(match.group(1), address)
             if target is None:
                 return match.group(0)
-            if target not in self.planned and len(self.planned) < self.limit:
-                self.planned.add(target)
-                self.queue.append(target)
+            self.plan(target)
             if target not in self.planned:
                 self.left_out.add(target)
                 return f'href="{os.path.relpath(LEFT_OUT, here)}"'

@@ -294,10 +294,32 @@ def test_the_optimizer_variables_that_are_not_settings_are_accepted(cli, isolate
     monkeypatch.setenv("OPTIMIZER_MODEL_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("OPTIMIZER_PLAIN", "1")
     monkeypatch.setenv("OPTIMIZER_AIDER_VENV", str(tmp_path / "aider"))  # the aider test's own knob
-    assert set(NOT_SETTINGS) == {"OPTIMIZER_ROOT", "OPTIMIZER_MODEL_DIR", "OPTIMIZER_PLAIN", "OPTIMIZER_AIDER_VENV"}
+    monkeypatch.setenv("OPTIMIZER_VIEWER_URL", "https://viewer.example")  # read by options (`envvar=`)
+    monkeypatch.setenv("OPTIMIZER_VIEW_PORT", "0")
+    assert {"OPTIMIZER_ROOT", "OPTIMIZER_MODEL_DIR", "OPTIMIZER_PLAIN", "OPTIMIZER_AIDER_VENV"} <= set(NOT_SETTINGS)
     code, out, err = cli("suites", "validate", "--suite", "card_agent")
     assert code == 0, err
     assert "25 score 1.0 under mock/oracle" in out
+
+
+def test_every_variable_an_option_reads_is_accepted_by_the_check_of_the_environment():
+    """An option declared with `envvar=OPTIMIZER_...` that the environment check refused would make
+    the command that advertises it exit 2."""
+    import typer
+
+    from optimizer.cli import app
+    from optimizer.settings.sources import ENV_PREFIX, NOT_SETTINGS, setting_names
+
+    def options(command):
+        yield from command.params
+        for sub in getattr(command, "commands", {}).values():
+            yield from options(sub)
+
+    read = {name for param in options(typer.main.get_command(app))
+            for name in ([param.envvar] if isinstance(param.envvar, str) else param.envvar or [])}
+    known = {ENV_PREFIX + name.upper() for name in setting_names()} | set(NOT_SETTINGS)
+    assert {"OPTIMIZER_VIEWER_URL", "OPTIMIZER_VIEW_PORT"} <= read
+    assert read - known == set()
 
 
 def test_the_removed_processes_setting_is_refused_with_what_replaced_it(cli, isolated, monkeypatch, tmp_path):

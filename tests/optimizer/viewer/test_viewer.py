@@ -428,6 +428,8 @@ def test_an_export_writes_static_pages_whose_links_lead_to_each_other(store_path
     pairs = (folder / file_for("/iteration/it-0-b")).read_text()
     fell = re.search(r'<td>card_agent/fact_preservation</td>.*?<a class="fell" href="([^"]+)"', pairs, re.S).group(1)
     assert "card_task_2 #2" in (folder / "iteration" / fell).read_text()
+    changed = folder / "iterations" / "it-0-b" / "changed.html"  # the page a review body names
+    assert "card_task_2 #2" in changed.read_text()
     written, left_out = export(f"sqlite:///{store_path}", tmp_path / "small", pages=3)
     assert written == 3 and left_out > 0
     assert f'href="{LEFT_OUT}"' in (tmp_path / "small" / "index.html").read_text()
