@@ -22,7 +22,7 @@ def eval_command(
     fail_under: Optional[float] = typer.Option(None, min=0.0, max=1.0,
                                                help="Exit 1 when the mean score is below this (0 to 1)."),
 ) -> None:
-    """Run suites and print pass@k, pass^k and mean score per suite and per bucket."""
+    """Run suites and print pass@k, pass^k and mean score per suite, bucket and split."""
     from optimizer.trials import evaluate
     from optimizer.cli._common import TrialProgress, print_summary, project_settings, recording
     from optimizer.errors import EXIT_FAILED, EXIT_HARNESS

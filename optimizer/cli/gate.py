@@ -26,9 +26,10 @@ def gate_command(
     json_path: Optional[Path] = typer.Option(None, "--json", callback=output_file,
                                              help="Write each agent's verdict and iteration as JSON here."),
 ) -> None:
-    """Gate a hand edit of the prompts: each agent whose prompt file differs between BASE and HEAD is
-    measured and judged as a proposal would be. Exit 0 when every edit is accepted, 1 when one is
-    not (the review names why), 2 on bad input."""
+    """Gate a hand edit of the prompts, as a proposal would be gated.
+
+    Each agent whose prompt file differs between BASE and HEAD is measured and judged. Exit 0 when
+    every edit is accepted, 1 when one is not (the review names why), 2 on bad input."""
     from optimizer.cli._common import err_console, loop_context, project_settings, recording
     from optimizer.errors import EXIT_FAILED
     from optimizer.files import write_json, write_text

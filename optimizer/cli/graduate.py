@@ -43,7 +43,7 @@ def graduate_command(
         console.print(f"{candidate.key}: {len(candidate.task_ids)} task(s), pass rate per run (newest first) {rates}",
                       highlight=False)
     if not apply_:
-        console.print("run again with --apply to move them into the regression suite", highlight=False)
+        console.print("run again with --apply to copy them into the regression suite", highlight=False)
         return
     sha = graduation.apply(found, suites, root, runs=runs, threshold=threshold)
     console.print(f"committed {sha[:12]}: {', '.join(c.key for c in found)} graduated", highlight=False)

@@ -79,8 +79,10 @@ def noise_command(
     sim_noise: str = typer.Option("independent", help="mock/sim's randomness between prompts: independent "
                                                       "(as a real model at temperature > 0) or paired."),
 ) -> None:
-    """The gate's error rates: false accepts (A/A), and on mock/sim the power for the sim's right
-    rule and the acceptance of a harmful patch, each with a 95% interval."""
+    """The gate's error rates, each with a 95% interval.
+
+    False accepts (A/A), and on mock/sim the power for the sim's right rule and the acceptance of
+    a harmful patch."""
     from optimizer.cli._common import console, loop_context, project_settings, recording
     from optimizer.loop.noise import measure_noise
 

@@ -52,8 +52,10 @@ def serve_command(
     slots: int = typer.Option(1, "--slots", min=1, max=64, help="Sequences decoded at once (one per client "
                              "call in flight; more pay on more cores)."),
 ) -> None:
-    """Run llama-server with the embedded model in the foreground, for other machines (see
-    docs/scale-out.md): an OpenAI-compatible endpoint at http://HOST:PORT/v1."""
+    """Serve the embedded model to other machines, in the foreground.
+
+    llama-server with the embedded model: an OpenAI-compatible endpoint at http://HOST:PORT/v1
+    (docs/scale-out.md)."""
     import dataclasses
     import os
 

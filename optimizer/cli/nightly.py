@@ -40,7 +40,7 @@ def nightly_command(
     search_rollouts: Optional[int] = SEARCH_ROLLOUTS,
     target_buckets: Optional[int] = typer.Option(
         None, help=f"Failure buckets targeted at once, each must improve "
-                   f"(default {setting_default('target_buckets')}; 4 with a search: docs/search.md)."),
+                   f"(default {setting_default('target_buckets')}; docs/search.md measured 4 with a search)."),
     min_bucket_pairs: Optional[int] = MIN_BUCKET_PAIRS,
     max_rollouts: Optional[int] = MAX_ROLLOUTS,
     batch_pairs: Optional[int] = BATCH_PAIRS,

@@ -19,8 +19,9 @@ def view_command(
     pages: int = typer.Option(2000, "--pages", help="With --export: at most this many pages, nights and "
                                                    "iterations first."),
 ) -> None:
-    """Browse the store in a web browser: nights, runs, trials with filters, transcripts, changed pairs, search,
-    trends. Read-only."""
+    """Browse the store in a web browser, read-only.
+
+    Nights, runs, trials with filters, transcripts, changed pairs, search, trends."""
     from optimizer.cli._common import console, err_console, project_settings
     from optimizer.store.address import store_url
     from optimizer.viewer import ViewerServer

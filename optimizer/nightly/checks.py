@@ -44,7 +44,7 @@ def check_night(ctx: LoopContext, repo, base: gitops.Base, suites: list[str] | N
         gitops.require_checked_out(repo, base.ref)
     if merge and ctx.settings.nightly.gate != "strict":
         raise InputError("--merge needs the strict gate", field="--merge",
-                         fix="drop --gate lenient, or merge by hand after review")
+                         fix="unset the gate setting (OPTIMIZER_GATE, or gate in the settings file) for the strict gate, or merge by hand after review")
     names = suites or capability_suites(root)
     agents = sorted({load_suite(name, root).spec.agent_name for name in names})
     for agent in agents:
