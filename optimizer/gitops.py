@@ -86,7 +86,13 @@ def require_files(repo, base: Base, paths: list[str]) -> None:
 
 
 def read_at(repo, commit: str, path: str) -> str:
-    return (repo.commit(commit).tree / path).data_stream.read().decode("utf-8")
+    """The text of the prompt file `path` at `commit`; one that is not UTF-8 is an input error."""
+    data = (repo.commit(commit).tree / path).data_stream.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text at commit {commit[:12]} ({exc.reason} at byte {exc.start})", path=path,
+                         fix="save the file as UTF-8 and commit it") from None
 
 
 def uncommitted(repo, path: str) -> bool:
@@ -290,5 +296,9 @@ def merge_branch(repo, branch: str, message: str, *, fix: str) -> None:
             repo.git.merge("--abort")
         except git.GitCommandError:
             pass
-        raise InputError(f"git could not merge {branch}: {exc.stderr.strip()[:300]}", field="--merge",
+        said = " ".join(part.strip() for part in (exc.stderr, exc.stdout) if isinstance(part, str) and part.strip())
+        if "CONFLICT" in said:
+            fix = (f"the checked-out branch changed the same lines since the proposal was made: run the iteration "
+                   f"again on it, or merge by hand (git merge {branch})")
+        raise InputError(f"git could not merge {branch}: {said[:300] or 'no reason given'}", field="--merge",
                          fix=fix) from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import re
 from pathlib import Path
 from typing import Iterator, TypeVar
 
@@ -21,6 +22,7 @@ from optimizer.registry import get_agent, get_grader, graders
 from optimizer.types import Suite, SuiteSpec, Task
 
 M = TypeVar("M", bound=BaseModel)
+_NOT_PLAIN = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 
 def resolve_suite_dir(name_or_path: str, project_root: Path) -> Path:
@@ -178,20 +180,39 @@ def _check_input(task: Task, path: Path) -> None:
 def _check_bucket(task: Task, path: Path) -> None:
     """A task names its failure bucket: the loop targets, gates and reports by bucket, and a task
     without one would be pooled with every other such task under "unbucketed"."""
-    if not task.metadata.get("failure_bucket", "").strip():
+    bucket = task.metadata.get("failure_bucket", "")
+    if not bucket.strip():
         raise TaskFileError("required, but missing: every task belongs to a failure bucket", path=path,
                             field="metadata.failure_bucket",
                             fix='add "metadata": {"failure_bucket": "<the kind of failure this task catches>"}; '
                                 f"{FORMAT_HELP}")
+    if not plain_name(bucket):
+        raise TaskFileError(f"{bucket!r} is not a plain name: a bucket names a folder of the regression suite",
+                            path=path, field="metadata.failure_bucket",
+                            fix="use a name without /, \\ or control characters, such as template_quote")
+
+
+def plain_name(name: str) -> bool:
+    """Whether `name` can be one folder's name: no separator or control character, not `.` or `..`."""
+    return bool(name.strip()) and name not in (".", "..") and not _NOT_PLAIN.search(name)
 
 
 def _check_fixtures(task: Task, path: Path, suite_root: Path, project_root: Path) -> None:
     if task.input.base_fixture:
+        if not plain_name(task.input.base_fixture):
+            raise TaskFileError(f"base fixture {task.input.base_fixture!r} is not a folder name", path=path,
+                                field="input.base_fixture",
+                                fix=f"name a folder of {suite_root} or of {project_root / 'fixtures'}, without "
+                                    "a path (use fixture_dir for a folder inside the suite)")
         found = _find_base_fixture(task.input.base_fixture, suite_root, project_root)
         if not found.is_dir():
             raise TaskFileError(f"base fixture {task.input.base_fixture!r} not found in {suite_root} "
                                 f"or {project_root / 'fixtures'}", path=path, field="input.base_fixture",
                                 fix="create the fixture folder or fix the name")
+        if not any(found.resolve().is_relative_to(folder.resolve()) for folder in (suite_root, project_root / "fixtures")):
+            raise TaskFileError(f"base fixture {task.input.base_fixture!r} is a link to {found.resolve()}, outside "
+                                f"the suite and the project's fixtures", path=path, field="input.base_fixture",
+                                fix="copy the fixture into the project instead of linking to it")
     if task.input.fixture_dir:
         folder = (suite_root / task.input.fixture_dir).resolve()
         if not folder.is_relative_to(suite_root):

@@ -45,6 +45,8 @@ def _limits(info) -> str:
     for bound in info.metadata:
         if getattr(bound, "ge", None) is not None:
             words.append(f"at least {bound.ge}")
+        elif getattr(bound, "le", None) is not None:
+            words.append(f"at most {bound.le:,}")
         elif getattr(bound, "min_length", None) is not None:
             words.append("non-empty" if bound.min_length == 1 else f"length at least {bound.min_length}")
     return f" ({', '.join(words)})" if words else ""
@@ -71,7 +73,8 @@ def rows(prefix: str, model: type[BaseModel]) -> list[str]:
 def table() -> str:
     lines = ["| Field | Type | Default | Meaning |", "|---|---|---|---|", *rows("", Task)]
     lines.append(f"| `metadata.failure_bucket` | `str` | {REQUIRED_AT_LOAD['metadata.failure_bucket']} | "
-                 "The failure bucket the task belongs to; the loop targets, gates and reports by bucket. |")
+                 "The failure bucket the task belongs to; the loop targets, gates and reports by bucket. "
+                 "A plain name (no `/`): graduation makes a folder of it. |")
     lines.append("| `metadata.split` | `str` | `'train'` | `train` or `holdout`. |")
     for path, model in NESTED.items():
         lines += rows(f"{path}.", model)

@@ -34,7 +34,7 @@ class TaskInput(_Strict):
     fixture_dir: str | None = None
     """Folder, relative to the suite root, copied into the trial workspace."""
     base_fixture: str | None = None
-    """Fixture copied first: looked up in the suite root, then in the project's `fixtures/`."""
+    """Fixture copied first: a folder name, looked up in the suite root, then in the project's `fixtures/`."""
     assets: list[str] = Field(default_factory=list)
     """Descriptions of attached assets (photos, audio), appended to the user message."""
     location: str | None = None
@@ -103,7 +103,7 @@ class Task(_Strict):
     """Unique in its suite; names the task in reports and in the store."""
     description: str = ""
     """What the task checks, shown beside its failures in the coding agent's request."""
-    trials_per_run: int | None = Field(default=None, ge=1)
+    trials_per_run: int | None = Field(default=None, ge=1, le=1000)
     """Trials of this task per run; falls back to the suite's default, then 1."""
     timeout_seconds: int = Field(default=300, ge=1)
     """Wall-clock limit of one trial; past it the trial is cut short and fails with score 0."""
@@ -157,7 +157,7 @@ class SuiteSpec(_Strict):
     task_pass_threshold: float = Field(default=1.0, ge=0.0, le=1.0)
     """Share of a task's scored trials that must pass for the task to count as passed in a
     regression check; pass@k and pass^k are reported regardless."""
-    trials_per_run: int | None = Field(default=None, ge=1)
+    trials_per_run: int | None = Field(default=None, ge=1, le=1000)
     description: str = ""
 
 

@@ -138,11 +138,13 @@ def _prepare(repo, base: gitops.Base, root: Path, settings: LoopSettings, suite_
     if judges_used(suites):
         validate_model(settings.models.judge_model, field="judge_model")
     if check_proposer:
-        _check_proposer(settings.proposal)
+        proposer_can_run(settings.proposal)
     return suites, prompt_paths
 
 
-def _check_proposer(settings: ProposalSettings) -> None:
+def proposer_can_run(settings: ProposalSettings) -> None:
+    """Refuse a proposer that cannot run: its model, a mock patcher without its script or skill,
+    a command proposer without a command (`make_proposer` checks it)."""
     if settings.proposer == "llm":
         validate_model(settings.patcher_model, field="patcher_model")
         if settings.patcher_model.startswith("mock/patcher"):

@@ -315,6 +315,8 @@ def _sender(model: str) -> Callable[..., Any]:
 
 
 def _parse(response: Any, tools: list[dict] | None) -> Completion:
+    if not getattr(response, "choices", None):  # a 200 with no choice (a server under load): retried
+        raise MalformedResponse("the reply holds no choice")
     choice = response.choices[0]
     message = choice.message
     allowed = {tool["function"]["name"] for tool in tools or []}
@@ -395,5 +397,4 @@ def _retry_after(exc: Exception) -> float | None:
 
 
 def _short(exc: Exception | None) -> str:
-    text = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else ""
-    return text[:300]
+    return (str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else "")[:300]

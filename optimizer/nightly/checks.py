@@ -7,6 +7,7 @@ from datetime import date as Date
 from optimizer import gitops
 from optimizer.errors import InputError
 from optimizer.ledger import Ledger
+from optimizer.loop.iteration import proposer_can_run
 from optimizer.loop.records import LoopContext
 from optimizer.models import answered_in_process, is_embedded
 from optimizer.nightly.results import NightlyLimits
@@ -38,18 +39,20 @@ def check_night(ctx: LoopContext, repo, base: gitops.Base, suites: list[str] | N
                 merge: bool) -> tuple[list[str], list[str]]:
     """The night's suites and agents, after the checks that can refuse it before anything is
     created: a merge needs the base branch checked out and the strict gate, every agent must be
-    registered, and a USD budget must be able to bind."""
+    registered, a USD budget must be able to bind, and the proposer must be able to run."""
     root = ctx.project_root
     if merge:
         gitops.require_checked_out(repo, base.ref)
     if merge and ctx.settings.nightly.gate != "strict":
         raise InputError("--merge needs the strict gate", field="--merge",
-                         fix="unset the gate setting (OPTIMIZER_GATE, or gate in the settings file) for the strict gate, or merge by hand after review")
+                         fix="unset the gate setting (OPTIMIZER_GATE, or gate in the settings file) for the "
+                             "strict gate, or merge by hand after review")
     names = suites or capability_suites(root)
     agents = sorted({load_suite(name, root).spec.agent_name for name in names})
     for agent in agents:
         get_agent(agent)
     check_budget_can_bind(ctx.settings.nightly, limits)
+    proposer_can_run(ctx.settings.loop.proposal)
     return names, agents
 
 

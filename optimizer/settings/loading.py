@@ -93,6 +93,7 @@ def put_in_use(settings: Settings, root: Path) -> Settings:
     """Make the checks validation alone cannot, and apply what is shared by the whole process:
     for settings `load_settings` read, and for a resumed night's stored ones."""
     _check_workspace_dir(settings)
+    _check_state_dir(settings, root)
     _check_proposer_env(settings)
     check_search_budget(settings.search_rollouts)
     from optimizer.models import configure_providers  # e.g. the embedded model's slots, shared by the whole process
@@ -143,6 +144,16 @@ def _check_proposer_env(settings: Settings) -> None:
                               f"the database client's and git's variables: {', '.join(NEVER_PASSED)})",
                               field="proposer_env", fix=f"remove {name}; a proposer has no use for the store "
                                                         "(docs/trust.md)")
+
+
+def _check_state_dir(settings: Settings, root: Path) -> None:
+    """The state folder is a folder of its own: the project folder itself, or one holding it, would
+    put the store and proposers' boxes among the project's files, and its ignore-everything
+    `.gitignore` would hide the project's new files from git."""
+    state = (root / settings.state_dir).resolve()
+    if root.resolve().is_relative_to(state):
+        raise ConfigError(f"{settings.state_dir!r} is the project folder {root} or holds it", field="state_dir",
+                          fix="name a folder of its own, such as .optimizer (the default)")
 
 
 def _check_workspace_dir(settings: Settings) -> None:

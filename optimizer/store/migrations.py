@@ -94,7 +94,7 @@ def migrate(conn: Connection, *, target: int | None = None) -> list[str]:
     stored = conn.execute(select(version_row.c.version)).scalar()
     if stored is not None and stored > len(MIGRATIONS):
         raise ConfigError(f"the store has schema version {stored}, newer than this tool's {len(MIGRATIONS)}",
-                          fix="upgrade the optimizer package or point --state-dir elsewhere")
+                          fix="upgrade the optimizer package, or set state_dir (env OPTIMIZER_STATE_DIR) to another folder")
     done = set(conn.execute(select(applied_revisions.c.name)).scalars())
     applied = []
     for name, upgrade in MIGRATIONS[:target]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from optimizer.errors import InputError
+from optimizer.files import read_input
 from optimizer.provenance import (ModelSpec, RunSpec, TaskSpec, agent_spec, git_state, grader_spec, optimizer_source,
                                   package_versions, tree_hash)
 from optimizer.models import answer_variant
@@ -25,7 +26,7 @@ def read_prompt(entry: AgentEntry, prompt_root: Path) -> str:
     if not path.is_file():
         raise InputError(f"prompt file of agent {entry.name!r} not found", path=path,
                          fix="restore the file or run from the project root")
-    return path.read_text(encoding="utf-8")
+    return read_input(path, InputError, field=f"prompt file of agent {entry.name!r}")
 
 
 def fingerprints(suites: list[Suite], settings: RunnerSettings, prompt_root: Path,

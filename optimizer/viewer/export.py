@@ -94,6 +94,16 @@ def export(url: str, folder: Path, pages: int = DEFAULT_PAGES) -> tuple[int, int
     """Write up to `pages` pages of the store at `url` under `folder`; (written, left out)."""
     if pages < 1:
         raise InputError(f"--pages must be at least 1, not {pages}", field="--pages", fix="pass --pages 2000")
+    engine = open_engine(url)  # a store it cannot read stops it before anything is written
+    try:
+        _prepare(folder)
+        return _write(Reader(engine), folder, pages)
+    finally:
+        engine.dispose()
+
+
+def _prepare(folder: Path) -> None:
+    """Make `folder`, refusing a file or a folder of other files (nothing of the user's is overwritten)."""
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{folder} is a file, not a folder", path=folder, fix="give --export a folder to write into")
     try:
@@ -104,20 +114,20 @@ def export(url: str, folder: Path, pages: int = DEFAULT_PAGES) -> tuple[int, int
     if any(folder.iterdir()) and not (folder / "index.html").is_file():
         raise InputError(f"{folder} is not empty and holds no earlier export", path=folder,
                          fix="export into a new or empty folder, or one an earlier export wrote")
-    reader, env = Reader(open_engine(url)), environment()
+
+
+def _write(reader: Reader, folder: Path, pages: int) -> tuple[int, int]:
+    env = environment()
     crawl = _Crawl(pages)
     written = 0
-    try:
-        while crawl.queue:
-            address = crawl.queue.popleft()
-            parts = urlsplit(address)
-            _, html = render(env, reader, unquote(parts.path), dict(parse_qsl(parts.query)))
-            write_text(folder / file_for(address), crawl.relinked(html, address))
-            written += 1
-        page = env.get_template("viewer/error.html.j2").render(
-            title="Not exported", message=f"This export holds {written} pages; this one was left out. Run "
-                                          "`optimizer view` on the store, or export again with a larger --pages.")
-        write_text(folder / LEFT_OUT, crawl.relinked(page, "/" + LEFT_OUT))
-    finally:
-        reader.engine.dispose()
+    while crawl.queue:
+        address = crawl.queue.popleft()
+        parts = urlsplit(address)
+        _, html = render(env, reader, unquote(parts.path), dict(parse_qsl(parts.query)))
+        write_text(folder / file_for(address), crawl.relinked(html, address))
+        written += 1
+    page = env.get_template("viewer/error.html.j2").render(
+        title="Not exported", message=f"This export holds {written} pages; this one was left out. Run "
+                                      "`optimizer view` on the store, or export again with a larger --pages.")
+    write_text(folder / LEFT_OUT, crawl.relinked(page, "/" + LEFT_OUT))
     return written, len(crawl.left_out)

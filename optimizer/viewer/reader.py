@@ -14,10 +14,11 @@ from typing import Any
 from sqlalchemy import Engine, and_, case, create_engine, event, func, or_, select
 from sqlalchemy.exc import DBAPIError
 
-from optimizer.errors import InputError, first_line
+from optimizer.errors import ConfigError, InputError, first_line
 from optimizer.store import schema
 from optimizer.store.address import connect_read_only
-from optimizer.store.store import store_location
+from optimizer.store.migrations import SCHEMA_VERSION
+from optimizer.store.store import store_error, store_location
 
 PAGE = 50
 """Rows per page of a list (runs, iterations, trials)."""
@@ -27,14 +28,16 @@ ENDING_CHARS = 40
 
 
 def open_engine(url: str) -> Engine:
-    """A read-only engine on the store at `url`; a SQLite file that is not there is an input error."""
+    """A read-only engine on the store at `url`, checked to be a store this optimizer reads (`_check`);
+    a SQLite file that is not there is an input error."""
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
         if not path.is_file():
             raise InputError(f"no store at {path}", path=path,
                              fix="run `optimizer eval` or `optimizer run` first, or set state_dir "
                                  "(env OPTIMIZER_STATE_DIR) to the folder holding optimizer.db")
-        return create_engine("sqlite://", creator=lambda: connect_read_only(path, check_same_thread=False))
+        return _check(create_engine("sqlite://", creator=lambda: connect_read_only(path, check_same_thread=False)),
+                      url)
     engine = create_engine(url)
 
     @event.listens_for(engine, "connect")
@@ -49,6 +52,24 @@ def open_engine(url: str) -> Engine:
         engine.dispose()
         raise InputError(f"cannot open the store at {store_location(url)}: {first_line(str(exc.orig), 'error')}",
                          field="database_url", fix="point database_url at a reachable database") from None
+    return _check(engine, url)
+
+
+def _check(engine: Engine, url: str) -> Engine:
+    """`engine`, once its store answers with a schema this optimizer knows: a damaged file is the
+    store error the other commands give (exit 3), a newer store's schema a settings error, before
+    a page is served or written."""
+    try:
+        with engine.connect() as conn:
+            stored = conn.execute(select(func.max(schema.schema_version.c.version))).scalar()
+    except DBAPIError as exc:
+        engine.dispose()
+        raise store_error(url, first_line(str(exc.orig), "error")) from None
+    if stored is not None and stored > SCHEMA_VERSION:
+        engine.dispose()
+        raise ConfigError(f"the store has schema version {stored}, newer than this tool's {SCHEMA_VERSION}",
+                          path=store_location(url), fix="upgrade the optimizer package, or set state_dir "
+                                                        "(env OPTIMIZER_STATE_DIR) to another folder")
     return engine
 
 

@@ -113,9 +113,11 @@ def test_a_night_killed_in_its_baseline_resumes_with_every_setting_it_started_wi
 
 def crash_every_iteration(monkeypatch) -> list:
     """Every iteration of a night crashes at once, leaving the night resumable; the returned list
-    collects the settings each one started with (their values, by name)."""
+    collects the settings each one started with (their values, by name). The mock patcher is
+    given a skill, so the night's check of its proposer passes (no proposal is ever asked for)."""
     from optimizer.nightly import night as nightly_module
 
+    monkeypatch.setenv("OPTIMIZER_MOCK_PATCHER_SKILL", "0.5")
     seen = []
 
     def crash(ctx, **_):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -61,6 +62,56 @@ def test_missing_base_fixture(cli, isolated, tmp_path):
     task["input"]["base_fixture"] = "_no_such_pkm"
     suite = write_suite(tmp_path / "s", [task])
     assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "input.base_fixture", "_no_such_pkm")
+
+
+@pytest.mark.parametrize("name", ["/etc", "../s", "fixtures/_starter_pkm"])
+def test_a_base_fixture_given_as_a_path_is_refused(cli, isolated, tmp_path, name):
+    """A base fixture is the name of a folder of the suite or of the project's fixtures: a path
+    could copy any folder of the machine into the trial's workspace."""
+    task = event_task()
+    task["input"]["base_fixture"] = name
+    suite = write_suite(tmp_path / "s", [task])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "input.base_fixture", "is not a folder name")
+
+
+def test_a_base_fixture_linked_to_a_folder_outside_the_project_is_refused(cli, isolated, tmp_path):
+    task = event_task()
+    task["input"]["base_fixture"] = "elsewhere"
+    suite = write_suite(tmp_path / "s", [task])
+    (tmp_path / "outside").mkdir()
+    (suite / "elsewhere").symlink_to(tmp_path / "outside")
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "input.base_fixture", "outside the suite")
+
+
+@pytest.mark.parametrize("bucket", ["/tmp/pwn", "../../x", "a/b", ".."])
+def test_a_bucket_that_is_not_a_plain_name_is_refused(cli, isolated, tmp_path, bucket):
+    """`graduate --apply` makes a folder of each bucket's name."""
+    task = event_task()
+    task["metadata"]["failure_bucket"] = bucket
+    suite = write_suite(tmp_path / "s", [task])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "metadata.failure_bucket", "not a plain name")
+
+
+@pytest.mark.parametrize("where", ["task", "suite"])
+def test_trials_per_run_past_its_bound_is_refused(cli, isolated, tmp_path, where):
+    task = event_task(**({"trials_per_run": 100_000} if where == "task" else {}))
+    suite = write_suite(tmp_path / "s", [task], **({"trials_per_run": 5000} if where == "suite" else {}))
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "trials_per_run", "1000")
+
+
+def test_a_prompt_file_that_is_not_utf8_is_exit_2_naming_it(cli, isolated, tmp_path, monkeypatch):
+    import shutil
+
+    from tests.helpers import PROJECT_ROOT
+
+    project = tmp_path / "project"
+    for folder in ("suites", "agents", "fixtures", "prompt_manual"):
+        shutil.copytree(PROJECT_ROOT / folder, project / folder)
+    prompt = project / "agents" / "prompts" / "card_agent.md"
+    prompt.write_bytes(prompt.read_bytes() + b"\xff\xfe not text\n")
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(project))
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent", "--trials", "1"], "card_agent.md",
+                    "not UTF-8 text", "save the file as UTF-8")
 
 
 def test_duplicate_task_id(cli, isolated, tmp_path):
@@ -439,3 +490,29 @@ def test_files_that_start_with_a_byte_order_mark_are_read(cli, isolated, tmp_pat
     code, out, err = cli("eval", "--suite", str(suite), "--agent-model", "mock/oracle", "--trials", "1")
     assert code == 0, err
     assert "1 trials, 1 passed" in out
+
+
+def test_a_night_whose_proposer_cannot_run_is_refused_before_it_makes_a_branch_or_a_record(cli, repo, isolated,
+                                                                                         monkeypatch):
+    from tests.helpers import git
+
+    monkeypatch.setenv("OPTIMIZER_PROPOSER", "command")  # and no proposer_command
+    branches = git(repo, "branch", "--list")
+    code, out, err = cli("nightly", "--trials", "1", "--max-iterations", "1")
+    assert code == 2 and "proposer_command" in err and "needs a command line" in err
+    assert git(repo, "branch", "--list") == branches
+    code, out, err = cli("history", "--json", str(isolated.parent / "history.json"))
+    assert code == 0, err
+    assert json.loads((isolated.parent / "history.json").read_text())["nightlies"] == []
+
+
+@pytest.mark.parametrize("state_dir", ["", ".", ".."])
+def test_a_state_folder_that_is_the_project_or_holds_it_is_refused(cli, isolated, monkeypatch, tmp_path, state_dir):
+    """Its `.gitignore` of `*` would hide every new file of the project from git."""
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "optimizer.toml").write_text(f'state_dir = "{state_dir}"\n')
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(tmp_path / "project"))
+    monkeypatch.delenv("OPTIMIZER_STATE_DIR")
+    code, out, err = cli("eval", "--suite", "card_agent")
+    assert code == 2 and "state_dir" in err and "is the project folder" in err, err
+    assert not (tmp_path / "project" / ".gitignore").exists() and not (tmp_path / "project" / "optimizer.db").exists()

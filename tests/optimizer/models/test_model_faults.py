@@ -58,6 +58,12 @@ def _make_handler():
                 raise _fault("timeout", model)
             if step in ("timeout", "429", "500", "401"):
                 raise _fault(step, model)
+            if step == "no_choice":  # a 200 whose reply holds no choice (seen from servers under load)
+                import litellm
+
+                response = litellm.ModelResponse(model=model)
+                response.choices = []
+                return response
             arguments = "{not json" if step == "malformed" else json.dumps(
                 event_task()["reference_solution"]["tool_calls"][0]["arguments"])
             return tool_call_reply(model, "c1", "save_timeline_card", arguments)
@@ -81,7 +87,7 @@ def run_with_script(tmp_path, model: str, script: list[str], trials: int = 1, ta
     return run, summary, store
 
 
-@pytest.mark.parametrize("fault", ["timeout", "429", "500", "malformed"])
+@pytest.mark.parametrize("fault", ["timeout", "429", "500", "malformed", "no_choice"])
 def test_transient_fault_is_retried_and_the_trial_passes(tmp_path, fault):
     run, summary, _ = run_with_script(tmp_path, f"recover-{fault}", [fault, "ok"])
     assert [t.status for t in run.trials] == ["passed"]
@@ -89,7 +95,7 @@ def test_transient_fault_is_retried_and_the_trial_passes(tmp_path, fault):
     assert summary["totals"]["errored"] == 0
 
 
-@pytest.mark.parametrize("fault", ["timeout", "429", "500", "malformed"])
+@pytest.mark.parametrize("fault", ["timeout", "429", "500", "malformed", "no_choice"])
 def test_persistent_fault_is_recorded_as_errored_and_the_run_completes(tmp_path, fault):
     run, summary, store = run_with_script(tmp_path, f"persist-{fault}", [fault] * 3 + ["ok"], trials=2)
     statuses = sorted(t.status for t in run.trials)

@@ -504,3 +504,27 @@ def test_a_reviewer_goes_from_a_night_to_a_fallen_buckets_pairs_and_searches_the
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_corrupt_or_newer_store_is_refused_before_a_page_is_served_or_an_export_overwritten(cli, store_path,
+                                                                                             isolated):
+    import sqlite3
+
+    from optimizer.errors import ConfigError, StoreError
+
+    code, out, err = cli("view", "--export", str(isolated / "bundle"))
+    assert code == 0, err
+    before = {path: path.read_bytes() for path in (isolated / "bundle").rglob("*.html")}
+    with sqlite3.connect(store_path) as conn:
+        conn.execute("UPDATE schema_version SET version = 999")
+    conn.close()
+    code, out, err = cli("view", "--export", str(isolated / "bundle"))
+    assert code == 2 and "schema version 999, newer than this tool's" in err, err
+    with pytest.raises(ConfigError, match="newer than this tool's"):
+        ViewerServer(f"sqlite:///{store_path}", "127.0.0.1", 0)  # the server is refused before it listens
+    store_path.write_bytes(b"\x17" * 30_000)  # no longer a SQLite file
+    code, out, err = cli("view", "--export", str(isolated / "bundle"))
+    assert code == 3 and "the store is corrupt" in err and "restore" in err, err
+    with pytest.raises(StoreError, match="the store is corrupt"):
+        ViewerServer(f"sqlite:///{store_path}", "127.0.0.1", 0)
+    assert {path: path.read_bytes() for path in (isolated / "bundle").rglob("*.html")} == before
