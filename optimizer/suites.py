@@ -209,7 +209,8 @@ def _check_fixtures(task: Task, path: Path, suite_root: Path, project_root: Path
             raise TaskFileError(f"base fixture {task.input.base_fixture!r} not found in {suite_root} "
                                 f"or {project_root / 'fixtures'}", path=path, field="input.base_fixture",
                                 fix="create the fixture folder or fix the name")
-        if not any(found.resolve().is_relative_to(folder.resolve()) for folder in (suite_root, project_root / "fixtures")):
+        allowed = (suite_root.resolve(), (project_root / "fixtures").resolve())
+        if not any(found.resolve().is_relative_to(folder) for folder in allowed):
             raise TaskFileError(f"base fixture {task.input.base_fixture!r} is a link to {found.resolve()}, outside "
                                 f"the suite and the project's fixtures", path=path, field="input.base_fixture",
                                 fix="copy the fixture into the project instead of linking to it")

@@ -41,7 +41,7 @@ from optimizer.nightly.checks import branch_name, check_night
 from optimizer.nightly.lock import repository_identity, repository_lock
 from optimizer.nightly.results import NightlyLimits, NightlyResult, iteration_row, limits_of, limits_values
 from optimizer.loop.iteration import LoopContext, run_iteration
-from optimizer.settings.night import (night_values, override_names, owned, parts_of, restore, resumable,
+from optimizer.settings.night import (left_here, night_values, override_names, owned, parts_of, restore, resumable,
                                       stored_values)
 from optimizer.registry import get_agent
 from optimizer.trials.runner import new_run_id
@@ -125,7 +125,12 @@ def _work(ctx: LoopContext, repo, result: NightlyResult, limits: NightlyLimits, 
 
 
 def _start(ctx: LoopContext, repo, base: gitops.Base, identity: str, values: dict[str, Any]) -> NightlyResult:
-    """A new night: its record, with every value it runs with, and its branch at the base."""
+    """A new night: its record, with every value it runs with, and its branch at the base. An
+    unfinished night of this checkout is marked `abandoned` first, so `--resume` never goes back
+    to it after this one (its branch stays)."""
+    for row in left_here(ctx.store.nightlies.rows(), repo, identity, ctx.project_root):
+        ctx.store.nightlies.save(row["nightly_id"], "abandoned", row["tip_commit"], row["state"])
+        ctx.log(f"nightly {row['nightly_id']} ({row['status']}, on {row['branch']}) was not resumed: marked abandoned")
     branch = branch_name(Date.fromisoformat(values["date"]), repo)
     result = NightlyResult(nightly_id=new_run_id(), branch=branch, base_ref=base.ref, base_commit=base.commit,
                            tip_commit=base.commit, suites=values["suite"], merge=values["merge"])

@@ -43,8 +43,11 @@ def load_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settin
             if key in REMOVED_SETTINGS:
                 raise removed(key, source, key)
             if key not in Settings.model_fields:
+                nested = key == "tool" and source.endswith("optimizer.toml")
                 raise ConfigError(f"unknown setting {key!r}", path=source, field=key,
-                                  fix=f"known settings: {', '.join(Settings.model_fields)}")
+                                  fix="optimizer.toml holds the settings at its top level: drop the "
+                                      "[tool.optimizer] line" if nested else
+                                      f"known settings: {', '.join(Settings.model_fields)}")
         candidate = {**merged, **values}
         try:
             Settings.model_validate(candidate)

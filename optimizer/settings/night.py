@@ -152,6 +152,14 @@ def resumable(rows: list[dict[str, Any]], repo, identity: str, root: Path) -> di
     return record
 
 
+def left_here(rows: list[dict[str, Any]], repo, identity: str, root: Path) -> list[dict[str, Any]]:
+    """The unfinished nights of this repository started in this checkout on this machine: a new
+    night, started under the repository's lock, replaces them (none of them can be running)."""
+    here = (socket.gethostname(), str(Path(root).resolve()))
+    return [row for row in rows if row["status"] in ("running", "crashed") and _where(row) == here
+            and _of_repository(row, identity, repo)]
+
+
 def _of_repository(record: dict[str, Any], identity: str, repo) -> bool:
     """A night stored with its repository's identity must have this one; an older record, its base commit here."""
     stored = (record.get("settings") or {}).get("repository")

@@ -62,6 +62,29 @@ def default_workspace_parent() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
+WORKSPACE_PREFIX = "optimizer-trial-"
+"""A trial's workspace is `<prefix><pid of the process running it>-<random>` in the workspace folder."""
+
+
+def remove_orphaned_workspaces(parent: str | None) -> None:
+    """Remove the trial workspaces a process left when it was killed (`kill -9`, a power cut): those
+    whose process is gone. In memory (/dev/shm), they would hold the machine's RAM until a reboot."""
+    for folder in Path(parent or tempfile.gettempdir()).glob(f"{WORKSPACE_PREFIX}*-*"):
+        pid = folder.name.removeprefix(WORKSPACE_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | list[str] | None = None,
          lone_task_factor: int = 1) -> list[PlannedTrial]:
     """Trials to run: every task (or those whose id matches any of the globs) times its trials. A
@@ -124,6 +147,7 @@ class Runner:
     def run(self, suites: list[Suite], planned: list[PlannedTrial], *, run_id: str | None = None,
             kind: str = "eval") -> RunResult:
         """Run `planned`; with the `run_id` of a stored run, add these trials to that run."""
+        remove_orphaned_workspaces(self.workspace_parent)
         prompts = {suite.name: read_prompt(get_agent(suite.spec.agent_name), self.prompt_root) for suite in suites}
         run = RunResult(run_id=run_id or new_run_id(), started_at=datetime.now(timezone.utc),
                         settings=dict(self.settings.record),
@@ -166,7 +190,7 @@ class Runner:
         register_trial(key, TrialContext(task=task, agent_name=entry.name, trial_index=item.index,
                                          seed=self.settings.models.seed, sim_noise=self.settings.sim.sim_noise,
                                          sim_profile=entry.sim_profile, replay=entry.replay))
-        workspace = Path(tempfile.mkdtemp(prefix="optimizer-trial-", dir=self.workspace_parent))
+        workspace = Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{os.getpid()}-", dir=self.workspace_parent))
         begun = time.monotonic()
         deadline = begun + task.timeout_seconds
         client = self.agent_model.bind(trial_key=key, trial_index=item.index, deadline=deadline, run_id=run_id)

@@ -282,3 +282,24 @@ def test_resuming_a_finished_night_says_which_it_was_and_where_it_last_ran(cli, 
     assert code == 2, output
     assert (f"its newest, {summary['nightly_id']} on {summary['branch']}, is finished, last run in "
             f"{repo.resolve()} on ") in output, output
+
+
+def test_a_new_night_abandons_the_unfinished_one_so_a_later_resume_never_goes_back_to_it(
+        cli, repo, isolated, tmp_path, monkeypatch):
+    from optimizer.nightly import night as nightly_module
+
+    real = nightly_module.run_iteration
+    crash_every_iteration(monkeypatch)
+    code, _, output = nightly(cli, tmp_path, "--trials", "2", "--agent-model", "mock/sim")
+    assert code == 3 and "stopped here by the test" in output
+    with sqlite3.connect(isolated / "optimizer.db") as db:
+        (crashed,) = db.execute("select nightly_id from nightlies").fetchone()
+    monkeypatch.setattr(nightly_module, "run_iteration", real)
+    code, _, output = nightly(cli, tmp_path, "--trials", "1", "--max-iterations", "1", "--agent-model", "mock/sim")
+    assert code == 0, output
+    assert f"nightly {crashed} (crashed, on optimizer/nightly-2026-11-23) was not resumed: marked abandoned" in output
+    with sqlite3.connect(isolated / "optimizer.db") as db:
+        statuses = dict(db.execute("select nightly_id, status from nightlies"))
+    assert statuses[crashed] == "abandoned" and len(statuses) == 2
+    code, _, output = nightly(cli, tmp_path, "--resume")
+    assert code == 2 and "there is no unfinished nightly job of this repository to resume" in output

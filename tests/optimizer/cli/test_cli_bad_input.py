@@ -516,3 +516,11 @@ def test_a_state_folder_that_is_the_project_or_holds_it_is_refused(cli, isolated
     code, out, err = cli("eval", "--suite", "card_agent")
     assert code == 2 and "state_dir" in err and "is the project folder" in err, err
     assert not (tmp_path / "project" / ".gitignore").exists() and not (tmp_path / "project" / "optimizer.db").exists()
+
+
+def test_a_tool_optimizer_table_in_optimizer_toml_is_refused_saying_where_settings_go(cli, isolated, monkeypatch,
+                                                                                       tmp_path):
+    (tmp_path / "optimizer.toml").write_text("[tool.optimizer]\nconcurrency = 2\n")
+    monkeypatch.setenv("OPTIMIZER_ROOT", str(tmp_path))
+    assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "optimizer.toml", "unknown setting 'tool'",
+                    "holds the settings at its top level")
