@@ -25,7 +25,7 @@ def nightly_command(
                                                                          "default: every capability suite)."),
     base: Optional[str] = typer.Option(None, help="Branch or commit the night starts from (default HEAD)."),
     max_iterations: int = typer.Option(10, min=1, max=1000, help="Stop after this many iterations (at most 1,000)."),
-    time_limit: Optional[str] = typer.Option(None, help="Stop starting iterations after this long: 90m, 8h, 3600s."),
+    time_limit: Optional[str] = typer.Option(None, help="Stop starting iterations after this long: 90m, 8h, 1d, 3600s."),
     budget_usd: Optional[float] = typer.Option(None, min=0, help="Refuse any model call that would pass this cost."),
     budget_tokens: Optional[int] = typer.Option(None, min=0, help="Refuse any model call that would pass this many tokens."),
     patience: int = typer.Option(3, min=1, max=1000, help="Stop after this many consecutive rejected iterations."),

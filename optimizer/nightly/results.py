@@ -121,8 +121,8 @@ def limits_of(values: dict[str, Any]) -> NightlyLimits:
 
 
 def parse_duration(text: str) -> float:
-    """`90m`, `8h`, `3600s` or plain seconds -> seconds (more than zero)."""
-    units = {"s": 1, "m": 60, "h": 3600}
+    """`90m`, `8h`, `1d`, `3600s` or plain seconds -> seconds (more than zero)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
     raw = text.strip().lower()
     try:
         seconds = float(raw[:-1]) * units[raw[-1]] if raw and raw[-1] in units else float(raw)
@@ -130,5 +130,5 @@ def parse_duration(text: str) -> float:
         seconds = math.nan
     if not seconds > 0 or math.isinf(seconds):
         raise InputError(f"{text!r} is not a duration above zero", field="--time-limit",
-                         fix="e.g. 90m, 8h or 3600s")
+                         fix="a number above zero, in seconds or with a unit s, m, h or d: e.g. 90m, 8h or 3600s")
     return seconds

@@ -337,7 +337,8 @@ def test_a_time_limit_must_be_a_duration_above_zero(text):
 def test_time_limits_are_read_in_their_unit():
     from optimizer.nightly.results import parse_duration
 
-    assert [parse_duration(text) for text in ("90m", "8h", "3600s", "45", " 2H ")] == [5400, 28800, 3600, 45, 7200]
+    assert [parse_duration(text) for text in ("90m", "8h", "3600s", "45", " 2H ", "1d")] == [
+        5400, 28800, 3600, 45, 7200, 86400]
 
 
 def test_a_usd_budget_needs_a_price_for_every_model_it_limits():
