@@ -4,15 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from optimizer import AnswerKey, GraderConfig, GraderResult, Task, Trial, grader
-from prompt_optimizer_outcomes.card import CardOutcome
+from prompt_optimizer_outcomes.card import TEMPLATE_IDS, CardOutcome
 
 
 class TemplateChoiceConfig(GraderConfig):
     expected_template_ids: list[str] = Field(min_length=1)
     """Acceptable templates (a set): any of them as primary earns full credit."""
+
+    @field_validator("expected_template_ids")
+    @classmethod
+    def _known(cls, ids: list[str]) -> list[str]:
+        unknown = [name for name in ids if name not in TEMPLATE_IDS]
+        if unknown:  # a template no card can have: the grader could never pass
+            raise ValueError(f"unknown template id(s) {', '.join(map(repr, unknown))}: the card format's ids are "
+                             + ", ".join(TEMPLATE_IDS))
+        return ids
     min_score: float = Field(default=0.5, ge=0.0, le=1.0)
     """Pass when the score reaches this (0.5: an acceptable template as a secondary config passes)."""
 

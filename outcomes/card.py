@@ -1,10 +1,17 @@
-"""The Card Agent's outcome: the card file the save tool wrote, as the card graders read it."""
+"""The Card Agent's outcome: the card file the save tool wrote, as the card graders read it; and
+the card format's template ids, which the agent's save tool and the template grader both use."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from optimizer import OutcomeModel
+
+TEMPLATE_IDS = (
+    "link", "person", "place", "spec_sheet", "transaction", "metric", "rating", "mood", "progress", "event",
+    "duration", "task", "routine", "procedure", "compact", "snippet", "article", "conversation", "quote",
+    "snapshot", "gallery", "video",
+)
 
 
 class CardOutcome(OutcomeModel):

@@ -1,10 +1,9 @@
-"""The closed vocabularies of timeline cards."""
+"""The closed vocabularies of timeline cards (the template ids are the card format's, shared with
+the graders in `prompt_optimizer_outcomes.card`)."""
 
-TEMPLATE_IDS = (
-    "link", "person", "place", "spec_sheet", "transaction", "metric", "rating", "mood", "progress", "event",
-    "duration", "task", "routine", "procedure", "compact", "snippet", "article", "conversation", "quote",
-    "snapshot", "gallery", "video",
-)
+from prompt_optimizer_outcomes.card import TEMPLATE_IDS
+
+__all__ = ["TAGS", "TEMPLATE_IDS"]
 
 TAGS = ("Project", "Trip", "Milestone", "Health", "Relationship", "Finance", "Knowledge", "Emotion", "Visual",
         "Audio")

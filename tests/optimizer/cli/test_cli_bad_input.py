@@ -524,3 +524,11 @@ def test_a_tool_optimizer_table_in_optimizer_toml_is_refused_saying_where_settin
     monkeypatch.setenv("OPTIMIZER_ROOT", str(tmp_path))
     assert_rejected(cli, isolated, ["eval", "--suite", "card_agent"], "optimizer.toml", "unknown setting 'tool'",
                     "holds the settings at its top level")
+
+
+def test_a_template_id_no_card_can_have_is_refused_at_load(cli, isolated, tmp_path):
+    """A typo in `expected_template_ids` would make a grader that can never pass."""
+    task = event_task(graders=[{"name": "card_template_choice", "config": {"expected_template_ids": ["Event"]}}])
+    suite = write_suite(tmp_path / "s", [task])
+    assert_rejected(cli, isolated, ["eval", "--suite", str(suite)], "expected_template_ids", "'Event'",
+                    "the card format's ids are link, person")
