@@ -93,8 +93,8 @@ def add_reusing_night(store: Store, night: int = 0) -> dict[str, str]:
     run_id = add_run(store, f"cand-{night}-b", "candidate", candidate, minute + 12)
     store.iterations.set_targets(iteration_id, agent="card_agent", targets=["card_agent/template_event"],
                                  baseline_run_id=f"base-{night}")
-    store.proposals.add(ProposalRow(
-        iteration_id=iteration_id, ordinal=1, agent="card_agent", branch=f"optimizer/{iteration_id}/card_agent-1",
+    store.proposals.add(ProposalRow(  # the loop numbers proposals across the store: this is the second
+        iteration_id=iteration_id, ordinal=2, agent="card_agent", branch=f"optimizer/{iteration_id}/card_agent-2",
         proposer="llm", status="rejected_gate", reason="fact_preservation fell", diff=DIFF, rationale="Events.",
         candidate_run_id=run_id,
         decision={"accepted": False, "mode": "strict", "stage": "harm",

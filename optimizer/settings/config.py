@@ -244,7 +244,7 @@ class Settings(BaseModel):
     def runner(self) -> RunnerSettings:
         """What `optimizer.trials.runner.Runner` needs, with these settings as the run's record."""
         return _part(RunnerSettings, self, models=self.models, sim=self.sim, skip_graders=frozenset(),
-                     record=self.model_dump())
+                     record=_recorded(self))
 
     @property
     def proposal(self) -> ProposalSettings:
@@ -283,6 +283,13 @@ class Settings(BaseModel):
         value (for a night to store)."""
         return SettingsParts(loop=self.loop, nightly=self.nightly, state_dir=self.state_dir,
                              values=self.model_dump(mode="json"))
+
+
+def _recorded(settings: Settings) -> dict:
+    """Every setting, as a run records it in the store: the store's URL without its password."""
+    from optimizer.store.address import without_password
+
+    return {**settings.model_dump(), "database_url": without_password(settings.database_url)}
 
 
 def replay_settings(suites: list[str]) -> EvalSettings:

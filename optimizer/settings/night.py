@@ -122,8 +122,12 @@ def parts_of(values: dict[str, Any], root) -> SettingsParts:
 
 
 def owned(values: dict[str, Any], identity: str, root) -> dict[str, Any]:
-    """What a night stores: its values and its owner (this repository, checkout and machine)."""
-    return {**values, "repository": identity, "checkout": str(Path(root).resolve()), "host": socket.gethostname()}
+    """What a night stores: its values (no store password: `database_url` is this machine's and
+    is never restored) and its owner (this repository, checkout and machine)."""
+    from optimizer.store.address import without_password
+
+    return {**values, "database_url": without_password(values.get("database_url")), "repository": identity,
+            "checkout": str(Path(root).resolve()), "host": socket.gethostname()}
 
 
 def resumable(rows: list[dict[str, Any]], repo, identity: str, root: Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 
 def default_url(state_dir: Path) -> str:
@@ -21,6 +22,27 @@ def url_of(database_url: str | None, state_dir: str, project_root: Path) -> tupl
     if database_url:
         return database_url, "database_url"
     return default_url(project_root / state_dir), "state_dir"
+
+
+def without_password(url: str | None) -> str | None:
+    """`url` with any password in it shown as `***`: the one after the user name and a `password`
+    query parameter (libpq's form). What is recorded or printed of a store's address: a record in a
+    shared store is read by every role that can read the store."""
+    if not url or "://" not in url:
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, _, host = netloc.rpartition("@")
+        if ":" in user:
+            netloc = f"{user.split(':', 1)[0]}:***@{host}"
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    hidden = any(key.lower() in ("password", "passwd") for key, _ in pairs)
+    if netloc == parts.netloc and not hidden:
+        return url  # nothing to hide: the URL as written
+    query = urlencode([(key, "***" if key.lower() in ("password", "passwd") else value) for key, value in pairs],
+                      safe="/*") if hidden else parts.query
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def sqlite_file(url: str) -> Path | None:

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DatabaseError, DBAPIError
 
 from optimizer.errors import StoreError, first_line
 from optimizer.store import schema
-from optimizer.store.address import store_url
+from optimizer.store.address import store_url, without_password
 from optimizer.store.cache import CachedResponses
 from optimizer.store.calibrations import Calibrations
 from optimizer.store.iterations import Iterations
@@ -87,7 +87,7 @@ def store_location(url: str) -> str:
     """Where the store is, for messages: a SQLite file's path, else the URL without its password."""
     if url.startswith("sqlite:///"):
         return url.removeprefix("sqlite:///")
-    return make_url(url).render_as_string(hide_password=True)
+    return without_password(url) or url
 
 
 def _reason(exc: BaseException) -> str:
@@ -125,8 +125,11 @@ class Store:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.url = url
-        self.engine: Engine = create_engine(url, connect_args={"check_same_thread": False}
-                                            if url.startswith("sqlite") else {})
+        sqlite = url.startswith("sqlite")
+        # a server restarted between two calls leaves the pool's connections dead: each is tested
+        # (one round trip) when taken from the pool, and a dead one is replaced
+        self.engine: Engine = create_engine(url, connect_args={"check_same_thread": False} if sqlite else {},
+                                            pool_pre_ping=not sqlite)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         elif self.engine.dialect.name == "postgresql":
@@ -197,8 +200,9 @@ class Store:
 
     def _raise_store_error(self, context) -> None:
         """SQLAlchemy's `handle_error` hook: a database error becomes the StoreError that stops the
-        run, wherever it happens (a trial reading the cache, the writer, a report)."""
-        if isinstance(context.sqlalchemy_exception, DBAPIError):
+        run, wherever it happens (a trial reading the cache, the writer, a report); except the pool's
+        test of a connection it hands out (`pool_pre_ping`), after which a dead one is replaced."""
+        if isinstance(context.sqlalchemy_exception, DBAPIError) and not context.is_pre_ping:
             raise store_error(self.url, _reason(context.original_exception)) from context.original_exception
 
     # ------------------------------------------------------------------ writer

@@ -150,8 +150,9 @@ def pairs(reader: Reader, parts: list[str], query: dict[str, str]) -> dict[str, 
     if record is None:
         raise NotFound(f"no iteration {parts[0]!r}")
     proposals = reader.proposals(parts[0])
-    accepted = next((str(p["ordinal"]) for p in proposals if p["status"] == "accepted"), "1")
-    ordinal = query.get("proposal", accepted)
+    # proposals are numbered across the store: the iteration's accepted one, else its first
+    shown = next((p for p in proposals if p["status"] == "accepted"), proposals[0] if proposals else None)
+    ordinal = query.get("proposal", str(shown["ordinal"]) if shown else "1")
     proposal = next((p for p in proposals if str(p["ordinal"]) == ordinal), None)
     if proposal is None:
         raise NotFound(f"iteration {parts[0]!r} has no proposal {ordinal!r}")

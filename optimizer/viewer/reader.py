@@ -38,7 +38,7 @@ def open_engine(url: str) -> Engine:
                                  "(env OPTIMIZER_STATE_DIR) to the folder holding optimizer.db")
         return _check(create_engine("sqlite://", creator=lambda: connect_read_only(path, check_same_thread=False)),
                       url)
-    engine = create_engine(url)
+    engine = create_engine(url, pool_pre_ping=True)  # a restarted server: dead pooled connections are replaced
 
     @event.listens_for(engine, "connect")
     def _read_only(dbapi_connection, _record) -> None:

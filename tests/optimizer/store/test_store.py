@@ -129,3 +129,40 @@ def test_processes_opening_a_blank_postgresql_store_at_once_migrate_it_once(post
     store = Store(postgres_url)
     with store.engine.connect() as conn:
         assert list(conn.execute(select(schema.schema_migrations.c.name)).scalars()) == [name for name, _ in MIGRATIONS]
+
+
+def test_a_postgresql_server_that_dropped_the_pools_connections_is_reconnected_to(postgres_url):
+    """As after a server restart between two calls: every connection the pool holds is dead."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    store = Store(postgres_url)
+    store.runs.start(RunResult(run_id="r1", started_at=datetime.now(timezone.utc)))
+    url = make_url(postgres_url)
+    with psycopg.connect(host=url.query["host"], port=int(url.query["port"]), user="postgres",
+                         dbname=url.database, autocommit=True) as admin:
+        ended = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE datname = %s AND pid <> pg_backend_pid()", (url.database,)).fetchone()[0]
+    assert ended >= 1  # the store's pooled connection was among them
+    store.runs.start(RunResult(run_id="r2", started_at=datetime.now(timezone.utc)))
+    assert {row["run_id"] for row in store.runs.rows("run_id")} == {"r1", "r2"}
+    store.close()
+
+
+def test_no_password_of_the_store_is_recorded_or_shown():
+    """A record in a shared store is read by every role that can read it (the reviewers' read-only one)."""
+    from optimizer.settings.config import Settings
+    from optimizer.settings.night import owned
+    from optimizer.store.address import without_password
+    from optimizer.store.store import store_location
+
+    url = "postgresql+psycopg://optimizer:secret@db.example:5432/optimizer"
+    libpq = "postgresql+psycopg://optimizer@/optimizer?host=/run/pg&port=5432&password=secret"
+    assert without_password(url) == "postgresql+psycopg://optimizer:***@db.example:5432/optimizer"
+    assert without_password(libpq) == "postgresql+psycopg://optimizer@/optimizer?host=/run/pg&port=5432&password=***"
+    assert without_password("sqlite:////srv/state/optimizer.db") == "sqlite:////srv/state/optimizer.db"
+    assert without_password("postgresql://u@h/db") == "postgresql://u@h/db"
+    settings = Settings(database_url=url)
+    assert "secret" not in repr(settings.runner.record) and "secret" not in store_location(libpq)
+    assert "secret" not in repr(owned(settings.parts.values, "repo-id", "/tmp"))
+    assert settings.database_url == url  # what the process itself connects with

@@ -62,7 +62,7 @@ def test_the_first_page_lists_runs_and_iterations_with_links(get):
 def test_an_iteration_that_paired_with_an_earlier_iterations_base_trials_shows_its_pairs(get):
     """The gate of a night's second iteration paired its candidate with base-prompt trials the
     first one ran; the viewer pairs by the runs the iteration's record names, not by time."""
-    status, page = get("/pairs/it-0-b?proposal=1")
+    status, page = get("/pairs/it-0-b?proposal=2")
     assert status == 200
     assert "4 pair(s) whose outcome changed" in page and "2 fell" in page and "2 rose" in page
     directions = re.findall(r'data-direction="(\w+)"', page)
@@ -79,7 +79,7 @@ def test_the_iteration_page_links_each_bucket_of_the_gate_table_to_its_pairs(get
     assert re.findall(r'data-bucket="(\w+)"', page) == ["fact_preservation", "fact_preservation"]
     assert set(re.findall(r'data-direction="(\w+)"', page)) == {"down"}
     assert "card_task_2 #2 · fact_preservation: passed &rarr; failed" in page
-    status, page = get("/pairs/it-0-b?proposal=1&bucket=template_event&direction=down")
+    status, page = get("/pairs/it-0-b?proposal=2&bucket=template_event&direction=down")
     assert status == 200 and 'id="no-pairs"' in page
     assert get("/pairs/it-0-b?direction=sideways")[0] == 400
 
