@@ -13,6 +13,8 @@ from prompt_optimizer_outcomes.card import TEMPLATE_IDS, CardOutcome
 class TemplateChoiceConfig(GraderConfig):
     expected_template_ids: list[str] = Field(min_length=1)
     """Acceptable templates (a set): any of them as primary earns full credit."""
+    min_score: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Pass when the score reaches this (0.5: an acceptable template as a secondary config passes)."""
 
     @field_validator("expected_template_ids")
     @classmethod
@@ -22,8 +24,6 @@ class TemplateChoiceConfig(GraderConfig):
             raise ValueError(f"unknown template id(s) {', '.join(map(repr, unknown))}: the card format's ids are "
                              + ", ".join(TEMPLATE_IDS))
         return ids
-    min_score: float = Field(default=0.5, ge=0.0, le=1.0)
-    """Pass when the score reaches this (0.5: an acceptable template as a secondary config passes)."""
 
 
 class MustContainConfig(GraderConfig):

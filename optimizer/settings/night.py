@@ -37,6 +37,8 @@ OWNER = ("repository", "checkout", "host")
 """Stored beside the settings: whose night it is (`optimizer.nightly.lock.repository_identity`, the
 project folder, the machine)."""
 STORED = "the night's stored settings"
+UNFINISHED = ("running", "crashed")
+"""The statuses of a night that can be resumed: killed while it ran, or stopped by an error."""
 
 
 def night_values(settings: Mapping[str, Any], night: dict[str, Any]) -> dict[str, Any]:
@@ -126,14 +128,15 @@ def owned(values: dict[str, Any], identity: str, root) -> dict[str, Any]:
     is never restored) and its owner (this repository, checkout and machine)."""
     from optimizer.store.address import without_password
 
+    host, checkout = _here(root)
     return {**values, "database_url": without_password(values.get("database_url")), "repository": identity,
-            "checkout": str(Path(root).resolve()), "host": socket.gethostname()}
+            "checkout": checkout, "host": host}
 
 
 def resumable(rows: list[dict[str, Any]], repo, identity: str, root: Path) -> dict[str, Any]:
     """The newest unfinished night of this repository, one started in this checkout first: a
     shared store holds the nights of other repositories and checkouts too. Its commits must be here."""
-    unfinished = [row for row in rows if row["status"] in ("running", "crashed")]
+    unfinished = [row for row in rows if row["status"] in UNFINISHED]
     ours = [row for row in unfinished if _of_repository(row, identity, repo)]
     if not ours:
         others = f" ({len(unfinished)} of other repositories in this store are not)" if unfinished else ""
@@ -145,8 +148,7 @@ def resumable(rows: list[dict[str, Any]], repo, identity: str, root: Path) -> di
                     f"last run in {folder} on {host}")
         raise InputError(f"there is no unfinished nightly job of this repository to resume{others}{last}",
                          field="--resume", fix="start a new night without --resume")
-    here = (socket.gethostname(), str(Path(root).resolve()))
-    record = ([row for row in ours if _where(row) == here] or ours)[-1]
+    record = ([row for row in ours if _where(row) == _here(root)] or ours)[-1]
     missing = next((sha for sha in (record["base_commit"], record["tip_commit"]) if not _has_commit(repo, sha)), None)
     if missing:
         host, folder = _where(record)
@@ -159,8 +161,7 @@ def resumable(rows: list[dict[str, Any]], repo, identity: str, root: Path) -> di
 def left_here(rows: list[dict[str, Any]], repo, identity: str, root: Path) -> list[dict[str, Any]]:
     """The unfinished nights of this repository started in this checkout on this machine: a new
     night, started under the repository's lock, replaces them (none of them can be running)."""
-    here = (socket.gethostname(), str(Path(root).resolve()))
-    return [row for row in rows if row["status"] in ("running", "crashed") and _where(row) == here
+    return [row for row in rows if row["status"] in UNFINISHED and _where(row) == _here(root)
             and _of_repository(row, identity, repo)]
 
 
@@ -168,6 +169,11 @@ def _of_repository(record: dict[str, Any], identity: str, repo) -> bool:
     """A night stored with its repository's identity must have this one; an older record, its base commit here."""
     stored = (record.get("settings") or {}).get("repository")
     return stored == identity if stored else _has_commit(repo, record["base_commit"])
+
+
+def _here(root) -> tuple[str, str]:
+    """This machine and checkout, as `_where` reads them from a night's record."""
+    return socket.gethostname(), str(Path(root).resolve())
 
 
 def _where(record: dict[str, Any]) -> tuple[str, str]:

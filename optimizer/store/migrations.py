@@ -78,6 +78,15 @@ def sqlite_lock(url: str) -> Iterator[None]:
         os.close(handle)
 
 
+def refuse_newer(stored: int | None, where: str | None = None) -> None:
+    """Refuse a store whose schema version `stored` is newer than this optimizer's: an older
+    release must not write, or misread, the tables a newer one changed."""
+    if stored is not None and stored > len(MIGRATIONS):
+        raise ConfigError(f"the store has schema version {stored}, newer than this tool's {len(MIGRATIONS)}",
+                          path=where, fix="upgrade the optimizer package, or set state_dir (env OPTIMIZER_STATE_DIR) "
+                                          "to another folder")
+
+
 def migrate(conn: Connection, *, target: int | None = None) -> list[str]:
     """Apply the first `target` revisions (all by default) that this database has not recorded,
     in order, each with its record; return their names. All of it is one transaction, on SQLite
@@ -92,9 +101,7 @@ def migrate(conn: Connection, *, target: int | None = None) -> list[str]:
     _begin(conn)
     bookkeeping.create_all(conn)
     stored = conn.execute(select(version_row.c.version)).scalar()
-    if stored is not None and stored > len(MIGRATIONS):
-        raise ConfigError(f"the store has schema version {stored}, newer than this tool's {len(MIGRATIONS)}",
-                          fix="upgrade the optimizer package, or set state_dir (env OPTIMIZER_STATE_DIR) to another folder")
+    refuse_newer(stored)
     done = set(conn.execute(select(applied_revisions.c.name)).scalars())
     applied = []
     for name, upgrade in MIGRATIONS[:target]:

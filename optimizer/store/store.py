@@ -87,7 +87,7 @@ def store_location(url: str) -> str:
     """Where the store is, for messages: a SQLite file's path, else the URL without its password."""
     if url.startswith("sqlite:///"):
         return url.removeprefix("sqlite:///")
-    return without_password(url) or url
+    return without_password(url)
 
 
 def _reason(exc: BaseException) -> str:

@@ -26,6 +26,7 @@ from optimizer.errors import (DeadlinePassed, InputError, ModelCallError, Optimi
                               TrialTimeout, first_line)
 from optimizer.trials.judging import JudgeSettings, judging
 from optimizer.ledger import BudgetExceeded
+from optimizer.procfs import alive
 from optimizer.models import (ModelClient, RetryPolicy, TrialContext, answer_variant, concurrency_limit,
                               litellm_module, register_trial, unregister_trial)
 from optimizer.registry import get_agent, get_grader, judges_of
@@ -71,18 +72,8 @@ def remove_orphaned_workspaces(parent: str | None) -> None:
     whose process is gone. In memory (/dev/shm), they would hold the machine's RAM until a reboot."""
     for folder in Path(parent or tempfile.gettempdir()).glob(f"{WORKSPACE_PREFIX}*-*"):
         pid = folder.name.removeprefix(WORKSPACE_PREFIX).split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def plan(suites: list[Suite], *, trials: int | None = None, task_glob: str | list[str] | None = None,

@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from optimizer.errors import ConfigError, InputError, first_line
 from optimizer.store import schema
 from optimizer.store.address import connect_read_only
-from optimizer.store.migrations import SCHEMA_VERSION
+from optimizer.store.migrations import refuse_newer
 from optimizer.store.store import store_error, store_location
 
 PAGE = 50
@@ -62,14 +62,13 @@ def _check(engine: Engine, url: str) -> Engine:
     try:
         with engine.connect() as conn:
             stored = conn.execute(select(func.max(schema.schema_version.c.version))).scalar()
+        refuse_newer(stored, store_location(url))
     except DBAPIError as exc:
         engine.dispose()
         raise store_error(url, first_line(str(exc.orig), "error")) from None
-    if stored is not None and stored > SCHEMA_VERSION:
+    except ConfigError:
         engine.dispose()
-        raise ConfigError(f"the store has schema version {stored}, newer than this tool's {SCHEMA_VERSION}",
-                          path=store_location(url), fix="upgrade the optimizer package, or set state_dir "
-                                                        "(env OPTIMIZER_STATE_DIR) to another folder")
+        raise
     return engine
 
 
